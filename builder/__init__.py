@@ -1,0 +1,1 @@
+"""kb.builder: corpus -> one artifact. Never imported by the runtime."""

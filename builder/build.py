@@ -1,0 +1,410 @@
+"""The build pipeline: read -> chunk -> analyze -> postings -> embed -> hnsw -> tags -> text -> write.
+
+Each stage is a function from data to data; I/O happens only in the read stage and in the final
+atomic write. Everything written is derived deterministically from the inputs: sorted
+vocabularies, stable chunk ids (documents sorted by path, chunks in document order), a
+single-threaded HNSW build, and no wall-clock time in the artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import msgpack
+import numpy as np
+
+from kb.formats import layout as L
+from kb.formats.analyzer import Analyzer
+from kb.formats.artifact import CODEC_RAW, CODEC_ZSTD, FORMAT_VERSION, SectionData, write_artifact
+from kb.formats.bm25 import weighted
+from kb.formats.version import KB_VERSION
+
+from .chunk import Chunk, chunk_document
+from .config import BuildConfig
+from .ingest import Corpus, Document, read_corpus
+
+Progress = Callable[[str, int, int], None]
+ZSTD_LEVEL = 10
+ZSTD_DICT_BYTES = 32 * 1024  # at most; a dictionary is about a tenth of the text it is trained on
+ZSTD_DICT_MIN_BYTES = 4 * 1024  # below this a dictionary does not pay for its own bytes
+ZSTD_DICT_MIN_SAMPLES = 64  # below this, training fails or does not pay
+
+
+class BuildError(Exception):
+    """The build cannot produce an artifact (exit 1); nothing is written."""
+
+
+@dataclass
+class BuildReport:
+    files_read: int = 0
+    documents: int = 0
+    chunks: int = 0
+    terms: int = 0
+    vectors: int = 0
+    skipped: list = field(default_factory=list)
+    excluded: int = 0
+    warnings: list = field(default_factory=list)
+    section_bytes: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+    artifact_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    doc: int
+    chunk: Chunk
+
+
+@dataclass
+class Postings:
+    terms: list[str]  # sorted by (term_hash, term)
+    hashes: np.ndarray
+    bitmaps: list[bytes]
+    tf_offsets: np.ndarray
+    tf: np.ndarray
+    lengths: np.ndarray
+
+
+def build(
+    roots: list[Path],
+    out: Path,
+    config: BuildConfig,
+    *,
+    jsonl: list[Path] = (),
+    include: list[str] = (),
+    exclude: list[str] = (),
+    strict: bool = False,
+    embedder=None,
+    progress: Progress | None = None,
+) -> BuildReport:
+    rep = BuildReport()
+    clock = _Clock(rep.seconds)
+    progress = progress or (lambda stage, done, total: None)
+
+    with clock("read"):
+        corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)})
+    rep.files_read = len(corpus.sources)
+    rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
+    rep.excluded = corpus.excluded
+    if strict and corpus.skipped:
+        first = corpus.skipped[0]
+        raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
+    docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
+    if not docs:
+        raise BuildError("nothing to index: no readable documents in the inputs")
+    if embedder is None:
+        embedder = make_embedder(config)
+
+    with clock("chunk"):
+        count = embedder.count_tokens if embedder is not None else _approx_tokens
+        rows = []
+        for i, d in enumerate(docs):
+            rows.extend(ChunkRow(i, c) for c in chunk_document(d, count, config.chunking))
+            progress("chunk", i + 1, len(docs))
+    rep.documents, rep.chunks = len(docs), len(rows)
+
+    analyzer = Analyzer()
+    with clock("analyze"):
+        fields = analyze(docs, rows, analyzer)
+    with clock("postings"):
+        post = build_postings(fields, config)
+    rep.terms = len(post.terms)
+
+    vectors_bytes = None
+    if embedder is not None:
+        with clock("embed"):
+            vecs = embed_chunks(docs, rows, embedder, progress)
+        with clock("hnsw"):
+            vectors_bytes = build_hnsw(vecs, config)
+        rep.vectors = len(vecs)
+
+    with clock("tags"):
+        statuses, status_bitmaps, tag_names, tag_bitmaps, unknown = build_filters(docs, rows, config)
+    rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in unknown)
+
+    with clock("text"):
+        zdict, blocks = build_text_blocks(docs, rows)
+
+    meta = {
+        "kb_version": KB_VERSION,
+        "format_version": FORMAT_VERSION,
+        "counts": {"documents": len(docs), "chunks": len(rows), "terms": len(post.terms), "vectors": rep.vectors},
+        "analyzer": analyzer.params(),
+        "bm25": config.bm25.params() | {"avg_length": float(post.lengths.mean()) if len(rows) else 0.0},
+        "embedder": _model_meta(embedder),
+        "vectors": {"metric": "cos", **vars(config.vectors)} if embedder is not None else None,
+        "tags": {"names": tag_names, "descriptions": {t: config.tags.get(t, "") for t in tag_names}},
+        "statuses": statuses,
+        "excluded_statuses": [s for s in config.excluded_statuses],
+        "search": config.search,
+        "text_block": L.TEXT_BLOCK,
+        "source": "jsonl" if jsonl and not roots else "files",
+    }
+    manifest = {
+        "root": corpus.root,
+        "kb_version": KB_VERSION,
+        "config": config.to_dict(),
+        "config_file": config.source,
+        "sources": [[s.path, s.size, s.mtime_ns, s.sha256] for s in sorted(corpus.sources, key=lambda s: s.path)],
+        "jsonl": [Path(j).name for j in jsonl],
+        "skipped": [[s.path, s.reason] for s in corpus.skipped],
+        "excluded": corpus.excluded,
+        "models": {"embedder": _model_meta(embedder)},
+        "analyzer": analyzer.params(),
+    }
+    sections = assemble(meta, manifest, docs, rows, post, statuses, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
+    with clock("write"):
+        rep.artifact_bytes = write_artifact(out, sections)
+    rep.section_bytes = {s.name: len(s.data) for s in sections}
+    return rep
+
+
+class _Clock:
+    def __init__(self, into: dict):
+        self.into = into
+
+    def __call__(self, stage: str):
+        clock = self
+
+        class _T:
+            def __enter__(self):
+                self.t = time.perf_counter()
+
+            def __exit__(self, *exc):
+                clock.into[stage] = clock.into.get(stage, 0.0) + time.perf_counter() - self.t
+
+        return _T()
+
+
+def _approx_tokens(texts) -> list[int]:
+    return [len(t.split()) * 4 // 3 + 1 for t in texts]
+
+
+def make_embedder(config: BuildConfig):
+    name = config.embedding_model
+    if name == "none":
+        return None
+    if name.startswith("hash"):
+        from kb.runtime.embed import HashEmbedder
+
+        return HashEmbedder()
+    if name == "all-MiniLM-L6-v2":
+        from kb.runtime.embed import load_embedder
+
+        from .models import default_embedder_files
+
+        return load_embedder(default_embedder_files(quantization=config.quantization), device="cpu")
+    raise BuildError(f"unknown embedding model {name!r}; use all-MiniLM-L6-v2, or none for a BM25-only artifact")
+
+
+def _model_meta(embedder) -> dict | None:
+    if embedder is None:
+        return None
+    files = embedder.files()
+    card = json.loads(files["kb_model.json"])
+    return {k: card[k] for k in sorted(card)}
+
+
+@dataclass
+class Fields:
+    body: list[list[str]]  # per chunk
+    title: list[list[str]]  # per document
+    section: list[list[str]]  # per chunk
+    doc_of: list[int]  # chunk -> document index
+
+
+def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer) -> Fields:
+    title = [analyzer.terms(d.title) for d in docs]
+    section_cache: dict[str, list[str]] = {}
+    body, section = [], []
+    first_of_doc = -1
+    for r in rows:
+        text = r.chunk.text
+        if r.doc != first_of_doc:  # the description counts once per document, with its first chunk
+            first_of_doc = r.doc
+            if docs[r.doc].description:
+                text = docs[r.doc].description + "\n" + text
+        body.append(analyzer.terms(text))
+        s = r.chunk.section
+        if s not in section_cache:
+            section_cache[s] = analyzer.terms(s)
+        section.append(section_cache[s])
+    return Fields(body, title, section, [r.doc for r in rows])
+
+
+def build_postings(f: Fields, config: BuildConfig) -> Postings:
+    p = config.bm25
+    n = len(f.body)
+    lists: dict[str, tuple[list[int], list[float]]] = {}
+    lengths = np.zeros(n, dtype="<f4")
+    doc_of = f.doc_of
+    title_counts = [Counter(t) for t in f.title]
+    for cid in range(n):
+        tf: dict[str, float] = dict(Counter(f.body[cid]))
+        tc = title_counts[doc_of[cid]]
+        for t, c in tc.items():
+            tf[t] = tf.get(t, 0.0) + p.title_weight * c
+        for t, c in Counter(f.section[cid]).items():
+            tf[t] = tf.get(t, 0.0) + p.section_weight * c
+        lengths[cid] = weighted(len(f.body[cid]), len(f.title[doc_of[cid]]), len(f.section[cid]), p)
+        for t, v in tf.items():
+            entry = lists.get(t)
+            if entry is None:
+                lists[t] = ([cid], [v])
+            else:
+                entry[0].append(cid)
+                entry[1].append(v)
+    from pyroaring import BitMap
+
+    terms = sorted(lists, key=lambda t: (L.term_hash(t), t.encode("utf-8")))
+    hashes = np.array([L.term_hash(t) for t in terms], dtype="<u8")
+    bitmaps, tfs = [], []
+    tf_offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    for i, t in enumerate(terms):
+        ids, vals = lists[t]
+        bitmaps.append(BitMap(ids).serialize())
+        tfs.append(np.asarray(vals, dtype="<f4"))
+        tf_offsets[i + 1] = tf_offsets[i] + len(ids)
+    tf = np.concatenate(tfs) if tfs else np.zeros(0, dtype="<f4")
+    return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths)
+
+
+def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:
+    """What the embedder sees: title, section path, (description once), then the chunk text."""
+    head = [doc.title]
+    if first and doc.description:
+        head.append(doc.description)
+    if chunk.section:
+        head.append(chunk.section)
+    return "\n".join(head) + "\n\n" + chunk.text
+
+
+def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress: Progress, batch: int = 64) -> np.ndarray:
+    texts = []
+    prev = -1
+    for r in rows:
+        texts.append(embed_text(docs[r.doc], r.chunk, r.doc != prev))
+        prev = r.doc
+    # Sort by length so batches hold similar lengths (less padding), then restore order.
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    for s in range(0, len(order), batch):
+        idx = order[s : s + batch]
+        out[idx] = embedder.embed([texts[i] for i in idx])
+        progress("embed", min(s + batch, len(order)), len(order))
+    return out
+
+
+def build_hnsw(vecs: np.ndarray, config: BuildConfig) -> bytes:
+    from usearch.index import Index
+
+    v = config.vectors
+    index = Index(
+        ndim=vecs.shape[1],
+        metric="cos",
+        dtype=v.dtype,
+        connectivity=v.connectivity,
+        expansion_add=v.expansion_add,
+        expansion_search=v.expansion_search,
+    )
+    if len(vecs):
+        index.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=1)  # one thread: deterministic graph
+    return bytes(index.save())
+
+
+def build_filters(docs: list[Document], rows: list[ChunkRow], config: BuildConfig):
+    from pyroaring import BitMap
+
+    statuses = list(config.statuses)
+    unknown = []
+    status_ids: dict[str, list[int]] = {s: [] for s in statuses}
+    tag_ids: dict[str, list[int]] = {t: [] for t in config.tags}
+    for cid, r in enumerate(rows):
+        d = docs[r.doc]
+        st = d.status or config.default_status
+        if st not in status_ids:
+            status_ids[st] = []
+            statuses.append(st)
+            unknown.append(st)
+        status_ids[st].append(cid)
+        for t in d.tags:
+            tag_ids.setdefault(t, []).append(cid)
+    tag_names = sorted(tag_ids)
+    status_bitmaps = [BitMap(status_ids[s]).serialize() for s in statuses]
+    tag_bitmaps = [BitMap(tag_ids[t]).serialize() for t in tag_names]
+    return statuses, status_bitmaps, tag_names, tag_bitmaps, unknown
+
+
+def chunk_record(doc: Document, chunk: Chunk) -> list:
+    """One chunk as stored in a text block: [text, section, title, doc_id, tags]."""
+    return [chunk.text, chunk.section, doc.title, doc.doc_id, list(doc.tags)]
+
+
+def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes, list[bytes]]:
+    import zstandard
+
+    records = [msgpack.packb(chunk_record(docs[r.doc], r.chunk)) for r in rows]
+    raw_blocks = [
+        msgpack.packb([msgpack.unpackb(x) for x in records[i : i + L.TEXT_BLOCK]])
+        for i in range(0, len(records), L.TEXT_BLOCK)
+    ]
+    zdict = b""
+    dict_bytes = min(ZSTD_DICT_BYTES, sum(map(len, records)) // 10)
+    if len(records) >= ZSTD_DICT_MIN_SAMPLES and dict_bytes >= ZSTD_DICT_MIN_BYTES:
+        try:
+            d = zstandard.train_dictionary(dict_bytes, records, threads=1, level=ZSTD_LEVEL)
+            zdict = d.as_bytes()
+        except zstandard.ZstdError:
+            zdict = b""  # too little or too uniform text to train on: plain zstd still works
+    params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
+    if zdict:
+        params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
+    cctx = zstandard.ZstdCompressor(**params)
+    return zdict, [cctx.compress(b) for b in raw_blocks]
+
+
+def _pack_model(embedder) -> bytes:
+    files = embedder.files()
+    names = ["kb_model.json"] + sorted(n for n in files if n != "kb_model.json")
+    return L.pack_blobs([msgpack.packb(names)] + [files[n] for n in names])
+
+
+def assemble(meta, manifest, docs, rows, post, statuses, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder):
+    import zstandard
+
+    table = np.zeros(len(rows), dtype=L.CHUNK_DTYPE)
+    status_index = {s: i for i, s in enumerate(statuses)}
+    first_chunk = np.zeros(len(docs) + 1, dtype="<u4")
+    default_status = manifest["config"]["default_status"]
+    for cid, r in enumerate(rows):
+        d = docs[r.doc]
+        table[cid] = (r.doc, r.chunk.start_line, r.chunk.end_line, status_index[d.status or default_status], 0)
+        first_chunk[r.doc + 1] = cid + 1
+    np.maximum.accumulate(first_chunk, out=first_chunk)
+    manifest_raw = msgpack.packb(manifest)
+    sections = [
+        SectionData(L.META, msgpack.packb(meta)),
+        SectionData(L.MANIFEST, zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(manifest_raw), CODEC_ZSTD, len(manifest_raw)),
+        SectionData(L.CHUNKS, table.tobytes()),
+        SectionData(L.CHUNK_LENGTHS, post.lengths.tobytes()),
+        SectionData(L.DOC_PATHS, L.pack_blobs([d.path.encode("utf-8") for d in docs])),
+        SectionData(L.DOC_FIRST_CHUNK, first_chunk.tobytes()),
+        SectionData(L.TERM_HASHES, post.hashes.tobytes()),
+        SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
+        SectionData(L.POSTINGS, L.pack_blobs(post.bitmaps)),
+        SectionData(L.POSTING_TF_OFFSETS, post.tf_offsets.tobytes()),
+        SectionData(L.POSTING_TF, post.tf.tobytes()),
+        SectionData(L.STATUS_BITMAPS, L.pack_blobs(status_bitmaps)),
+        SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
+        SectionData(L.TEXT_DICT, zdict),
+        SectionData(L.TEXT_BLOCKS, L.pack_blobs(blocks)),
+    ]
+    if vectors_bytes is not None:
+        sections.append(SectionData(L.VECTORS, vectors_bytes))
+        sections.append(SectionData(L.MODEL_EMBED, _pack_model(embedder)))
+    return sections

@@ -1,0 +1,211 @@
+"""Chunk stage: Document -> Chunks, structure first, size second.
+
+1. Sections: markdown headings outside code fences give a section path ("Storage > Backups");
+   YAML top-level keys, TOML tables and top-level keys of (pretty-printed) JSON objects give one
+   section each; plain text is one section.
+2. Units: inside a section, fenced code blocks are atomic units (never split); prose splits into
+   paragraphs; a paragraph longer than the budget splits into lines, then sentences, then words.
+3. Packing: units are packed greedily into chunks of at most ``max_tokens`` tokens of the
+   embedding model; a new chunk starts with the previous chunk's trailing units, up to
+   ``overlap_tokens``. A code fence larger than the budget becomes a chunk of its own.
+
+Token counts come from the embedder's own tokenizer (``count_tokens``), so the budget is in the
+model's tokens. A document that yields no text still gets one chunk (its title and description),
+so no document vanishes from the index.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .ingest import Document
+
+TokenCounter = Callable[[Sequence[str]], list[int]]
+
+
+@dataclass(frozen=True)
+class ChunkOptions:
+    max_tokens: int = 224  # body budget; title and section path are prepended up to the model's 256
+    overlap_tokens: int = 32
+
+
+@dataclass(frozen=True)
+class Chunk:
+    section: str  # "Heading > Subheading", "" before the first heading
+    text: str
+    start_line: int  # 1-based, inclusive, in the source file
+    end_line: int
+
+
+@dataclass(frozen=True)
+class _Unit:
+    text: str
+    start: int  # 0-based line index within the document body
+    end: int  # inclusive
+    atomic: bool = False
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
+_YAML_KEY = re.compile(r"^(?![\s#-])([^:#\n][^:\n]*?):(?:\s|$)")
+_TOML_TABLE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+_JSON_KEY = re.compile(r'^  "((?:[^"\\]|\\.)*)"\s*:')
+
+
+def chunk_document(doc: Document, count: TokenCounter, opts: ChunkOptions = ChunkOptions()) -> list[Chunk]:
+    lines = doc.text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    sections = _sections(doc.kind, lines)
+    chunks: list[Chunk] = []
+    for path, start, end in sections:
+        units = _units(lines, start, end, fenced=doc.kind == "markdown")
+        if not units:
+            continue
+        for group in _pack(units, count, opts):
+            text = _join(group, lines)
+            chunks.append(
+                Chunk(" > ".join(path), text, doc.first_line + group[0].start, doc.first_line + group[-1].end)
+            )
+    if not chunks:
+        text = "\n".join(x for x in (doc.title, doc.description) if x)
+        n = max(len(lines), 1)
+        chunks.append(Chunk("", text, doc.first_line, doc.first_line + n - 1))
+    return chunks
+
+
+def _join(group: list[_Unit], lines: list[str]) -> str:
+    """The chunk's text: the source lines it spans, or its pieces when it holds parts of lines."""
+    if all(u.text == "\n".join(lines[u.start : u.end + 1]) for u in group):
+        return "\n".join(lines[group[0].start : group[-1].end + 1]).strip("\n")
+    out = group[0].text
+    for prev, u in zip(group, group[1:]):
+        out += (" " if u.start == prev.end else "\n") + u.text
+    return out
+
+
+def _sections(kind: str, lines: list[str]) -> list[tuple[tuple[str, ...], int, int]]:
+    """(section path, first line, last line) triples covering the document in order."""
+    starts: list[tuple[int, tuple[str, ...]]] = [(0, ())]
+    if kind == "markdown":
+        stack: list[tuple[int, str]] = []
+        fence = None
+        for i, line in enumerate(lines):
+            m = _FENCE.match(line)
+            if m:
+                mark = m.group(1)
+                if fence is None:
+                    fence = mark
+                elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip()[len(mark) :].strip():
+                    fence = None
+                continue
+            if fence is not None:
+                continue
+            h = _HEADING.match(line)
+            if h:
+                level = len(h.group(1))
+                while stack and stack[-1][0] >= level:
+                    stack.pop()
+                stack.append((level, h.group(2).strip()))
+                starts.append((i, tuple(t for _, t in stack)))
+    elif kind in ("yaml", "toml", "json"):
+        rx = {"yaml": _YAML_KEY, "toml": _TOML_TABLE, "json": _JSON_KEY}[kind]
+        for i, line in enumerate(lines):
+            m = rx.match(line)
+            if m:
+                starts.append((i, (m.group(1).strip().strip("\"'"),)))
+    out = []
+    for j, (s, path) in enumerate(starts):
+        e = starts[j + 1][0] - 1 if j + 1 < len(starts) else len(lines) - 1
+        if e >= s:
+            out.append((path, s, e))
+    return out
+
+
+def _units(lines: list[str], start: int, end: int, fenced: bool) -> list[_Unit]:
+    units: list[_Unit] = []
+    para: list[int] = []
+
+    def flush():
+        if para:
+            units.append(_Unit("\n".join(lines[para[0] : para[-1] + 1]), para[0], para[-1]))
+            para.clear()
+
+    i = start
+    body_lines = 0
+    while i <= end:
+        line = lines[i]
+        m = _FENCE.match(line) if fenced else None
+        if m:
+            flush()
+            mark = m.group(1)
+            j = i + 1
+            while j <= end:
+                m2 = _FENCE.match(lines[j])
+                if m2 and m2.group(1)[0] == mark[0] and len(m2.group(1)) >= len(mark):
+                    break
+                j += 1
+            j = min(j, end)
+            units.append(_Unit("\n".join(lines[i : j + 1]), i, j, atomic=True))
+            body_lines += 1
+            i = j + 1
+            continue
+        if not line.strip():
+            flush()
+        else:
+            para.append(i)
+            if not (fenced and _HEADING.match(line)):
+                body_lines += 1
+        i += 1
+    flush()
+    return units if body_lines else []
+
+
+def _split_long(u: _Unit, count: TokenCounter, budget: int) -> list[_Unit]:
+    """Split a prose unit over budget into lines, then sentences, then word windows."""
+    if u.start != u.end:
+        parts = [_Unit(t, u.start + k, u.start + k) for k, t in enumerate(u.text.split("\n")) if t.strip()]
+    else:
+        parts = [_Unit(t, u.start, u.end) for t in _SENTENCE.split(u.text) if t.strip()]
+        if len(parts) <= 1:
+            words = u.text.split()
+            step = max(budget // 2, 1)  # about 1.5 tokens per word keeps a window under budget
+            parts = [_Unit(" ".join(words[k : k + step]), u.start, u.end) for k in range(0, len(words), step)]
+            return parts
+    out = []
+    for p, n in zip(parts, count([p.text for p in parts])):
+        out.extend(_split_long(p, count, budget) if n > budget and p.text != u.text else [p])
+    return out
+
+
+def _pack(units: list[_Unit], count: TokenCounter, opts: ChunkOptions) -> list[list[_Unit]]:
+    sizes = count([u.text for u in units])
+    flat: list[tuple[_Unit, int]] = []
+    for u, n in zip(units, sizes):
+        if n > opts.max_tokens and not u.atomic:
+            pieces = _split_long(u, count, opts.max_tokens)
+            flat.extend(zip(pieces, count([p.text for p in pieces])))
+        else:
+            flat.append((u, n))
+    groups: list[list[_Unit]] = []
+    cur: list[tuple[_Unit, int]] = []
+    total = 0
+    for u, n in flat:
+        if cur and total + n > opts.max_tokens:
+            groups.append([x for x, _ in cur])
+            carry: list[tuple[_Unit, int]] = []
+            kept = 0
+            for x, m in reversed(cur):
+                if x.atomic or kept + m > opts.overlap_tokens or kept + m + n > opts.max_tokens:
+                    break
+                carry.insert(0, (x, m))
+                kept += m
+            cur, total = carry, kept
+        cur.append((u, n))
+        total += n
+    if cur:
+        groups.append([x for x, _ in cur])
+    return groups

@@ -1,0 +1,1 @@
+"""kb.formats: the one definition of the artifact, shared by builder and runtime."""

@@ -1,0 +1,338 @@
+"""The kb artifact container: one file, a header, a section table, aligned sections, a footer.
+
+Encoding (see formats/SPEC.md for the byte-level description and a worked example):
+
+    [header 64 B][section table 64 B x n][pad][section 0][pad][section 1]...[footer 16 B]
+
+Everything is little-endian. Every section starts at a multiple of ALIGNMENT (4 KiB) so raw
+sections (numeric tables, postings, the HNSW index) are viewed in place through mmap. The reader
+validates, in order: size, start magic, format version, header crc, footer magic, file length,
+table bounds and crc, then every section's bounds, alignment and overlaps. A section's own crc32
+is checked the first time the section is read (``Artifact.section``) or all at once by
+``Artifact.verify()``, so opening a large artifact costs no full-file checksum.
+
+Writer and reader live together here; the builder writes only through ``write_artifact`` and the
+runtime reads only through ``Artifact``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+MAGIC = b"\x89KBA\r\n\x1a\n"
+FOOTER_MAGIC = b"KBA-END\n"
+FORMAT_VERSION = 1
+OLDEST_SUPPORTED_VERSION = 1
+ALIGNMENT = 4096
+
+HEADER_SIZE = 64
+ENTRY = struct.Struct("<32sQQQIHH")
+ENTRY_SIZE = 64
+FOOTER = struct.Struct("<II8s")
+FOOTER_SIZE = 16
+NAME_SIZE = 32
+
+CODEC_RAW = 0
+CODEC_ZSTD = 1
+CODECS = {CODEC_RAW: "raw", CODEC_ZSTD: "zstd"}
+
+assert ENTRY.size == ENTRY_SIZE
+assert FOOTER.size == FOOTER_SIZE
+
+
+class ArtifactError(Exception):
+    """The file cannot be used as an artifact. ``exit_code`` is what the CLIs exit with."""
+
+    exit_code = 3
+
+
+class NotAnArtifact(ArtifactError):
+    pass
+
+
+class CorruptArtifact(ArtifactError):
+    pass
+
+
+class UnsupportedVersion(ArtifactError):
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class Section:
+    """One entry of the section table."""
+
+    name: str
+    offset: int
+    length: int
+    raw_length: int
+    crc32: int
+    codec: int
+
+
+@dataclass(frozen=True)
+class SectionData:
+    """What the writer is given: a name, the stored bytes and how they are encoded."""
+
+    name: str
+    data: bytes | bytearray | memoryview
+    codec: int = CODEC_RAW
+    raw_length: int | None = None
+
+
+def _pad(n: int) -> int:
+    return (-n) % ALIGNMENT
+
+
+# Header layout: magic(8) version(u32) flags(u32) section_count(u32) entry_size(u32)
+# table_offset(u64) file_length(u64) reserved(u64) reserved(12) header_crc32(u32) = 64 bytes
+_HEADER = struct.Struct("<8sIIIIQQQ12sI")
+assert _HEADER.size == HEADER_SIZE
+
+
+def pack_header(section_count: int, file_length: int, version: int = FORMAT_VERSION) -> bytes:
+    body = _HEADER.pack(MAGIC, version, 0, section_count, ENTRY_SIZE, HEADER_SIZE, file_length, 0, b"", 0)
+    crc = zlib.crc32(body[:-4])
+    return body[:-4] + struct.pack("<I", crc)
+
+
+def unpack_header(buf: bytes | memoryview) -> dict:
+    magic, version, flags, count, entry_size, table_offset, file_length, _r, _r2, crc = _HEADER.unpack(
+        bytes(buf[:HEADER_SIZE])
+    )
+    return {
+        "magic": magic,
+        "version": version,
+        "flags": flags,
+        "section_count": count,
+        "entry_size": entry_size,
+        "table_offset": table_offset,
+        "file_length": file_length,
+        "crc32": crc,
+    }
+
+
+def pack_entry(s: Section) -> bytes:
+    name = s.name.encode("ascii")
+    if not name or len(name) > NAME_SIZE:
+        raise ValueError(f"section name {s.name!r} must be 1..{NAME_SIZE} ASCII bytes")
+    return ENTRY.pack(name, s.offset, s.length, s.raw_length, s.crc32, s.codec, 0)
+
+
+def unpack_entry(buf: bytes) -> Section:
+    name, offset, length, raw_length, crc, codec, _reserved = ENTRY.unpack(buf)
+    return Section(name.rstrip(b"\0").decode("ascii", "replace"), offset, length, raw_length, crc, codec)
+
+
+def layout(sections: list[SectionData]) -> tuple[list[Section], int]:
+    """Place sections: table right after the header, each section on a 4 KiB boundary."""
+    pos = HEADER_SIZE + ENTRY_SIZE * len(sections)
+    placed = []
+    for sd in sections:
+        pos += _pad(pos)
+        n = len(sd.data)
+        raw = n if sd.raw_length is None else sd.raw_length
+        placed.append(Section(sd.name, pos, n, raw, zlib.crc32(sd.data), sd.codec))
+        pos += n
+    return placed, pos + FOOTER_SIZE
+
+
+def serialize(sections: list[SectionData]) -> Iterable[bytes]:
+    """Yield the artifact's bytes in order (header, table, padded sections, footer)."""
+    names = [s.name for s in sections]
+    if len(set(names)) != len(names):
+        raise ValueError("duplicate section names")
+    placed, total = layout(sections)
+    table = b"".join(pack_entry(s) for s in placed)
+    yield pack_header(len(placed), total)
+    yield table
+    pos = HEADER_SIZE + len(table)
+    for sd, s in zip(sections, placed):
+        yield b"\0" * (s.offset - pos)
+        yield sd.data
+        pos = s.offset + s.length
+    yield FOOTER.pack(zlib.crc32(table), len(placed), FOOTER_MAGIC)
+
+
+def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
+    """Write atomically: a temporary file beside the target, fsync, rename, fsync the folder.
+
+    A failed or killed write leaves whatever was at ``path`` untouched. Returns the size.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for part in serialize(sections):
+                f.write(part)
+                size += len(part)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:  # some filesystems refuse fsync on a directory; the rename stands
+        pass
+    return size
+
+
+class Artifact:
+    """A validated, memory-mapped artifact. Sections are memoryview slices of the map.
+
+    Keep the Artifact alive for as long as anything viewed from it (a usearch index restored
+    with view=True keeps no reference to the buffer).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            raise ArtifactError(f"{self.path}: no such artifact; build one with kb-build or pass -i PATH") from None
+        except IsADirectoryError:
+            raise NotAnArtifact(f"{self.path}: is a directory, not a kb artifact") from None
+        except OSError as e:
+            raise ArtifactError(f"{self.path}: cannot open: {e.strerror}") from None
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise NotAnArtifact(f"{self.path}: empty file, not a kb artifact")
+            self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._buf = memoryview(self._mmap)
+        self.size = size
+        self._checked: set[str] = set()
+        try:
+            self.version, self.sections = validate(self._buf, str(self.path))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        buf, self._buf = getattr(self, "_buf", None), None
+        if buf is not None:
+            buf.release()
+        m = getattr(self, "_mmap", None)
+        if m is not None:
+            try:
+                m.close()
+            except BufferError:  # a view is still exported (e.g. numpy array); the OS frees it later
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.sections
+
+    def raw(self, name: str) -> memoryview:
+        """The stored bytes of a section, crc-checked on first access."""
+        s = self.sections.get(name)
+        if s is None:
+            raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} is missing")
+        view = self._buf[s.offset : s.offset + s.length]
+        if name not in self._checked:
+            if zlib.crc32(view) != s.crc32:
+                raise CorruptArtifact(f"{self.path}: corrupt artifact: crc mismatch in section {name!r}")
+            self._checked.add(name)
+        return view
+
+    def section(self, name: str) -> memoryview | bytes:
+        """A section's decoded bytes: a zero-copy view for raw sections, bytes for zstd ones."""
+        s = self.sections.get(name)
+        view = self.raw(name)
+        if s.codec == CODEC_RAW:
+            return view
+        import zstandard
+
+        try:
+            out = zstandard.ZstdDecompressor().decompress(view, max_output_size=s.raw_length)
+        except zstandard.ZstdError as e:
+            raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r}: {e}") from None
+        if len(out) != s.raw_length:
+            raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} decodes to the wrong size")
+        return out
+
+    def verify(self) -> None:
+        """Check every section's crc32 (what ``kb info --verify`` does)."""
+        for name in self.sections:
+            self.raw(name)
+
+
+def validate(buf: memoryview, label: str) -> tuple[int, dict[str, Section]]:
+    """Check the container before any offset in it is trusted. Returns (version, sections)."""
+    size = len(buf)
+    if size < len(MAGIC) or bytes(buf[: len(MAGIC)]) != MAGIC:
+        raise NotAnArtifact(f"{label}: not a kb artifact (bad magic)")
+    if size < HEADER_SIZE + FOOTER_SIZE:
+        raise CorruptArtifact(f"{label}: corrupt or truncated artifact: {size} bytes is shorter than header and footer")
+    h = unpack_header(buf)
+    if h["version"] < OLDEST_SUPPORTED_VERSION:
+        raise UnsupportedVersion(
+            f"{label}: format too old: version {h['version']}, this kb reads {OLDEST_SUPPORTED_VERSION}..{FORMAT_VERSION}; rebuild it with kb-build"
+        )
+    if h["version"] > FORMAT_VERSION:
+        raise UnsupportedVersion(
+            f"{label}: format too new: version {h['version']}, this kb reads {OLDEST_SUPPORTED_VERSION}..{FORMAT_VERSION}; upgrade kb"
+        )
+    if zlib.crc32(buf[: HEADER_SIZE - 4]) != h["crc32"]:
+        raise CorruptArtifact(f"{label}: corrupt artifact: header crc mismatch")
+    if h["file_length"] != size:
+        raise CorruptArtifact(
+            f"{label}: corrupt or truncated artifact: header says {h['file_length']} bytes, file has {size}"
+        )
+    table_crc, footer_count, footer_magic = FOOTER.unpack(bytes(buf[size - FOOTER_SIZE :]))
+    if footer_magic != FOOTER_MAGIC:
+        raise CorruptArtifact(f"{label}: corrupt or truncated artifact: bad footer magic")
+    count = h["section_count"]
+    if h["entry_size"] != ENTRY_SIZE or h["table_offset"] != HEADER_SIZE or footer_count != count:
+        raise CorruptArtifact(f"{label}: corrupt artifact: inconsistent section table header")
+    table_end = HEADER_SIZE + count * ENTRY_SIZE
+    if table_end > size - FOOTER_SIZE:
+        raise CorruptArtifact(f"{label}: corrupt artifact: section table runs past the end of the file")
+    table = bytes(buf[HEADER_SIZE:table_end])
+    if zlib.crc32(table) != table_crc:
+        raise CorruptArtifact(f"{label}: corrupt artifact: section table crc mismatch")
+    sections: dict[str, Section] = {}
+    prev_end = table_end
+    for i in range(count):
+        s = unpack_entry(table[i * ENTRY_SIZE : (i + 1) * ENTRY_SIZE])
+        if s.name in sections:
+            raise CorruptArtifact(f"{label}: corrupt artifact: duplicate section {s.name!r}")
+        if s.codec not in CODECS:
+            raise CorruptArtifact(f"{label}: corrupt artifact: section {s.name!r} has unknown codec {s.codec}")
+        if s.offset % ALIGNMENT:
+            raise CorruptArtifact(f"{label}: corrupt artifact: section {s.name!r} is not 4 KiB aligned")
+        if s.offset < prev_end:
+            raise CorruptArtifact(f"{label}: corrupt artifact: section {s.name!r} overlaps its predecessor")
+        end = s.offset + s.length
+        if end > size - FOOTER_SIZE:
+            raise CorruptArtifact(f"{label}: corrupt or truncated artifact: section {s.name!r} runs past the end")
+        if s.codec == CODEC_RAW and s.raw_length != s.length:
+            raise CorruptArtifact(f"{label}: corrupt artifact: raw section {s.name!r} has two lengths")
+        sections[s.name] = s
+        prev_end = end
+    if size - FOOTER_SIZE - prev_end >= ALIGNMENT:
+        raise CorruptArtifact(f"{label}: corrupt artifact: unaccounted bytes before the footer")
+    return h["version"], sections

@@ -1,0 +1,50 @@
+"""BM25 as kb scores it: one small function per formula, shared by builder, runtime and tests.
+
+Variant: Lucene's BM25 (Robertson-Sparck Jones idf with +1 inside the log, so idf is never
+negative; no (k1 + 1) factor in the numerator, a constant that changes no ranking), as in bm25s
+``method="lucene"``; see Kamphuis et al., "Which BM25 Do You Mean?"
+(ECIR 2020). Fields: a chunk's title and section path count above its body, BM25F-style, by
+weighting term frequencies and lengths before saturation:
+
+    tf'(t, c)  = tf_body + title_weight * tf_title + section_weight * tf_section
+    len'(c)    = len_body + title_weight * len_title + section_weight * len_section
+    score(q,c) = sum over distinct t in q of  idf(t) * tf' / (tf' + k1 * (1 - b + b * len'/avglen'))
+    idf(t)     = ln(1 + (N - df + 0.5) / (df + 0.5))
+
+With both weights 0 this is plain Lucene BM25 over the body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BM25Params:
+    k1: float = 1.2  # term-frequency saturation: 0 = presence only, larger = counts matter longer
+    b: float = 0.75  # length normalisation: 0 = none, 1 = full
+    title_weight: float = 2.0  # a title term counts as this many body terms
+    section_weight: float = 1.5  # a section-path term counts as this many body terms
+
+    def params(self) -> dict:
+        return asdict(self)
+
+
+def idf(df, n_docs: int):
+    """Lucene idf: ln(1 + (N - df + 0.5) / (df + 0.5))."""
+    df = np.asarray(df, dtype=np.float64)
+    return np.log1p((n_docs - df + 0.5) / (df + 0.5))
+
+
+def tf_component(tf, length, avg_length: float, k1: float, b: float):
+    """Saturated, length-normalised term frequency: tf / (tf + k1 (1 - b + b len/avglen))."""
+    tf = np.asarray(tf, dtype=np.float64)
+    norm = k1 * (1.0 - b + b * np.asarray(length, dtype=np.float64) / avg_length)
+    return tf / (tf + norm)
+
+
+def weighted(body: float, title: float, section: float, p: BM25Params) -> float:
+    """BM25F-style field blend used for both term frequencies and lengths."""
+    return body + p.title_weight * title + p.section_weight * section

@@ -1,0 +1,98 @@
+"""What lives in which section of a kb artifact, and the two encodings sections share.
+
+Section names, numeric dtypes and the blob-table encoding are defined once here. The container
+(header, table, footer, crc) is formats/artifact.py; the prose and byte diagrams are SPEC.md.
+
+Blob table (used for terms, postings, paths, tag and status bitmaps, text blocks, model files):
+
+    count(u32) reserved(u32) offsets(u64 x count+1) data(bytes)
+
+``offsets`` are relative to the start of ``data``, non-decreasing, ``offsets[0] == 0`` and
+``offsets[count] == len(data)``; item i is ``data[offsets[i]:offsets[i+1]]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import numpy as np
+
+# Section names (ASCII, at most 32 bytes).
+META = "meta"  # raw msgpack map: counts, analyzer, bm25, models, tags, statuses, config
+MANIFEST = "manifest"  # zstd msgpack: source files, skipped files
+CHUNKS = "chunks"  # raw CHUNK_DTYPE table, one row per chunk
+CHUNK_LENGTHS = "chunks.length"  # raw f32 weighted BM25 length per chunk
+DOC_PATHS = "docs.paths"  # blob table of UTF-8 paths, sorted, one per document
+DOC_FIRST_CHUNK = "docs.first_chunk"  # raw u32 x (docs + 1): chunks of doc d are [f[d], f[d+1])
+TERM_HASHES = "terms.hash"  # raw u64, sorted ascending (ties broken by term bytes)
+TERM_STRINGS = "terms.strings"  # blob table of UTF-8 terms, same order as terms.hash
+POSTINGS = "postings"  # blob table of portable roaring bitmaps of chunk ids, one per term
+POSTING_TF_OFFSETS = "postings.tf_offsets"  # raw u64 x (terms + 1) into postings.tf
+POSTING_TF = "postings.tf"  # raw f32 weighted term frequencies, in chunk-id order per term
+TAG_BITMAPS = "tags.bitmaps"  # blob table of roaring bitmaps, order of meta["tags"]["names"]
+STATUS_BITMAPS = "status.bitmaps"  # blob table of roaring bitmaps, order of meta["statuses"]
+TEXT_DICT = "text.dict"  # raw zstd dictionary for text.blocks
+TEXT_BLOCKS = "text.blocks"  # blob table of zstd(msgpack list of chunk records), TEXT_BLOCK chunks each
+VECTORS = "vectors.hnsw"  # raw usearch index (Index.save bytes), keys = chunk ids
+MODEL_EMBED = "model.embed"  # blob table: kb_model.json first, then (name, bytes) pairs
+MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder
+
+TEXT_BLOCK = 16  # chunks per compressed text block
+
+CHUNK_DTYPE = np.dtype(
+    [
+        ("doc", "<u4"),  # document index (into docs.paths)
+        ("start_line", "<u4"),  # 1-based, inclusive
+        ("end_line", "<u4"),  # 1-based, inclusive
+        ("status", "<u2"),  # index into meta["statuses"]
+        ("flags", "<u2"),  # reserved, 0
+    ]
+)
+
+_BLOB_HEAD = struct.Struct("<II")
+
+
+def pack_blobs(items: list[bytes]) -> bytes:
+    offsets = np.zeros(len(items) + 1, dtype="<u8")
+    if items:
+        np.cumsum([len(b) for b in items], out=offsets[1:])
+    return _BLOB_HEAD.pack(len(items), 0) + offsets.tobytes() + b"".join(items)
+
+
+class BlobTable:
+    """Read side of ``pack_blobs`` over a memoryview; validates before trusting offsets."""
+
+    def __init__(self, buf: memoryview | bytes, what: str = "blob table"):
+        from .artifact import CorruptArtifact
+
+        if len(buf) < _BLOB_HEAD.size:
+            raise CorruptArtifact(f"corrupt artifact: {what} is shorter than its header")
+        count, _ = _BLOB_HEAD.unpack(bytes(buf[: _BLOB_HEAD.size]))
+        head = _BLOB_HEAD.size + 8 * (count + 1)
+        if head > len(buf):
+            raise CorruptArtifact(f"corrupt artifact: {what} offsets run past its end")
+        offsets = np.frombuffer(buf, dtype="<u8", count=count + 1, offset=_BLOB_HEAD.size)
+        data_len = len(buf) - head
+        if offsets[0] != 0 or offsets[-1] != data_len:
+            raise CorruptArtifact(f"corrupt artifact: {what} offsets do not cover its data")
+        if count and np.any(offsets[1:] < offsets[:-1]):
+            raise CorruptArtifact(f"corrupt artifact: {what} offsets decrease")
+        self._buf = buf
+        self._head = head
+        self.offsets = offsets
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int) -> memoryview:
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self._buf[self._head + a : self._head + b]
+
+
+def term_hash(term: str) -> int:
+    """Stable 64-bit term hash (BLAKE2b, 8 bytes, little-endian): the term dictionary's key."""
+    return int.from_bytes(hashlib.blake2b(term.encode("utf-8"), digest_size=8).digest(), "little")

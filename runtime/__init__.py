@@ -1,0 +1,1 @@
+"""kb.runtime: the lean query side. Imports only what each command needs."""

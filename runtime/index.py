@@ -1,0 +1,281 @@
+"""The opened artifact: mmap + validate + lazy views. Nothing is decoded until asked for.
+
+Opening reads the header, section table and the small ``meta`` map, and checks that every
+section the format requires is present with a size consistent with the counts in ``meta``.
+Each section's crc32 is checked the first time it is read (formats/artifact.py).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from kb.formats import layout as L
+from kb.formats.artifact import Artifact, CorruptArtifact
+
+REQUIRED = (
+    L.META,
+    L.MANIFEST,
+    L.CHUNKS,
+    L.CHUNK_LENGTHS,
+    L.DOC_PATHS,
+    L.DOC_FIRST_CHUNK,
+    L.TERM_HASHES,
+    L.TERM_STRINGS,
+    L.POSTINGS,
+    L.POSTING_TF_OFFSETS,
+    L.POSTING_TF,
+    L.STATUS_BITMAPS,
+    L.TAG_BITMAPS,
+    L.TEXT_DICT,
+    L.TEXT_BLOCKS,
+)
+
+
+class Index:
+    def __init__(self, path):
+        self.artifact = Artifact(path)
+        self.path = self.artifact.path
+        try:
+            self._check_structure()
+        except BaseException:
+            self.artifact.close()
+            raise
+
+    def close(self):
+        for name in ("vectors",):
+            self.__dict__.pop(name, None)
+        self.artifact.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _corrupt(self, why: str):
+        return CorruptArtifact(f"{self.path}: corrupt artifact: {why}")
+
+    def _check_structure(self):
+        secs = self.artifact.sections
+        missing = [n for n in REQUIRED if n not in secs]
+        if missing:
+            raise self._corrupt(f"missing sections: {', '.join(missing)}")
+        import msgpack
+
+        try:
+            self.meta = msgpack.unpackb(self.artifact.section(L.META))
+            counts = self.meta["counts"]
+            n_chunks, n_docs, n_terms = int(counts["chunks"]), int(counts["documents"]), int(counts["terms"])
+        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
+            raise self._corrupt(f"unreadable meta section ({e.__class__.__name__})") from None
+        expect = {
+            L.CHUNKS: n_chunks * L.CHUNK_DTYPE.itemsize,
+            L.CHUNK_LENGTHS: n_chunks * 4,
+            L.DOC_FIRST_CHUNK: (n_docs + 1) * 4,
+            L.TERM_HASHES: n_terms * 8,
+            L.POSTING_TF_OFFSETS: (n_terms + 1) * 8,
+        }
+        for name, size in expect.items():
+            if secs[name].length != size:
+                raise self._corrupt(f"section {name!r} is {secs[name].length} bytes, expected {size}")
+        self.n_chunks, self.n_docs, self.n_terms = n_chunks, n_docs, n_terms
+
+    # --- numeric tables, viewed in place -------------------------------------------------------
+    @cached_property
+    def chunks(self) -> np.ndarray:
+        t = np.frombuffer(self.artifact.section(L.CHUNKS), dtype=L.CHUNK_DTYPE)
+        if len(t) and (t["doc"].max() >= self.n_docs or t["status"].max() >= len(self.meta["statuses"])):
+            raise self._corrupt("chunk table points past the document or status tables")
+        return t
+
+    @cached_property
+    def lengths(self) -> np.ndarray:
+        return np.frombuffer(self.artifact.section(L.CHUNK_LENGTHS), dtype="<f4")
+
+    @cached_property
+    def first_chunk(self) -> np.ndarray:
+        f = np.frombuffer(self.artifact.section(L.DOC_FIRST_CHUNK), dtype="<u4")
+        if f[0] != 0 or f[-1] != self.n_chunks or np.any(f[1:] < f[:-1]):
+            raise self._corrupt("document chunk ranges are inconsistent")
+        return f
+
+    @cached_property
+    def doc_paths(self) -> L.BlobTable:
+        return self._blobs(L.DOC_PATHS, self.n_docs)
+
+    def _blobs(self, name: str, count: int | None = None) -> L.BlobTable:
+        t = L.BlobTable(self.artifact.section(name), f"section {name!r}")
+        if count is not None and len(t) != count:
+            raise self._corrupt(f"section {name!r} holds {len(t)} items, expected {count}")
+        return t
+
+    # --- term dictionary and postings ----------------------------------------------------------
+    @cached_property
+    def term_hashes(self) -> np.ndarray:
+        return np.frombuffer(self.artifact.section(L.TERM_HASHES), dtype="<u8")
+
+    @cached_property
+    def term_strings(self) -> L.BlobTable:
+        return self._blobs(L.TERM_STRINGS, self.n_terms)
+
+    @cached_property
+    def postings(self) -> L.BlobTable:
+        return self._blobs(L.POSTINGS, self.n_terms)
+
+    @cached_property
+    def tf_offsets(self) -> np.ndarray:
+        o = np.frombuffer(self.artifact.section(L.POSTING_TF_OFFSETS), dtype="<u8")
+        if o[0] != 0 or o[-1] * 4 != self.artifact.sections[L.POSTING_TF].length:
+            raise self._corrupt("term-frequency offsets do not cover postings.tf")
+        return o
+
+    @cached_property
+    def tf(self) -> np.ndarray:
+        return np.frombuffer(self.artifact.section(L.POSTING_TF), dtype="<f4")
+
+    def term_id(self, term: str) -> int | None:
+        h = L.term_hash(term)
+        hashes = self.term_hashes
+        i = int(np.searchsorted(hashes, h))
+        want = term.encode("utf-8")
+        while i < len(hashes) and hashes[i] == h:
+            if bytes(self.term_strings[i]) == want:
+                return i
+            i += 1
+        return None
+
+    def posting(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids as uint32, weighted term frequencies) of term ``tid``."""
+        from pyroaring import BitMap
+
+        try:
+            bm = BitMap.deserialize(bytes(self.postings[tid]))
+        except ValueError:
+            raise self._corrupt(f"posting list {tid} is not a valid roaring bitmap") from None
+        ids = np.frombuffer(bm.to_array(), dtype=np.uint32) if len(bm) else np.zeros(0, np.uint32)
+        a, b = int(self.tf_offsets[tid]), int(self.tf_offsets[tid + 1])
+        if b - a != len(ids) or (len(ids) and ids[-1] >= self.n_chunks):
+            raise self._corrupt(f"posting list {tid} disagrees with its term frequencies")
+        return ids, self.tf[a:b]
+
+    # --- filters -------------------------------------------------------------------------------
+    def _bitmap(self, name: str, i: int):
+        from pyroaring import BitMap
+
+        try:
+            return BitMap.deserialize(bytes(self._blobs(name)[i]))
+        except ValueError:
+            raise self._corrupt(f"bitmap {i} of {name!r} is invalid") from None
+
+    def status_bitmap(self, status: str):
+        from pyroaring import BitMap
+
+        names = self.meta["statuses"]
+        return self._bitmap(L.STATUS_BITMAPS, names.index(status)) if status in names else BitMap()
+
+    def tag_bitmap(self, tag: str):
+        from pyroaring import BitMap
+
+        names = self.meta["tags"]["names"]
+        return self._bitmap(L.TAG_BITMAPS, names.index(tag)) if tag in names else BitMap()
+
+    def path_range(self, prefix: str) -> tuple[int, int]:
+        """Chunk id range [a, b) of documents whose path starts with ``prefix`` (paths are sorted)."""
+        paths = self.doc_paths
+        want = prefix.encode("utf-8")
+        lo, hi = 0, len(paths)
+        while lo < hi:  # first path >= prefix
+            mid = (lo + hi) // 2
+            if bytes(paths[mid]) < want:
+                lo = mid + 1
+            else:
+                hi = mid
+        end = lo
+        while end < len(paths) and bytes(paths[end]).startswith(want):
+            end += 1
+        return int(self.first_chunk[lo]), int(self.first_chunk[end])
+
+    # --- chunk text ----------------------------------------------------------------------------
+    @cached_property
+    def _text_blocks(self) -> L.BlobTable:
+        expect = -(-self.n_chunks // int(self.meta["text_block"]))
+        return self._blobs(L.TEXT_BLOCKS, expect)
+
+    @cached_property
+    def _dctx(self):
+        import zstandard
+
+        zdict = bytes(self.artifact.section(L.TEXT_DICT))
+        return zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(zdict)) if zdict else zstandard.ZstdDecompressor()
+
+    def chunk_record(self, cid: int) -> dict:
+        import msgpack
+        import zstandard
+
+        per = int(self.meta["text_block"])
+        block = self._block(cid // per)
+        try:
+            text, section, title, doc_id, tags = block[cid % per]
+        except (IndexError, ValueError, TypeError):
+            raise self._corrupt(f"text block of chunk {cid} is malformed") from None
+        row = self.chunks[cid]
+        return {
+            "chunk_id": int(cid),
+            "doc_id": doc_id,
+            "path": bytes(self.doc_paths[int(row["doc"])]).decode("utf-8"),
+            "title": title,
+            "section": section,
+            "lines": [int(row["start_line"]), int(row["end_line"])],
+            "status": self.meta["statuses"][int(row["status"])],
+            "tags": list(tags),
+            "text": text,
+        }
+
+    def _block(self, b: int) -> list:
+        cache = self.__dict__.setdefault("_block_cache", {})
+        if b not in cache:
+            import msgpack
+            import zstandard
+
+            try:
+                raw = self._dctx.decompress(bytes(self._text_blocks[b]))
+                cache[b] = msgpack.unpackb(raw)
+            except (zstandard.ZstdError, ValueError, msgpack.UnpackException):
+                raise self._corrupt(f"text block {b} does not decode") from None
+        return cache[b]
+
+    def manifest(self) -> dict:
+        import msgpack
+
+        return msgpack.unpackb(self.artifact.section(L.MANIFEST))
+
+    # --- vectors and models --------------------------------------------------------------------
+    @property
+    def has_vectors(self) -> bool:
+        return L.VECTORS in self.artifact.sections
+
+    @cached_property
+    def vectors(self):
+        from usearch.index import Index as UIndex
+
+        if not self.has_vectors:
+            raise self._corrupt("no vector section (built with --embedder none)")
+        view = self.artifact.section(L.VECTORS)
+        try:
+            idx = UIndex.restore(view, view=True)
+        except Exception as e:  # usearch raises plain RuntimeError/ValueError on bad bytes
+            raise self._corrupt(f"vector index does not load: {e}") from None
+        if idx is None or len(idx) != self.n_chunks:
+            raise self._corrupt("vector index does not match the chunk table")
+        return idx
+
+    def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
+        import msgpack
+
+        t = self._blobs(name)
+        names = msgpack.unpackb(bytes(t[0]))
+        if len(names) != len(t) - 1:
+            raise self._corrupt(f"model section {name!r} is inconsistent")
+        return {n: bytes(t[i + 1]) for i, n in enumerate(names)}

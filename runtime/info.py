@@ -1,0 +1,58 @@
+"""``kb info``: what an artifact holds, as a dict (for --json) and as text."""
+
+from __future__ import annotations
+
+from kb.formats.artifact import CODECS
+
+
+def describe(ix) -> dict:
+    m = ix.meta
+    man = ix.manifest()
+    return {
+        "artifact": str(ix.path),
+        "bytes": ix.artifact.size,
+        "format_version": ix.artifact.version,
+        "kb_version": m["kb_version"],
+        "counts": m["counts"],
+        "sections": [
+            {"name": s.name, "offset": s.offset, "bytes": s.length, "raw_bytes": s.raw_length, "codec": CODECS[s.codec], "crc32": f"{s.crc32:08x}"}
+            for s in ix.artifact.sections.values()
+        ],
+        "models": {"embedder": m.get("embedder"), "reranker": m.get("reranker")},
+        "analyzer": m["analyzer"],
+        "bm25": m["bm25"],
+        "vectors": m.get("vectors"),
+        "statuses": m["statuses"],
+        "excluded_statuses": m["excluded_statuses"],
+        "tags": m["tags"]["descriptions"],
+        "search": m["search"],
+        "manifest": {
+            "root": man["root"],
+            "config_file": man.get("config_file"),
+            "sources": len(man["sources"]),
+            "source_bytes": sum(s[1] for s in man["sources"]),
+            "skipped": len(man["skipped"]),
+            "excluded": man.get("excluded", 0),
+            "jsonl": man.get("jsonl", []),
+        },
+    }
+
+
+def render_info(d: dict) -> str:
+    c = d["counts"]
+    emb = d["models"]["embedder"]
+    out = [
+        f"{d['artifact']}: kb artifact format {d['format_version']} (built by kb {d['kb_version']}), {d['bytes']:,} bytes",
+        f"counts: {c['documents']} documents, {c['chunks']} chunks, {c['terms']} terms, {c['vectors']} vectors",
+        "embedder: " + (f"{emb['name']} ({emb.get('quantization', emb.get('backend'))}, dim {emb['dim']})" if emb else "none (BM25 only)"),
+        f"analyzer: {d['analyzer']['name']}-{d['analyzer']['version']} (cjk_bigrams={d['analyzer']['cjk_bigrams']}, stem={d['analyzer']['stem']})",
+        "bm25: " + ", ".join(f"{k}={v:g}" for k, v in d["bm25"].items()),
+        f"statuses: {', '.join(d['statuses'])} (excluded by default: {', '.join(d['excluded_statuses'])})",
+        f"tags: {len(d['tags'])}",
+    ]
+    out.extend(f"  {t}: {desc}" for t, desc in d["tags"].items())
+    man = d["manifest"]
+    out.append(f"manifest: root {man['root']}, {man['sources']} sources ({man['source_bytes']:,} bytes), {man['skipped']} skipped, {man['excluded']} excluded")
+    out.append("sections:")
+    out.extend(f"  {s['name']:<22} {s['bytes']:>12,} B  {s['codec']:<4} at {s['offset']}" for s in d["sections"])
+    return "\n".join(out)

@@ -1,0 +1,157 @@
+import hashlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from kb.builder.build import BuildError, build
+from kb.builder.cli import main as kb_build
+from kb.builder.config import BuildConfig, ConfigError, load_config
+from kb.formats.analyzer import Analyzer
+from kb.formats.bm25 import BM25Params
+from kb.runtime.bm25 import bm25_scores, query_terms
+from kb.runtime.index import Index
+
+from conftest import SAMPLE, TINY, build_hash
+
+BM25_CORPUS = TINY.parent / "bm25"
+
+
+def sha(p):
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_building_twice_gives_byte_identical_artifacts(tmp_path):
+    build_hash(SAMPLE, tmp_path / "a.kb")
+    build_hash(SAMPLE, tmp_path / "b.kb")
+    assert sha(tmp_path / "a.kb") == sha(tmp_path / "b.kb")
+
+
+def test_sample_artifact_holds_chunks_tags_statuses_and_manifest(sample_artifact):
+    with Index(sample_artifact) as ix:
+        assert ix.meta["counts"]["documents"] == 17
+        assert set(ix.meta["statuses"]) >= {"live-doctrine", "derived", "historical", "superseded", "live"}
+        assert ix.meta["tags"]["descriptions"]["ops"] == "Lab operations runbooks and procedures"
+        historical = ix.status_bitmap("historical")
+        paths = {ix.chunk_record(c)["path"] for c in historical}
+        assert paths == {"incidents/2021-03-nas-legacy-outage.md"}
+        rec = ix.chunk_record(0)
+        assert set(rec) == {"chunk_id", "doc_id", "path", "title", "section", "lines", "status", "tags", "text"}
+        man = ix.manifest()
+        assert len(man["sources"]) == 17 and man["skipped"] == []
+        path, size, mtime_ns, digest = man["sources"][0]
+        assert len(digest) == 64 and size > 0
+        assert len(ix.vectors) == ix.n_chunks
+
+
+def test_chunks_record_doc_section_lines_tags_and_status(sample_artifact):
+    with Index(sample_artifact) as ix:
+        recs = [ix.chunk_record(c) for c in range(ix.n_chunks)]
+    restore = [r for r in recs if r["section"] == "Storage > Backups > Restore"]
+    assert restore and restore[0]["path"] == "runbooks/storage-backups.md"
+    assert restore[0]["tags"] == ["backup", "ops", "storage"] and restore[0]["status"] == "live-doctrine"
+    assert restore[0]["lines"][0] < restore[0]["lines"][1]
+
+
+def test_path_prefix_maps_to_a_chunk_range(sample_artifact):
+    with Index(sample_artifact) as ix:
+        a, b = ix.path_range("runbooks/")
+        assert {ix.chunk_record(c)["path"].split("/")[0] for c in range(a, b)} == {"runbooks"}
+        assert ix.path_range("nope/") == (ix.path_range("nope/")[0],) * 2
+
+
+def _plain_bm25(tmp_path):
+    cfg = replace(BuildConfig(), embedding_model="none", bm25=BM25Params(title_weight=0.0, section_weight=0.0))
+    out = tmp_path / "bm25.kb"
+    build([BM25_CORPUS], out, cfg)
+    return out
+
+
+@pytest.mark.parametrize("query", ["storage cluster disk", "backup snapshot restore", "gpu xid driver", "canary deploy traffic", "存储集群 バックアップ"])
+def test_bm25_scores_equal_bm25s_lucene_on_the_committed_corpus(tmp_path, query):
+    bm25s = pytest.importorskip("bm25s")
+    out = _plain_bm25(tmp_path)
+    a = Analyzer()
+    files = sorted(BM25_CORPUS.glob("*.txt"))
+    tokens = [a.terms(f.read_text()) for f in files]
+    ref = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
+    ref.index(tokens, show_progress=False)
+    q = list(dict.fromkeys(a.terms(query)))
+    expected = ref.get_scores(q)
+    with Index(out) as ix:
+        ids, scores = bm25_scores(ix, query_terms(ix, query))
+        got = np.zeros(ix.n_chunks)
+        got[ids] = scores
+        assert [ix.chunk_record(c)["path"] for c in range(ix.n_chunks)] == [f.name for f in files]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_title_and_section_terms_count_above_body(tmp_path):
+    (tmp_path / "a.md").write_text("# Zebra\n\nanimal text\n")
+    (tmp_path / "b.md").write_text("# Animal\n\nzebra text\n")
+    out = tmp_path / "t.kb"
+    build([tmp_path], out, replace(BuildConfig(), embedding_model="none"))
+    with Index(out) as ix:
+        ids, scores = bm25_scores(ix, ["zebra"])
+        by_path = {ix.chunk_record(int(i))["path"]: s for i, s in zip(ids, scores)}
+    assert by_path["a.md"] > by_path["b.md"]
+
+
+def test_cli_builds_and_reports_a_summary(tmp_path):
+    out = tmp_path / "s.kb"
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--embedder", "hash"])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.startswith(f"built {out} (")
+    assert "7 files read, 7 documents" in r.stderr
+    assert "seconds: read " in r.stderr and "bytes: meta " in r.stderr
+
+
+def test_cli_reports_every_skipped_file_and_strict_makes_it_fatal(tmp_path):
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "ok.md").write_text("# OK\n\nfine\n")
+    (corpus / "bad.json").write_text("{nope")
+    out = tmp_path / "c.kb"
+    r = CliRunner().invoke(kb_build, [str(corpus), "-o", str(out), "--embedder", "none"])
+    assert r.exit_code == 0
+    assert "skipped 1:\n  bad.json: malformed JSON: Expecting property name enclosed in double quotes at line 1 column 2\n" in r.stderr
+    before = sha(out)
+    (corpus / "new.md").write_text("# New\n")
+    r = CliRunner().invoke(kb_build, [str(corpus), "-o", str(out), "--embedder", "none", "--strict"])
+    assert r.exit_code == 1
+    assert r.stderr == (
+        f"kb-build: error: build failed, {out} left as it was: --strict: 1 input(s) skipped, first bad.json: "
+        "malformed JSON: Expecting property name enclosed in double quotes at line 1 column 2\n"
+    )
+    assert sha(out) == before
+
+
+def test_cli_usage_errors_exit_2(tmp_path):
+    r = CliRunner().invoke(kb_build, [str(tmp_path / "missing"), "-o", str(tmp_path / "x.kb")])
+    assert (r.exit_code, r.stderr) == (2, f"kb-build: error: {tmp_path / 'missing'}: no such file or folder\n")
+    r = CliRunner().invoke(kb_build, ["-o", str(tmp_path / "x.kb")])
+    assert (r.exit_code, r.stderr) == (2, "kb-build: error: give at least one CORPUS folder or --jsonl FILE\n")
+
+
+def test_an_empty_corpus_fails_without_writing(tmp_path):
+    (tmp_path / "c").mkdir()
+    r = CliRunner().invoke(kb_build, [str(tmp_path / "c"), "-o", str(tmp_path / "x.kb"), "--embedder", "none"])
+    assert r.exit_code == 1
+    assert "nothing to index" in r.stderr and not (tmp_path / "x.kb").exists()
+
+
+def test_config_errors_are_one_line(tmp_path):
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text("[tags]\nops = 3\n")
+    with pytest.raises(ConfigError, match=r"\[tags\] must map tag names to one-line descriptions"):
+        load_config(cfg)
+    cfg.write_text("[bm25]\nk3 = 1\n")
+    with pytest.raises(ConfigError, match=r"\[bm25\] has unknown keys: k3"):
+        load_config(cfg)
+
+
+def test_unknown_statuses_are_kept_and_warned_about(tmp_path):
+    (tmp_path / "a.md").write_text("---\nstatus: draft\n---\n# A\n\ntext\n")
+    rep = build([tmp_path], tmp_path / "a.kb", replace(BuildConfig(), embedding_model="none"))
+    assert rep.warnings == ["unknown status 'draft' (kept; known: live-doctrine, live, derived, historical, superseded)"]

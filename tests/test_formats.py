@@ -1,0 +1,184 @@
+import struct
+import zlib
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, strategies as st
+
+from kb.formats import artifact as A
+from kb.formats.layout import BlobTable, pack_blobs
+from kb.runtime.cli import main as kb
+
+
+def _write(tmp_path, sections, name="a.kb"):
+    p = tmp_path / name
+    A.write_artifact(p, sections)
+    return p
+
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz.", min_size=1, max_size=32)
+
+
+@given(st.dictionaries(names, st.binary(max_size=9000), max_size=6))
+def test_sections_round_trip_byte_for_byte(tmp_path_factory, secs):
+    p = _write(tmp_path_factory.mktemp("rt"), [A.SectionData(n, d) for n, d in secs.items()])
+    with A.Artifact(p) as art:
+        art.verify()
+        assert {n: bytes(art.section(n)) for n in art.sections} == secs
+        assert all(s.offset % A.ALIGNMENT == 0 for s in art.sections.values())
+
+
+@given(st.lists(st.binary(max_size=300), max_size=20))
+def test_blob_tables_round_trip(items):
+    t = BlobTable(pack_blobs(items))
+    assert [bytes(t[i]) for i in range(len(t))] == items
+
+
+def test_header_bytes_are_exactly_as_specified(tmp_path):
+    p = _write(tmp_path, [A.SectionData("meta", b"hello")])
+    data = p.read_bytes()
+    assert len(data) == 4096 + 5 + 16
+    head = (
+        b"\x89KBA\r\n\x1a\n"  # magic
+        + struct.pack("<IIII", 1, 0, 1, 64)  # version, flags, section count, entry size
+        + struct.pack("<QQQ", 64, 4117, 0)  # table offset, file length, reserved
+        + b"\0" * 12
+    )
+    assert data[:60] == head
+    assert data[60:64] == struct.pack("<I", zlib.crc32(head))
+    entry = b"meta".ljust(32, b"\0") + struct.pack("<QQQIHH", 4096, 5, 5, zlib.crc32(b"hello"), 0, 0)
+    assert data[64:128] == entry
+    assert data[4096:4101] == b"hello"
+    assert data[-16:] == struct.pack("<II", zlib.crc32(entry), 1) + b"KBA-END\n"
+
+
+def test_zstd_sections_decode_lazily(tmp_path):
+    import zstandard
+
+    raw = b"chunk text " * 100
+    p = _write(tmp_path, [A.SectionData("t", zstandard.ZstdCompressor().compress(raw), A.CODEC_ZSTD, len(raw))])
+    with A.Artifact(p) as art:
+        assert art.section("t") == raw
+
+
+def _info(path):
+    return CliRunner().invoke(kb, ["info", "-i", str(path)])
+
+
+@pytest.fixture
+def good(tmp_path, tiny_artifact):
+    p = tmp_path / "copy.kb"
+    p.write_bytes(tiny_artifact.read_bytes())
+    return p
+
+
+def test_a_good_artifact_opens_and_verifies(good):
+    r = CliRunner().invoke(kb, ["info", "-i", str(good), "--verify"])
+    assert r.exit_code == 0, r.output
+    assert "kb artifact format 1" in r.output
+
+
+def test_a_foreign_file_is_not_an_artifact(tmp_path):
+    p = tmp_path / "notes.kb"
+    p.write_bytes(b"PK\x03\x04 this is a zip file" + b"\0" * 200)
+    r = _info(p)
+    assert r.exit_code == 3
+    assert r.stderr == f"kb: error: {p}: not a kb artifact (bad magic)\n"
+
+
+def test_an_empty_file_is_not_an_artifact(tmp_path):
+    p = tmp_path / "empty.kb"
+    p.write_bytes(b"")
+    r = _info(p)
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: empty file, not a kb artifact\n")
+
+
+def test_a_truncated_artifact_is_rejected(good):
+    data = good.read_bytes()
+    good.write_bytes(data[: len(data) - 1000])
+    r = _info(good)
+    assert r.exit_code == 3
+    assert r.stderr == f"kb: error: {good}: corrupt or truncated artifact: header says {len(data)} bytes, file has {len(data) - 1000}\n"
+
+
+def test_an_artifact_cut_inside_its_header_is_rejected(good):
+    good.write_bytes(good.read_bytes()[:40])
+    r = _info(good)
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {good}: corrupt or truncated artifact: 40 bytes is shorter than header and footer\n")
+
+
+def test_a_bit_flip_in_the_header_is_caught(good):
+    data = bytearray(good.read_bytes())
+    data[40] ^= 0x01  # inside the file-length field
+    good.write_bytes(bytes(data))
+    r = _info(good)
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {good}: corrupt artifact: header crc mismatch\n")
+
+
+def test_a_bit_flip_in_the_section_table_is_caught(good):
+    data = bytearray(good.read_bytes())
+    data[64 + 40] ^= 0x10
+    good.write_bytes(bytes(data))
+    r = _info(good)
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {good}: corrupt artifact: section table crc mismatch\n")
+
+
+def test_a_bit_flip_inside_a_section_is_caught_by_its_crc(good):
+    with A.Artifact(good) as art:
+        s = art.sections["postings"]
+    data = bytearray(good.read_bytes())
+    data[s.offset + s.length // 2] ^= 0x04
+    good.write_bytes(bytes(data))
+    r = CliRunner().invoke(kb, ["info", "-i", str(good), "--verify"])
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {good}: corrupt artifact: crc mismatch in section 'postings'\n")
+
+
+def _with_version(path, version):
+    data = bytearray(path.read_bytes())
+    data[8:12] = struct.pack("<I", version)
+    data[60:64] = struct.pack("<I", zlib.crc32(bytes(data[:60])))
+    path.write_bytes(bytes(data))
+
+
+def test_a_newer_format_version_is_refused_with_exit_4(good):
+    _with_version(good, 99)
+    r = _info(good)
+    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too new: version 99, this kb reads 1..1; upgrade kb\n")
+
+
+def test_an_older_format_version_is_refused_with_exit_4(good):
+    _with_version(good, 0)
+    r = _info(good)
+    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too old: version 0, this kb reads 1..1; rebuild it with kb-build\n")
+
+
+def test_a_directory_is_not_an_artifact(tmp_path):
+    r = _info(tmp_path)
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {tmp_path}: is a directory, not a kb artifact\n")
+
+
+def test_overlapping_sections_are_rejected(tmp_path):
+    p = _write(tmp_path, [A.SectionData("a", b"x" * 10), A.SectionData("b", b"y" * 10)])
+    data = bytearray(p.read_bytes())
+    entry_b = 64 + 64
+    data[entry_b + 32 : entry_b + 40] = struct.pack("<Q", 4096)  # b now starts where a does
+    table = bytes(data[64:192])
+    data[-16:-12] = struct.pack("<I", zlib.crc32(table))
+    p.write_bytes(bytes(data))
+    with pytest.raises(A.CorruptArtifact, match="section 'b' overlaps its predecessor"):
+        A.Artifact(p)
+
+
+def test_a_failed_write_leaves_the_old_artifact_untouched(tmp_path, monkeypatch):
+    p = _write(tmp_path, [A.SectionData("meta", b"old")])
+    before = p.read_bytes()
+
+    def half_then_fail(sections):
+        yield b"\x89KBA\r\n\x1a\n" + b"\0" * 5000
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(A, "serialize", half_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        A.write_artifact(p, [A.SectionData("meta", b"new")])
+    assert p.read_bytes() == before
+    assert [x.name for x in tmp_path.iterdir()] == ["a.kb"]
