@@ -27,8 +27,25 @@ TokenCounter = Callable[[Sequence[str]], list[int]]
 
 @dataclass(frozen=True)
 class ChunkOptions:
-    max_tokens: int = 224  # body budget; title and section path are prepended up to the model's 256
+    max_tokens: int = 200  # body budget in model tokens; title and section path are prepended within the 256 window
     overlap_tokens: int = 32
+    exact_tokens: bool = False  # count with the model's tokenizer instead of estimate_tokens (slower)
+
+
+_PUNCT = re.compile(r"[^\w\s]")
+TOKENS_PER_PIECE = 1.3  # MiniLM WordPiece tokens per (whitespace word + punctuation mark); see estimate_tokens
+
+
+def estimate_tokens(texts: Sequence[str]) -> list[int]:
+    """Estimated WordPiece tokens: 1.3 x (whitespace-separated words + punctuation marks).
+
+    Calibrated against all-MiniLM-L6-v2's tokenizer on SciFact abstracts and Hugo pages: the
+    median true/estimated ratio is about 0.95, the 95th percentile about 1.1. Counting with the
+    tokenizer itself costs about 2 s on SciFact's 5,183 abstracts, four times all other
+    non-embedding stages together, so the estimate is the default; ``exact_tokens = true`` in
+    kb.toml [chunking] counts exactly. The build reports how many chunks the model truncated.
+    """
+    return [int(TOKENS_PER_PIECE * (len(t.split()) + len(_PUNCT.findall(t)))) + 1 for t in texts]
 
 
 @dataclass(frozen=True)

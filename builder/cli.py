@@ -54,6 +54,8 @@ def summary_lines(rep, out: Path) -> list[str]:
         f"built {out} ({_human(rep.artifact_bytes)}): {rep.files_read} files read, {rep.documents} documents, "
         f"{rep.chunks} chunks, {rep.terms} terms, {rep.vectors} vectors",
     ]
+    if rep.truncated_chunks:
+        lines.append(f"note: {rep.truncated_chunks} chunks exceed the embedding model's window; their tails are searchable by BM25 only")
     if rep.excluded:
         lines.append(f"excluded by --include/--exclude: {rep.excluded} files")
     if rep.skipped:

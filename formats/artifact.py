@@ -177,6 +177,7 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
                 size += len(part)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600; an artifact is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -193,6 +194,16 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
     except OSError:  # some filesystems refuse fsync on a directory; the rename stands
         pass
     return size
+
+
+def _file_mode(path: Path) -> int:
+    """Keep the mode of the file being replaced, else 0666 less the umask (like open())."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 class Artifact:
@@ -242,6 +253,14 @@ class Artifact:
 
     def __exit__(self, *exc):
         self.close()
+
+    @property
+    def id(self) -> str:
+        """A content id: BLAKE2b-64 of header and section table (which hold every section's crc32)."""
+        import hashlib
+
+        end = HEADER_SIZE + ENTRY_SIZE * len(self.sections)
+        return hashlib.blake2b(self._buf[:end], digest_size=8).hexdigest()
 
     def __contains__(self, name: str) -> bool:
         return name in self.sections

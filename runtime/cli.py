@@ -62,6 +62,8 @@ class _Group(click.Group):
                 raise
             click.echo(f"kb: error: {e}", err=True)
             ctx.exit(e.code)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own usage errors and exits keep their codes (2 for usage)
         except Exception as e:  # noqa: BLE001 - the one boundary where anything becomes an exit code
             from kb.formats.artifact import ArtifactError
 
@@ -121,3 +123,108 @@ def status(index_path, as_json, debug):
     for k in ("changed", "added", "removed"):
         for p in rep[k]:
             click.echo(f"  {k}: {p}")
+
+
+def _search_options(ix, **flags):
+    from .search import SearchError, SearchOptions
+
+    try:
+        return SearchOptions.from_config(ix.meta.get("search", {}), **flags)
+    except (SearchError, TypeError) as e:
+        raise KbError(f"bad search settings: {e}", EXIT_USAGE) from None
+
+
+@main.command()
+@click.argument("query", required=False, default="")
+@index_option
+@click.option("--rewrite", multiple=True, metavar="TEXT", help="A rewritten natural-language form of the query: extra BM25 and dense sub-legs, weighted below the original. Repeatable.")
+@click.option("-e", "--entity", multiple=True, metavar="NAME", help="An entity or theme matched against chunk tags (the tag leg). Repeatable.")
+@click.option("-n", "--top-k", type=int, help="Results to return (default: [search] default_limit, else 10).")
+@click.option("--status", multiple=True, metavar="S", help="Only chunks with this status. Repeatable. Default: all but historical and superseded.")
+@click.option("--all-statuses", is_flag=True, help="Include every status, historical and superseded too.")
+@click.option("--tag", multiple=True, metavar="T", help="Only chunks carrying tag T (repeat to require several).")
+@click.option("--path", "path_prefix", metavar="PREFIX", help="Only documents whose path starts with PREFIX.")
+@click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True, help="Which legs run.")
+@click.option("--rerank/--no-rerank", default=None, help="Rerank the top candidates with the cross-encoder (default: on when the artifact has one).")
+@click.option("--rerank-top", type=int, help="How many fused candidates the reranker rescores (default 40).")
+@click.option("--blend", type=click.Choice(["position", "sigmoid"]), help="Rerank blend rule (default position).")
+@click.option("--rerank-weight", type=float, help="Sigmoid blend: weight of the reranker, 0..1 (default 1.0).")
+@click.option("--semantic-weight", type=float, help="Dense share of the fusion, 0..1 (default 0.7).")
+@click.option("--rrf-k", type=float, help="RRF rank offset k (default 60).")
+@click.option("--explain", is_flag=True, help="Per result: each leg's rank and raw score, RRF parts, bonus, rerank logit and blend weights.")
+@click.option("--json", "as_json", is_flag=True, help="One versioned JSON object on stdout.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON result per line.")
+@click.option("--full", is_flag=True, help="Full chunk text instead of a snippet.")
+@click.option("--group", type=click.Choice(["chunk", "doc"]), default="chunk", show_default=True, help="doc: best chunk per document.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where models run.")
+@click.option("--compute-type", default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
+@click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk.")
+@debug_option
+def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, rerank, rerank_top, blend, rerank_weight, semantic_weight, rrf_k, explain, as_json, as_jsonl, full, group, device, compute_type, no_stale_check, debug):
+    """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked."""
+    from .output import render_human, render_json, render_jsonl, response_dict
+    from .search import Query, SearchError, Searcher
+
+    if as_json and as_jsonl:
+        raise KbError("--json and --jsonl are exclusive", EXIT_USAGE)
+    with open_index(index_path) as ix:
+        opts = _search_options(ix, semantic_weight=semantic_weight, rrf_k=rrf_k, blend=blend, rerank_weight=rerank_weight)
+        q = Query(query, tuple(rewrite), tuple(entity), top_k, tuple(status), all_statuses, tuple(tag), path_prefix, mode, rerank, rerank_top, explain, group, full)
+        try:
+            resp = Searcher(ix, opts, device, compute_type).search(q)
+        except SearchError as e:
+            raise KbError(str(e), EXIT_USAGE) from None
+        if not no_stale_check:
+            from .stale import stale_notice
+
+            notice = stale_notice(ix.manifest())
+            if notice:
+                resp.notices.append(notice)
+        artifact = {"id": ix.artifact.id, "path": str(ix.path)}
+        if as_json:
+            out = render_json(resp, artifact)
+        elif as_jsonl:
+            out = render_jsonl(resp, artifact)
+        else:
+            out = render_human(resp)
+    if out:
+        click.echo(out)
+
+
+@main.command(name="list")
+@index_option
+@click.option("--status", multiple=True, metavar="S", help="Only this status (repeatable; default: all but historical and superseded).")
+@click.option("--all-statuses", is_flag=True, help="Every status.")
+@click.option("--tag", multiple=True, metavar="T", help="Only chunks carrying tag T (repeatable: all required).")
+@click.option("--path", "path_prefix", metavar="PREFIX", help="Only documents under PREFIX.")
+@click.option("--chunks", "by_chunk", is_flag=True, help="One line per chunk instead of per document.")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines, one object per document (or chunk).")
+@debug_option
+def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json, debug):
+    """List the documents (or chunks) in a scope, in path order. The explicit way to see a scope."""
+    import numpy as np
+
+    from .search import Query, SearchError, Searcher
+
+    with open_index(index_path) as ix:
+        q = Query(statuses=tuple(status), all_statuses=all_statuses, tags=tuple(tag), path=path_prefix)
+        try:
+            mask = Searcher(ix, _search_options(ix)).allowed_mask(q)
+        except SearchError as e:
+            raise KbError(str(e), EXIT_USAGE) from None
+        ids = np.flatnonzero(mask)
+        seen = set()
+        for c in ids.tolist():
+            doc = int(ix.chunks["doc"][c])
+            if not by_chunk and doc in seen:
+                continue
+            seen.add(doc)
+            r = ix.chunk_record(c)
+            row = {k: r[k] for k in ("path", "doc_id", "title", "status", "tags")}
+            if by_chunk:
+                row.update(chunk_id=r["chunk_id"], section=r["section"], lines=r["lines"])
+            if as_json:
+                click.echo(json.dumps(row, ensure_ascii=False))
+            else:
+                where = f'{row["path"]} § "{row["section"]}"' if by_chunk and row["section"] else row["path"]
+                click.echo(f"{where}\t{row['status']}\t{','.join(row['tags'])}")

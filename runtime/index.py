@@ -256,6 +256,10 @@ class Index:
     def has_vectors(self) -> bool:
         return L.VECTORS in self.artifact.sections
 
+    @property
+    def has_reranker(self) -> bool:
+        return L.MODEL_RERANK in self.artifact.sections
+
     @cached_property
     def vectors(self):
         from usearch.index import Index as UIndex

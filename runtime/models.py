@@ -98,6 +98,7 @@ class CT2Embedder:
         if meta.get("pooling", "mean") != "mean":
             raise ModelError(f"model {self.name!r} uses {meta.get('pooling')!r} pooling, only mean is supported")
         self.meta = meta
+        self._files = files
         self.normalize = bool(meta.get("normalize", True))
         self.quantization = meta.get("quantization")
 
@@ -204,6 +205,10 @@ class CT2Embedder:
             norms = np.linalg.norm(result, axis=1, keepdims=True)
             result /= np.maximum(norms, 1e-12)
         return result
+
+    def files(self) -> dict[str, bytes]:
+        """The model files this embedder was loaded from (what an artifact packs)."""
+        return self._files
 
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one text -> float32 (dim,)."""

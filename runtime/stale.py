@@ -41,3 +41,17 @@ def stale_report(manifest: dict) -> dict:
                 if rel not in known and rel not in skipped:
                     rep["added"].append(rel)
     return rep
+
+
+def stale_notice(manifest: dict, limit: int = 5) -> dict | None:
+    """A search notice naming the changed, added and removed files, or None when fresh."""
+    rep = stale_report(manifest)
+    diffs = [f"{k} {p}" for k in ("changed", "added", "removed") for p in rep[k]]
+    if not diffs:
+        return None
+    more = f" and {len(diffs) - limit} more" if len(diffs) > limit else ""
+    return {
+        "kind": "stale_index",
+        "files": diffs,
+        "message": f"Index may be stale: {', '.join(diffs[:limit])}{more}; rebuild with kb-build (kb status lists all)",
+    }

@@ -1,0 +1,68 @@
+"""Rendering a search Response: one versioned JSON object, JSON Lines, or text for people."""
+
+from __future__ import annotations
+
+import json
+
+from .search import SCHEMA_VERSION, Response
+
+
+def response_dict(resp: Response, artifact: dict) -> dict:
+    q = resp.query
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "query": q.text,
+        "rewrites": list(q.rewrites),
+        "entities": list(q.entities),
+        "mode": q.mode,
+        "top_k": q.top_k,
+        "filters": {"statuses": list(q.statuses), "all_statuses": q.all_statuses, "tags": list(q.tags), "path": q.path},
+        "group": q.group,
+        "reranked": resp.reranked,
+        "artifact": artifact,
+        "results": resp.results,
+        "tag_contexts": resp.tag_contexts,
+        "notices": resp.notices,
+        **({"timings_ms": resp.timings_ms} if q.explain else {}),
+    }
+
+
+def render_json(resp: Response, artifact: dict) -> str:
+    return json.dumps(response_dict(resp, artifact), ensure_ascii=False, indent=2)
+
+
+def render_jsonl(resp: Response, artifact: dict) -> str:
+    return "\n".join(json.dumps(r, ensure_ascii=False) for r in resp.results)
+
+
+def _score(r: dict) -> str:
+    return f"{r['score']:.4f}" if r["score_kind"] == "rrf" else f"{r['score']:.2f}"
+
+
+def render_human(resp: Response) -> str:
+    q = resp.query
+    scope = "all statuses" if q.all_statuses else ("status " + ", ".join(q.statuses) if q.statuses else "historical/superseded filtered")
+    out = [f'KB Search Results for: "{q.text or " ".join(q.rewrites + q.entities)}"', f"Showing top {len(resp.results)} results ({scope})", ""]
+    for r in resp.results:
+        where = f'{r["path"]} § "{r["section"]}"' if r["section"] else r["path"]
+        out.append(f"{r['rank']}. [score: {_score(r)}] {where}")
+        body = r.get("text", r.get("snippet", ""))
+        for line in (body.split("\n") if "text" in r else [body]):
+            out.append(f'   > "{line}"' if "text" not in r else f"   > {line}")
+        extra = f" · lines {r['lines'][0]}-{r['lines'][1]}"
+        if r.get("also_matched"):
+            extra += f" · {r['also_matched']} more matching chunk(s) in this document"
+        out.append(f"   Status: {r['status']}{extra}")
+        if "explain" in r:
+            e = r["explain"]
+            legs = ", ".join(f"{n} #{v['rank']} ({v['raw_score']:.3f}) +{v['rrf']:.4f}" for n, v in e["legs"].items())
+            out.append(f"   Explain: {legs}; bonus +{e['bonus']:.2f}; rrf {e['rrf']:.4f}")
+            if e["rerank"]:
+                rr = e["rerank"]
+                out.append(f"   Rerank: logit {rr['logit']:.3f}, p {rr['probability']:.3f}, weights retrieval {rr['retrieval_weight']:.2f} / rerank {rr['rerank_weight']:.2f}")
+        out.append("")
+    if resp.tag_contexts:
+        out.append("Tags: " + "; ".join(f"{t}: {d}" if d else t for t, d in resp.tag_contexts.items()))
+    for n in resp.notices:
+        out.append(f"⚠️  {n['message']}" + (f" ({n['reason']})" if n.get("reason") else ""))
+    return "\n".join(out).rstrip("\n")

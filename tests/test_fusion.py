@@ -1,0 +1,99 @@
+"""Fusion and blending against trivial-but-slow oracles (hypothesis)."""
+
+from hypothesis import given, strategies as st
+
+from kb.runtime import fusion as F
+
+
+def fuse_trivial_but_slow(legs, k=F.RRF_K, b1=F.RANK1_BONUS, b23=F.RANK23_BONUS):
+    chunks = sorted({h.chunk for lg in legs for h in lg.hits})
+    scored = []
+    for c in chunks:
+        s = 0.0
+        best = None
+        for lg in sorted(legs, key=lambda x: x.name):
+            for h in lg.hits:
+                if h.chunk == c:
+                    s += lg.weight / (k + h.rank)
+                    best = h.rank if best is None else min(best, h.rank)
+        s += b1 if best == 1 else (b23 if best <= 3 else 0.0)
+        scored.append((c, s))
+    return sorted(scored, key=lambda x: (-x[1], x[0]))
+
+
+@st.composite
+def legs(draw):
+    n = draw(st.integers(0, 5))
+    out = []
+    for i in range(n):
+        chunks = draw(st.lists(st.integers(0, 30), unique=True, max_size=12))
+        w = draw(st.floats(0.0, 2.0))
+        out.append(F.leg_from_ranking(f"leg{i}", "bm25", w, chunks, [1.0] * len(chunks)))
+    return out
+
+
+@given(legs())
+def test_fuse_rrf_matches_the_oracle(ls):
+    got = [(f.chunk, f.score) for f in F.fuse_rrf(ls)]
+    want = fuse_trivial_but_slow(ls)
+    assert [c for c, _ in got] == [c for c, _ in want]
+    assert all(abs(a - b) < 1e-12 for (_, a), (_, b) in zip(got, want))
+
+
+@given(legs(), st.randoms(use_true_random=False))
+def test_the_order_of_legs_does_not_matter(ls, rnd):
+    shuffled = list(ls)
+    rnd.shuffle(shuffled)
+    assert [(f.chunk, f.score) for f in F.fuse_rrf(ls)] == [(f.chunk, f.score) for f in F.fuse_rrf(shuffled)]
+
+
+def test_ties_are_broken_by_chunk_id():
+    a = F.leg_from_ranking("a", "bm25", 1.0, [5], [1.0])
+    b = F.leg_from_ranking("b", "cosine", 1.0, [3], [1.0])
+    assert [f.chunk for f in F.fuse_rrf([a, b])] == [3, 5]
+
+
+def test_rank_bonus_is_given_once_for_the_best_rank():
+    a = F.leg_from_ranking("a", "bm25", 1.0, [1, 2, 3, 4], [1] * 4)
+    b = F.leg_from_ranking("b", "cosine", 1.0, [4, 1], [1] * 2)
+    by = {f.chunk: f for f in F.fuse_rrf([a, b])}
+    assert by[1].bonus == by[4].bonus == F.RANK1_BONUS  # 1 is first in a, 4 first in b
+    assert by[2].bonus == by[3].bonus == F.RANK23_BONUS
+    assert abs(by[1].score - (1 / 61 + 1 / 62 + 0.05)) < 1e-12
+
+
+probs = st.lists(st.floats(0, 1), min_size=1, max_size=30)
+
+
+@given(st.data())
+def test_position_aware_blend_keeps_the_documented_weights(data):
+    ps = data.draw(probs)
+    fused = sorted(data.draw(st.lists(st.floats(0, 1), min_size=len(ps), max_size=len(ps))), reverse=True)
+    out = F.blend_position_aware(fused, ps)
+    norm = F.min_max(fused)
+    for i, ((score, w), p, r) in enumerate(zip(out, ps, norm)):
+        assert w == (0.75 if i < 3 else 0.60 if i < 10 else 0.40)
+        assert abs(score - (w * r + (1 - w) * p)) < 1e-12
+
+
+def test_position_aware_blend_lets_a_confident_reranker_displace_a_near_tie_at_rank_1():
+    out = F.blend_position_aware([0.070, 0.069, 0.020], [0.05, 0.95, 0.5])
+    assert out[1][0] > out[0][0]
+
+
+def test_position_aware_blend_keeps_a_clear_winner():
+    out = F.blend_position_aware([0.070, 0.030, 0.020], [0.40, 0.95, 0.5])
+    assert out[0][0] > out[1][0]
+
+
+@given(st.data(), st.floats(0, 1))
+def test_sigmoid_blend_is_the_seed_rule(data, rw):
+    ps = data.draw(probs)
+    fused = data.draw(st.lists(st.floats(0, 1), min_size=len(ps), max_size=len(ps)))
+    norm = F.min_max(fused)
+    for (score, w), p, r in zip(F.blend_sigmoid(fused, ps, rw), ps, norm):
+        assert abs(score - (rw * p + (1 - rw) * r)) < 1e-12 and abs(w - (1 - rw)) < 1e-12
+
+
+def test_sigmoid_is_stable_at_the_extremes():
+    assert F.sigmoid(1000) == 1.0 and F.sigmoid(-1000) == 0.0 and F.sigmoid(0) == 0.5

@@ -1,0 +1,210 @@
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from kb.runtime.cli import main as kb
+from kb.runtime.index import Index
+from kb.runtime.search import Query, Searcher
+
+from conftest import GOLDEN, TINY, build_hash
+
+GOLD = GOLDEN / "tiny-v1.kb"
+
+
+def run(*args, env=None):
+    return CliRunner().invoke(kb, [str(a) for a in args], env=env)
+
+
+def search_json(*args):
+    r = run("search", *args, "--json", "--no-stale-check")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_json_output_has_the_versioned_contract():
+    d = search_json("restore the snapshot", "-i", GOLD)
+    assert set(d) >= {"schema_version", "query", "rewrites", "entities", "artifact", "results", "tag_contexts", "notices", "filters", "mode"}
+    assert d["schema_version"] == 1 and d["query"] == "restore the snapshot"
+    assert set(d["artifact"]) == {"id", "path"} and len(d["artifact"]["id"]) == 16
+    r = d["results"][0]
+    assert set(r) == {"rank", "score", "score_kind", "path", "section", "lines", "status", "tags", "chunk_id", "doc_id", "title", "snippet"}
+    assert (r["rank"], r["path"], r["section"], r["score_kind"]) == (1, "backups.md", "Backups > Restore", "rrf")
+    assert d["tag_contexts"] == {"ops": "Operations runbooks", "storage": "Disks, pools and backups"}
+
+
+GOLDEN_HUMAN = '''KB Search Results for: "restore the snapshot"
+Showing top 2 results (historical/superseded filtered)
+
+1. [score: 2.62] backups.md § "Backups > Restore"
+   > "Pick the newest snapshot and run the restore script."
+   Status: live-doctrine · lines 11-18
+
+2. [score: 0.85] backups.md § "Backups"
+   > "Nightly snapshots are sent to the backup host with zfs send."
+   Status: live-doctrine · lines 7-9
+
+Tags: ops: Operations runbooks; storage: Disks, pools and backups
+'''
+
+
+def test_human_output_matches_the_golden_text():
+    r = run("search", "restore the snapshot", "-i", GOLD, "--mode", "bm25", "-n", "2", "--no-stale-check")
+    assert r.exit_code == 0
+    assert r.stdout == GOLDEN_HUMAN
+
+
+def paths(d):
+    return [x["path"] for x in d["results"]]
+
+
+def test_historical_and_superseded_are_excluded_by_default():
+    d = search_json("backup rsync storage cluster", "-i", GOLD, "--mode", "bm25", "-n", "10")
+    assert "notes/old-backups.md" not in paths(d) and "notes/glossary.md" not in paths(d)
+
+
+def test_status_filter_draws_only_from_the_chosen_statuses():
+    d = search_json("backup", "-i", GOLD, "--status", "superseded", "--mode", "bm25")
+    assert paths(d) == ["notes/old-backups.md"] and d["results"][0]["status"] == "superseded"
+
+
+def test_all_statuses_includes_everything():
+    d = search_json("存储集群", "-i", GOLD, "--all-statuses", "--mode", "bm25")
+    assert paths(d) == ["notes/glossary.md"]
+
+
+def test_tag_and_path_filters_apply_before_ranking():
+    d = search_json("backup", "-i", GOLD, "--tag", "storage", "--all-statuses", "--mode", "bm25")
+    assert set(paths(d)) == {"backups.md", "notes/old-backups.md"}
+    d = search_json("backup", "-i", GOLD, "--path", "notes/", "--all-statuses", "--mode", "bm25")
+    assert set(paths(d)) == {"notes/old-backups.md", "notes/glossary.md"}
+
+
+def test_filters_never_starve_top_k_when_results_exist():
+    d = search_json("backup", "-i", GOLD, "--path", "notes/", "--all-statuses", "-n", "2")  # hybrid: vector leg fills in
+    assert len(d["results"]) == 2
+
+
+def test_an_empty_result_is_an_empty_result_with_a_notice():
+    d = search_json("zebra", "-i", GOLD, "--mode", "bm25")
+    assert d["results"] == []
+    assert d["notices"][0]["kind"] == "low_confidence" and d["notices"][0]["reason"] == "no results"
+
+
+def test_fewer_results_than_asked_warns_but_returns_them():
+    d = search_json("gateway firewall", "-i", GOLD, "--mode", "bm25", "-n", "5")
+    assert paths(d) == ["gateway.txt"]
+    assert d["notices"][0]["reason"] == "only 1 of 5 results"
+
+
+def test_explain_reports_legs_rrf_parts_and_bonus():
+    d = search_json("restore the snapshot", "-i", GOLD, "--explain", "-n", "1")
+    e = d["results"][0]["explain"]
+    assert set(e["legs"]) == {"bm25", "vector"}
+    assert e["legs"]["bm25"]["rank"] == 1 and e["bonus"] == 0.05
+    assert abs(sum(v["rrf"] for v in e["legs"].values()) + e["bonus"] - e["rrf"]) < 1e-5
+    assert e["rerank"] is None and "timings_ms" in d
+
+
+def test_rewrites_add_sub_legs_weighted_below_the_original():
+    d = search_json("restore", "-i", GOLD, "--rewrite", "zfs rollback of the latest snapshot", "--explain", "-n", "3")
+    legs = {n for r in d["results"] for n in r["explain"]["legs"]}
+    assert {"bm25", "vector", "bm25:rewrite1", "vector:rewrite1"} <= legs
+    assert d["rewrites"] == ["zfs rollback of the latest snapshot"]
+
+
+def test_entities_feed_the_tag_leg_ranked_by_matches():
+    d = search_json("", "-i", GOLD, "-e", "storage", "-e", "ops", "--explain", "--all-statuses", "-n", "3")
+    first = d["results"][0]
+    assert first["path"] == "backups.md" and first["explain"]["legs"]["tag"]["raw_score"] == 2.0
+
+
+def test_jsonl_streams_one_result_per_line():
+    r = run("search", "backup", "-i", GOLD, "--jsonl", "-n", "3", "--no-stale-check")
+    lines = r.stdout.strip().split("\n")
+    assert len(lines) == 3 and all(json.loads(x)["rank"] == i + 1 for i, x in enumerate(lines))
+
+
+def test_full_returns_the_chunk_text():
+    d = search_json("restore", "-i", GOLD, "--full", "-n", "1", "--mode", "bm25")
+    assert d["results"][0]["text"].startswith("## Restore") and "snippet" not in d["results"][0]
+
+
+def test_group_doc_gives_the_best_chunk_per_document():
+    d = search_json("backups snapshot restore", "-i", GOLD, "--group", "doc", "--mode", "bm25")
+    assert paths(d).count("backups.md") == 1
+    assert d["results"][0]["also_matched"] == 1
+
+
+def test_modes_report_their_score_kind():
+    assert search_json("restore", "-i", GOLD, "--mode", "bm25")["results"][0]["score_kind"] == "bm25"
+    assert search_json("restore", "-i", GOLD, "--mode", "vector")["results"][0]["score_kind"] == "cosine"
+
+
+def test_index_comes_from_kb_index_env_var():
+    r = CliRunner().invoke(kb, ["search", "restore", "--json", "--no-stale-check"], env={"KB_INDEX": str(GOLD)})
+    assert r.exit_code == 0 and json.loads(r.stdout)["artifact"]["path"] == str(GOLD)
+
+
+@pytest.mark.parametrize(
+    "args, code, line",
+    [
+        (["search", "x", "-i", "/nonexistent.kb"], 3, "kb: error: no artifact at /nonexistent.kb (from -i); build one with kb-build or pass -i PATH"),
+        (["search", "x", "-i", GOLD, "--status", "draft"], 2, "kb: error: unknown status 'draft'; this artifact has: live-doctrine, live, derived, historical, superseded"),
+        (["search", "", "-i", GOLD], 2, "kb: error: give a query (or --entity/--rewrite); to list a scope use kb list"),
+        (["search", "x", "-i", GOLD, "--json", "--jsonl"], 2, "kb: error: --json and --jsonl are exclusive"),
+        (["search", "x", "-i", GOLD, "--semantic-weight", "1.5"], 2, "kb: error: bad search settings: semantic_weight must be within 0..1, got 1.5"),
+        (["search", "x", "-i", GOLD, "-n", "0"], 2, "kb: error: --top-k must be at least 1, got 0"),
+    ],
+)
+def test_errors_are_one_line_with_distinct_exit_codes(args, code, line):
+    r = run(*args)
+    assert (r.exit_code, r.stderr) == (code, line + "\n")
+
+
+def test_usage_errors_from_click_exit_2():
+    r = run("search", "x", "--mode", "fuzzy")
+    assert r.exit_code == 2 and "Invalid value for '--mode'" in r.stderr
+
+
+def test_list_is_the_explicit_way_to_see_a_scope():
+    r = run("list", "-i", GOLD, "--path", "notes/", "--all-statuses")
+    assert r.stdout == "notes/glossary.md\thistorical\t\nnotes/old-backups.md\tsuperseded\tstorage\n"
+
+
+def test_stale_index_notice_names_changed_added_and_removed_files(tmp_path):
+    corpus = tmp_path / "c"
+    shutil.copytree(TINY, corpus)
+    out = tmp_path / "t.kb"
+    build_hash(corpus, out)
+    (corpus / "gateway.txt").write_text("changed\n")
+    (corpus / "new.md").write_text("# New\n")
+    (corpus / "rotation.yaml").unlink()
+    d = json.loads(run("search", "backup", "-i", out, "--json").stdout)
+    stale = [n for n in d["notices"] if n["kind"] == "stale_index"]
+    assert stale[0]["files"] == ["changed gateway.txt", "added new.md", "removed rotation.yaml"]
+    r = run("status", "-i", out)
+    assert r.stdout.splitlines() == [
+        f"corpus root {corpus}: 3 difference(s); rebuild with kb-build",
+        "  changed: gateway.txt",
+        "  added: new.md",
+        "  removed: rotation.yaml",
+    ]
+
+
+def test_searcher_reranks_the_top_and_keeps_the_rest_in_fused_order():
+    class Fake:
+        """Scores passages by length: longer = more relevant. Deterministic plumbing check only."""
+
+        def score(self, query, passages):
+            return [len(p) / 10.0 - 3 for p in passages]
+
+    with Index(GOLD) as ix:
+        base = Searcher(ix).search(Query("backup snapshot", top_k=6, all_statuses=True, explain=True))
+        rr = Searcher(ix, reranker=Fake()).search(Query("backup snapshot", top_k=6, all_statuses=True, rerank_top=3, explain=True))
+    assert rr.reranked and not base.reranked
+    assert {r["chunk_id"] for r in rr.results[:3]} == {r["chunk_id"] for r in base.results[:3]}
+    assert [r["chunk_id"] for r in rr.results[3:]] == [r["chunk_id"] for r in base.results[3:]]
+    assert [r["score_kind"] for r in rr.results] == ["rerank"] * 3 + ["rrf"] * 3
+    assert rr.results[0]["explain"]["rerank"]["retrieval_weight"] == 0.75
