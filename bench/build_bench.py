@@ -13,28 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_md import machine, update_region  # noqa: E402
+
 NON_EMBEDDING = ("read", "chunk", "analyze", "postings")
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import os
-
-    return f"{cpu}, {os.cpu_count()} logical cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
 def kb_build(label: str, out: Path, roots=(), jsonl=()):
@@ -72,17 +60,15 @@ def kb_non_embedding(jsonl: Path) -> dict:
     from kb.builder.chunk import chunk_document
     from kb.builder.config import BuildConfig
     from kb.builder.ingest import read_corpus
-    from kb.builder.models import default_embedder_files
+    from kb.builder.chunk import estimate_tokens
     from kb.formats.analyzer import Analyzer
-    from kb.runtime.embed import load_embedder
 
     cfg = BuildConfig()
-    emb = load_embedder(default_embedder_files(), device="cpu")
     t0 = time.perf_counter()
     corpus = read_corpus([], [jsonl])
     docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
     t1 = time.perf_counter()
-    rows = [ChunkRow(i, c) for i, d in enumerate(docs) for c in chunk_document(d, emb.count_tokens, cfg.chunking)]
+    rows = [ChunkRow(i, c) for i, d in enumerate(docs) for c in chunk_document(d, estimate_tokens, cfg.chunking)]
     t2 = time.perf_counter()
     fields = analyze(docs, rows, Analyzer())
     t3 = time.perf_counter()
@@ -97,6 +83,7 @@ def main(argv=None):
     ap.add_argument("--scifact", type=Path, required=True, help="corpus.jsonl")
     ap.add_argument("--out", type=Path, default=Path("bench/out"))
     ap.add_argument("--repeat", type=int, default=3, help="runs of the indexing-speed comparison (median reported)")
+    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     res = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])}
@@ -111,6 +98,7 @@ def main(argv=None):
         "bm25s_median": statistics.median(r["total"] for r in ref_runs),
     }
     (a.out / "build_bench.json").write_text(json.dumps(res, indent=2))
+    update_region(a.results, "build", report(res))
     print(report(res))
 
 

@@ -158,6 +158,8 @@ def build(
         "jsonl": [Path(j).name for j in jsonl],
         "skipped": [[s.path, s.reason] for s in corpus.skipped],
         "excluded": corpus.excluded,
+        "include": list(include),
+        "exclude": list(exclude),
         "models": {"embedder": _model_meta(embedder)},
         "analyzer": analyzer.params(),
     }
@@ -261,13 +263,13 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
         [np.ones(len(body_terms)), np.full(len(sec_terms), p.section_weight), np.full(len(title_terms), p.title_weight)]
     )
     all_terms = body_terms + sec_terms + title_terms
-    vocab = dict.fromkeys(all_terms)
-    terms = sorted(vocab, key=lambda t: (L.term_hash(t), t.encode("utf-8")))
+    term_hashes = {t: L.term_hash(t) for t in dict.fromkeys(all_terms)}
+    terms = sorted(term_hashes, key=lambda t: (term_hashes[t], t.encode("utf-8")))
     vocab = {t: i for i, t in enumerate(terms)}
     occ_term = np.fromiter(map(vocab.__getitem__, all_terms), dtype=np.int64, count=len(all_terms))
     keep = occ_weight > 0  # a zero field weight contributes nothing, not even a posting
     key = occ_term[keep] * max(n, 1) + occ_chunk[keep]
-    order = np.argsort(key, kind="stable")
+    order = np.argsort(key)  # equal keys are summed, so their order does not matter
     key, w = key[order], occ_weight[keep][order]
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
     tf = np.add.reduceat(w, starts).astype("<f4") if len(key) else np.zeros(0, "<f4")
@@ -278,7 +280,7 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
     np.cumsum(df, out=tf_offsets[1:])
     bitmaps = [BitMap(post_chunk[tf_offsets[i] : tf_offsets[i + 1]].tolist()).serialize() for i in range(len(terms))]
     lengths = (body_len + p.title_weight * title_len + p.section_weight * sec_len).astype("<f4")
-    hashes = np.array([L.term_hash(t) for t in terms], dtype="<u8")
+    hashes = np.fromiter((term_hashes[t] for t in terms), dtype="<u8", count=len(terms))
     # Terms whose every occurrence had weight 0 have no postings: drop them from the dictionary.
     if np.any(df == 0):
         live = np.flatnonzero(df > 0)

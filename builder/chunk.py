@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from kb.formats.analyzer import CJK_RANGES
+
 from .ingest import Document
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
@@ -33,6 +35,7 @@ class ChunkOptions:
 
 
 _PUNCT = re.compile(r"[^\w\s]")
+_CJK_CHAR = re.compile(f"[{CJK_RANGES}]")  # BERT tokenizers split every CJK character into its own token
 TOKENS_PER_PIECE = 1.3  # MiniLM WordPiece tokens per (whitespace word + punctuation mark); see estimate_tokens
 
 
@@ -44,8 +47,19 @@ def estimate_tokens(texts: Sequence[str]) -> list[int]:
     tokenizer itself costs about 2 s on SciFact's 5,183 abstracts, four times all other
     non-embedding stages together, so the estimate is the default; ``exact_tokens = true`` in
     kb.toml [chunking] counts exactly. The build reports how many chunks the model truncated.
+    CJK characters count one token each, as BERT's tokenizer splits them.
     """
-    return [int(TOKENS_PER_PIECE * (len(t.split()) + len(_PUNCT.findall(t)))) + 1 for t in texts]
+    return [_estimate(t) for t in texts]
+
+
+_ASCII_PUNCT = ".,;:()-/%[]=+<>\"'!?*#`{}|&_@$^~\\"
+
+
+def _estimate(t: str) -> int:
+    if t.isascii():  # str.count per mark is several times cheaper than a regex over the text
+        punct = sum(map(t.count, _ASCII_PUNCT))
+        return int(TOKENS_PER_PIECE * (len(t.split()) + punct)) + 1
+    return int(TOKENS_PER_PIECE * (len(t.split()) + len(_PUNCT.findall(t)))) + 1 + len(_CJK_CHAR.findall(t))
 
 
 @dataclass(frozen=True)
@@ -181,8 +195,9 @@ def _units(lines: list[str], start: int, end: int, fenced: bool) -> list[_Unit]:
     return units if body_lines else []
 
 
-def _split_long(u: _Unit, count: TokenCounter, budget: int) -> list[_Unit]:
-    """Split a prose unit over budget into lines, then sentences, then word windows."""
+def _split_long(u: _Unit, count: TokenCounter, budget: int) -> list[tuple[_Unit, int]]:
+    """Split a prose unit over budget into lines, then sentences, then word windows; each piece
+    comes back with its token count."""
     if u.start != u.end:
         parts = [_Unit(t, u.start + k, u.start + k) for k, t in enumerate(u.text.split("\n")) if t.strip()]
     else:
@@ -191,10 +206,10 @@ def _split_long(u: _Unit, count: TokenCounter, budget: int) -> list[_Unit]:
             words = u.text.split()
             step = max(budget // 2, 1)  # about 1.5 tokens per word keeps a window under budget
             parts = [_Unit(" ".join(words[k : k + step]), u.start, u.end) for k in range(0, len(words), step)]
-            return parts
-    out = []
+            return list(zip(parts, count([p.text for p in parts])))
+    out: list[tuple[_Unit, int]] = []
     for p, n in zip(parts, count([p.text for p in parts])):
-        out.extend(_split_long(p, count, budget) if n > budget and p.text != u.text else [p])
+        out.extend(_split_long(p, count, budget) if n > budget and p.text != u.text else [(p, n)])
     return out
 
 
@@ -203,8 +218,7 @@ def _pack(units: list[_Unit], count: TokenCounter, opts: ChunkOptions) -> list[l
     flat: list[tuple[_Unit, int]] = []
     for u, n in zip(units, sizes):
         if n > opts.max_tokens and not u.atomic:
-            pieces = _split_long(u, count, opts.max_tokens)
-            flat.extend(zip(pieces, count([p.text for p in pieces])))
+            flat.extend(_split_long(u, count, opts.max_tokens))
         else:
             flat.append((u, n))
     groups: list[list[_Unit]] = []

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 ANALYZER_NAME = "kb-unicode"
 ANALYZER_VERSION = 1
 
-_CJK = (
+CJK_RANGES = (
     "\u1100-\u11ff"  # Hangul Jamo
     "\u3040-\u309f"  # Hiragana
     "\u30a0-\u30ff"  # Katakana
@@ -33,8 +33,8 @@ _CJK = (
     "\U00020000-\U0003134f"  # Han extensions B..G
 )
 _WORD = re.compile(r"\w+")
-_HAS_CJK = re.compile(f"[{_CJK}]")
-_CJK_SPLIT = re.compile(f"([{_CJK}]+)")
+_HAS_CJK = re.compile(f"[{CJK_RANGES}]")
+_CJK_SPLIT = re.compile(f"([{CJK_RANGES}]+)")
 _SUFFIXES = ("ingly", "edly", "ings", "ing", "ies", "ied", "es", "ed", "s")
 
 
@@ -71,7 +71,8 @@ class Analyzer:
 
     def terms(self, text: str) -> list[str]:
         """All terms of ``text`` in order, repeats kept (term frequencies come from this)."""
-        text = unicodedata.normalize("NFKC", text).casefold()
+        # NFKC is the identity on ASCII and casefold equals lower there: skip the general path.
+        text = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
         if self.cjk_bigrams and _HAS_CJK.search(text):
             out = []
             for word in _WORD.findall(text):
@@ -82,7 +83,7 @@ class Analyzer:
         else:
             out = _WORD.findall(text)
         limit = self.max_term_chars
-        if any(len(t) > limit for t in out):
+        if out and max(map(len, out)) > limit:
             out = [t[:limit] for t in out]
         if self.stem:
             out = [_stem(t) for t in out]

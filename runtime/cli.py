@@ -228,3 +228,31 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json,
             else:
                 where = f'{row["path"]} § "{row["section"]}"' if by_chunk and row["section"] else row["path"]
                 click.echo(f"{where}\t{row['status']}\t{','.join(row['tags'])}")
+
+
+@main.command()
+@click.argument("fixture", required=False, type=click.Path())
+@index_option
+@click.option("--beir", "beir_dir", type=click.Path(), help="A BEIR folder (queries.jsonl, qrels/SPLIT.tsv) instead of a FIXTURE.")
+@click.option("--split", default="test", show_default=True, help="BEIR qrels split.")
+@click.option("-k", "k", type=int, default=10, show_default=True, help="k of P@k.")
+@click.option("--backend", "backends", multiple=True, type=click.Choice(["bm25", "vector", "hybrid", "hybrid+rerank"]), help="Only these backends (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object for machines.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--compute-type", default="auto", show_default=True)
+@debug_option
+def bench(fixture, index_path, beir_dir, split, k, backends, as_json, device, compute_type, debug):
+    """Quality (P@k, recall, MRR, nDCG, hit) and latency per backend on a FIXTURE or a BEIR split."""
+    from .bench import BenchError, load_beir, load_fixture, render_table, run_bench
+    from .search import Searcher
+
+    if bool(fixture) == bool(beir_dir):
+        raise KbError("give a FIXTURE.json or --beir DIR (one of them)", EXIT_USAGE)
+    try:
+        bset = load_beir(beir_dir, split) if beir_dir else load_fixture(fixture)
+    except BenchError as e:
+        raise KbError(str(e), EXIT_USAGE) from None
+    with open_index(index_path) as ix:
+        res = run_bench(Searcher(ix, _search_options(ix), device, compute_type), bset, k, list(backends) or None)
+        res["artifact"] = {"id": ix.artifact.id, "path": str(ix.path)}
+    click.echo(json.dumps(res, indent=2) if as_json else render_table(res))

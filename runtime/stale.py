@@ -6,6 +6,7 @@ corpus costs one stat per file. JSON Lines sources are compared the same way.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 from pathlib import Path
@@ -31,6 +32,7 @@ def stale_report(manifest: dict) -> dict:
             continue
         if st.st_size != size or hashlib.sha256(p.read_bytes()).hexdigest() != sha:
             rep["changed"].append(path)
+    include, exclude = manifest.get("include", []), manifest.get("exclude", [])
     if not manifest.get("jsonl"):
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -38,6 +40,10 @@ def stale_report(manifest: dict) -> dict:
                 if f.startswith(".") or f == "kb.toml" or Path(f).suffix.lower() not in SUPPORTED:
                     continue
                 rel = (Path(dirpath) / f).relative_to(root).as_posix()
+                if include and not any(fnmatch.fnmatch(rel, g) for g in include):
+                    continue
+                if any(fnmatch.fnmatch(rel, g) for g in exclude):
+                    continue
                 if rel not in known and rel not in skipped:
                     rep["added"].append(rel)
     return rep

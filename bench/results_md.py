@@ -1,0 +1,32 @@
+"""bench/RESULTS.md is shared by several bench scripts: each owns one region, delimited by
+``<!-- BEGIN name -->`` / ``<!-- END name -->``, and rewrites only that region."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from pathlib import Path
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = "no GPU"
+    return f"{cpu}, {os.cpu_count()} logical cores, {gpu}, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def update_region(path: Path, name: str, body: str) -> None:
+    path = Path(path)
+    text = path.read_text(encoding="utf-8") if path.exists() else "# kb benchmark results\n"
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    block = f"{begin}\n{body.strip()}\n{end}"
+    rx = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    text = rx.sub(lambda _: block, text) if rx.search(text) else text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text, encoding="utf-8")

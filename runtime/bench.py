@@ -1,0 +1,200 @@
+"""``kb bench``: retrieval quality and latency per backend on a query fixture or a BEIR split.
+
+Backends: bm25, vector, hybrid (no rerank) and hybrid+rerank (when a reranker is available).
+Each query is searched in-process on a warm Searcher with results grouped by document
+(``--group doc``), since judgments are per document (fixture paths, BEIR corpus ids).
+
+Metrics, all at document level (one formula each, below): P@k, recall@10 and @100, MRR@10,
+nDCG@10 with graded gains (BEIR qrels scores; fixtures count 1 per relevant path), hit@10, and
+latency p50/p95 of the whole search call. Negative queries (no relevant document) are left out
+of the quality means; for them, and for the others, the report gives how often the
+low-confidence notice fired.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .search import Query, Searcher
+
+DEPTH = 100  # documents retrieved per query (recall@100)
+
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class BenchQuery:
+    id: str
+    text: str
+    relevant: dict  # doc key (path or doc id) -> graded gain (> 0)
+    kind: str = "all"
+
+
+@dataclass
+class BenchSet:
+    name: str
+    key: str  # "path" (fixtures) or "doc_id" (BEIR)
+    queries: list[BenchQuery] = field(default_factory=list)
+
+
+def load_fixture(path: Path) -> BenchSet:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        qs = [BenchQuery(str(q["id"]), q["query"], {p: 1 for p in q.get("relevant", [])}, q.get("kind", "all")) for q in data["queries"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BenchError(f"{path}: not a query fixture ({e.__class__.__name__}: {e})") from None
+    return BenchSet(Path(path).stem, "path", qs)
+
+
+def load_beir(folder: Path, split: str) -> BenchSet:
+    folder = Path(folder)
+    qrels_path = folder / "qrels" / f"{split}.tsv"
+    try:
+        texts = {}
+        for line in (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                q = json.loads(line)
+                texts[str(q["_id"])] = q["text"]
+        rel: dict[str, dict] = {}
+        for i, line in enumerate(qrels_path.read_text(encoding="utf-8").splitlines()):
+            parts = line.split("\t")
+            if i == 0 and not parts[-1].strip().lstrip("-").isdigit():
+                continue  # header
+            if len(parts) < 3:
+                continue
+            qid, did, score = parts[0], parts[1], int(parts[2])
+            if score > 0:
+                rel.setdefault(qid, {})[did] = score
+            else:
+                rel.setdefault(qid, {})
+    except (OSError, ValueError, KeyError) as e:
+        raise BenchError(f"{folder}: not a BEIR folder with split {split!r} ({e.__class__.__name__}: {e})") from None
+    qs = [BenchQuery(qid, texts[qid], r) for qid, r in rel.items() if qid in texts and r]
+    if not qs:
+        raise BenchError(f"{qrels_path}: no judged queries with text")
+    return BenchSet(folder.name, "doc_id", qs)
+
+
+# --- metrics: one small function each; ``ranked`` is the list of document keys in rank order ---
+
+
+def precision_at(ranked: list, rel: dict, k: int) -> float:
+    return sum(1 for d in ranked[:k] if d in rel) / k
+
+
+def recall_at(ranked: list, rel: dict, k: int) -> float:
+    return sum(1 for d in ranked[:k] if d in rel) / len(rel)
+
+
+def mrr_at(ranked: list, rel: dict, k: int = 10) -> float:
+    for i, d in enumerate(ranked[:k]):
+        if d in rel:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def hit_at(ranked: list, rel: dict, k: int = 10) -> float:
+    return 1.0 if any(d in rel for d in ranked[:k]) else 0.0
+
+
+def ndcg_at(ranked: list, rel: dict, k: int = 10) -> float:
+    """nDCG with linear gains (the graded score), log2 discount, as BEIR / pytrec_eval compute it."""
+    dcg = sum(rel.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sorted(rel.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def query_metrics(ranked: list, rel: dict, k: int) -> dict:
+    return {
+        "ndcg@10": ndcg_at(ranked, rel, 10),
+        "mrr@10": mrr_at(ranked, rel, 10),
+        f"p@{k}": precision_at(ranked, rel, k),
+        "recall@10": recall_at(ranked, rel, 10),
+        "recall@100": recall_at(ranked, rel, 100),
+        "hit@10": hit_at(ranked, rel, 10),
+    }
+
+
+def _mean(rows: list[dict]) -> dict:
+    if not rows:
+        return {}
+    return {m: round(float(np.mean([r[m] for r in rows])), 4) for m in rows[0]}
+
+
+BACKENDS = {
+    "bm25": {"mode": "bm25", "rerank": False},
+    "vector": {"mode": "vector", "rerank": False},
+    "hybrid": {"mode": "hybrid", "rerank": False},
+    "hybrid+rerank": {"mode": "hybrid", "rerank": True},
+}
+
+
+def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[str] | None = None, progress=None) -> dict:
+    ix = searcher.ix
+    names = backends or [b for b in BACKENDS if b != "hybrid+rerank" or searcher.reranker() is not None]
+    if not ix.has_vectors:
+        names = [b for b in names if b == "bm25"]
+    out = {"backends": {}, "queries": len(bset.queries), "set": bset.name, "k": k}
+    negatives = [q for q in bset.queries if not q.relevant]
+    out["negatives"] = len(negatives)
+    for name in names:
+        spec = BACKENDS[name]
+        per_kind: dict[str, list[dict]] = {}
+        rows, lat = [], []
+        fired = {"negative": 0, "positive": 0}
+        for i, q in enumerate(bset.queries):
+            query = Query(q.text, top_k=DEPTH, group="doc", all_statuses=True, mode=spec["mode"], rerank=spec["rerank"])
+            t = time.perf_counter()
+            resp = searcher.search(query)
+            lat.append((time.perf_counter() - t) * 1000)
+            # the floor part of the notice (fewer than top_k results is expected at depth 100)
+            low = any(n["kind"] == "low_confidence" and "below the floor" in n.get("reason", "") for n in resp.notices)
+            if not q.relevant:
+                fired["negative"] += low
+                continue
+            fired["positive"] += low
+            ranked = [r[bset.key] for r in resp.results]
+            m = query_metrics(ranked, q.relevant, k)
+            rows.append(m)
+            per_kind.setdefault(q.kind, []).append(m)
+            if progress:
+                progress(name, i + 1, len(bset.queries))
+        positives = len(bset.queries) - len(negatives)
+        out["backends"][name] = {
+            **_mean(rows),
+            "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 2), "p95": round(float(np.percentile(lat, 95)), 2)},
+            "by_kind": {kind: {**_mean(r), "queries": len(r)} for kind, r in sorted(per_kind.items())} if len(per_kind) > 1 else {},
+            "low_confidence": {
+                "negatives_flagged": f"{fired['negative']}/{len(negatives)}",
+                "positives_flagged": f"{fired['positive']}/{positives}",
+            },
+        }
+    return out
+
+
+def render_table(res: dict) -> str:
+    k = res["k"]
+    cols = ["ndcg@10", "mrr@10", f"p@{k}", "recall@10", "recall@100", "hit@10"]
+    lines = [f"{res['set']}: {res['queries']} queries ({res['negatives']} negative)", ""]
+    lines.append("| backend | " + " | ".join(cols) + " | p50 ms | p95 ms | low-conf (neg / pos) |")
+    lines.append("|---" * (len(cols) + 4) + "|")
+    for name, b in res["backends"].items():
+        vals = " | ".join(f"{b.get(c, 0):.3f}" for c in cols)
+        lc = b["low_confidence"]
+        lines.append(f"| {name} | {vals} | {b['latency_ms']['p50']:.1f} | {b['latency_ms']['p95']:.1f} | {lc['negatives_flagged']} / {lc['positives_flagged']} |")
+    kinds = sorted({kd for b in res["backends"].values() for kd in b["by_kind"]})
+    if kinds:
+        lines += ["", "hit@10 / nDCG@10 by query kind:", "", "| backend | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
+        for name, b in res["backends"].items():
+            cells = [f"{b['by_kind'][kd]['hit@10']:.2f} / {b['by_kind'][kd]['ndcg@10']:.2f} (n={b['by_kind'][kd]['queries']})" if kd in b["by_kind"] else "-" for kd in kinds]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
