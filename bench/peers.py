@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("LANCE_LOG", "error")  # lance's Rust logger: no per-query deprecation notes
+os.environ.setdefault("LANCEDB_LOG", "error")  # lancedb's Rust logger (env_logger): no per-query deprecation notes
 
 from kb.runtime.bench import DEPTH, BenchSet, _mean, load_beir, load_fixture, query_metrics  # noqa: E402
 

@@ -51,13 +51,19 @@ def build_set(name: str, data: Path, out: Path, rebuild: bool) -> tuple[Path, di
     return art, d
 
 
+def load_set(name: str, data: Path, fixtures: Path):
+    from kb.runtime.bench import load_beir, load_fixture
+
+    kind, split = SETS[name]
+    return load_fixture(fixtures / "hugo-docs.json") if kind == "fixture" else load_beir(data / name, split)
+
+
 def bench_set(name: str, art: Path, data: Path, fixtures: Path) -> dict:
-    from kb.runtime.bench import load_beir, load_fixture, run_bench
+    from kb.runtime.bench import run_bench
     from kb.runtime.index import Index
     from kb.runtime.search import Searcher
 
-    kind, split = SETS[name]
-    bset = load_fixture(fixtures / "hugo-docs.json") if kind == "fixture" else load_beir(data / name, split)
+    bset = load_set(name, data, fixtures)
     ix = Index(art)
     try:
         return run_bench(Searcher(ix), bset)
@@ -91,9 +97,10 @@ def main(argv=None):
         import peers as P
 
         for name in names:
-            kind, split = SETS[name]
+            docs = P.load_corpus_markdown(a.data / "hugo-docs" / "content" / "en") if name == "hugo" else P.load_corpus_beir(a.data / name)
+            which = P.PEERS if name in ("hugo", "scifact", "cranfield", "cisi") else ("bm25s", "tantivy")
             try:
-                peers[name] = P.run_set(name, a.data, a.fixtures, split)
+                peers[name] = P.run_set(name, docs, load_set(name, a.data, a.fixtures), which, 10, a.out, lambda m: print(m, file=sys.stderr))
             except Exception as e:  # a peer failing is reported, not fatal to the bench
                 peers[name] = {"error": f"{e.__class__.__name__}: {e}"}
     (a.out / "run_all.json").write_text(json.dumps({"results": results, "builds": builds, "peers": peers}, indent=2))
@@ -102,24 +109,9 @@ def main(argv=None):
     for name in names:
         parts += [f"### {name}", "", render_table(results[name]), ""]
         if name in peers:
-            parts += [peer_table(peers[name]), ""]
+            parts += ["Peers on the same queries, same metrics code:", "", P.render(name, peers[name]) if "error" not in peers[name] else f"failed: {peers[name]['error']}", ""]
     update_region(a.results, "quality", "\n".join(parts))
     print("\n".join(parts))
-
-
-def peer_table(p: dict) -> str:
-    if "error" in p:
-        return f"Peers: failed ({p['error']})"
-    cols = ["ndcg@10", "mrr@10", "recall@10", "recall@100", "hit@10"]
-    lines = ["Peers on the same queries:", "", "| peer | " + " | ".join(cols) + " | index s | p50 ms | p95 ms |", "|---" * (len(cols) + 4) + "|"]
-    for name, r in p.items():
-        if "error" in r:
-            lines.append(f"| {name} | failed: {r['error']} |")
-            continue
-        vals = " | ".join(f"{r.get(c, 0):.3f}" for c in cols)
-        lat = r.get("latency_ms", {})
-        lines.append(f"| {name} | {vals} | {r.get('index_seconds', 0):.2f} | {lat.get('p50', 0):.1f} | {lat.get('p95', 0):.1f} |")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

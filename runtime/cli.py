@@ -256,3 +256,9 @@ def bench(fixture, index_path, beir_dir, split, k, backends, as_json, device, co
         res = run_bench(Searcher(ix, _search_options(ix), device, compute_type), bset, k, list(backends) or None)
         res["artifact"] = {"id": ix.artifact.id, "path": str(ix.path)}
     click.echo(json.dumps(res, indent=2) if as_json else render_table(res))
+
+
+from .serve_cli import mcp as mcp_command, serve as serve_command  # noqa: E402 - imports only click
+
+main.add_command(serve_command, "serve")
+main.add_command(mcp_command, "mcp")

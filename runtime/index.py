@@ -14,6 +14,8 @@ import numpy as np
 from kb.formats import layout as L
 from kb.formats.artifact import Artifact, CorruptArtifact
 
+BLOCK_CACHE = 256  # decoded text blocks kept (16 chunks each)
+
 REQUIRED = (
     L.META,
     L.MANIFEST,
@@ -35,6 +37,11 @@ REQUIRED = (
 
 class Index:
     def __init__(self, path):
+        import threading
+        from collections import OrderedDict
+
+        self._block_lock = threading.Lock()
+        self._block_cache: OrderedDict = OrderedDict()
         self.artifact = Artifact(path)
         self.path = self.artifact.path
         try:
@@ -234,17 +241,25 @@ class Index:
         }
 
     def _block(self, b: int) -> list:
-        cache = self.__dict__.setdefault("_block_cache", {})
-        if b not in cache:
+        """Decoded text block ``b``, from a small LRU cache. Thread-safe: a zstd decompression
+        context must not be used by two threads at once (kb serve shares one Index)."""
+        with self._block_lock:
+            cache = self._block_cache
+            if b in cache:
+                cache.move_to_end(b)
+                return cache[b]
             import msgpack
             import zstandard
 
             try:
                 raw = self._dctx.decompress(bytes(self._text_blocks[b]))
-                cache[b] = msgpack.unpackb(raw)
+                block = msgpack.unpackb(raw)
             except (zstandard.ZstdError, ValueError, msgpack.UnpackException):
                 raise self._corrupt(f"text block {b} does not decode") from None
-        return cache[b]
+            cache[b] = block
+            if len(cache) > BLOCK_CACHE:
+                cache.popitem(last=False)
+            return block
 
     def manifest(self) -> dict:
         import msgpack

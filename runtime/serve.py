@@ -1,0 +1,387 @@
+"""``kb serve``: the search library over HTTP, standard library only (http.server).
+
+Endpoints (JSON in, JSON out):
+
+- ``GET|POST /search``: the inputs of ``kb search`` (runtime/requests.py SEARCH_FIELDS) as a JSON
+  object body or as query parameters; answers the versioned JSON of ``kb search --json``.
+- ``GET|POST /get``: a chunk with its neighbours (``chunk_id``, ``context``) or a document's
+  chunks (``doc_id`` or ``path``).
+- ``GET /info``: ``kb info --json``. ``GET /health``: liveness and the artifact id.
+
+Errors are ``{"error": {"code", "message", "field"?}}`` with 400 (bad JSON, wrong type, unknown
+field, bad value), 403 (foreign Host or Origin), 404 (unknown path or chunk/document), 405 (wrong
+method), 413 (body over the limit), 415 (not JSON), 503 (all search
+slots busy), 504 (the request ran past the per-request timeout).
+
+Safety: it listens on loopback by default, and answers only requests whose Host (and Origin, when
+a browser sends one) names this server, so a web page cannot reach it through DNS rebinding or a
+cross-site form. At most ``max_concurrent`` searches run at once, each on a worker thread that the
+request thread waits on for at most ``timeout`` seconds; a search that overruns keeps its slot
+until it really ends, so the bound holds. Keep-alive connections close after ``IDLE_TIMEOUT_S``
+without a request.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from kb.formats.version import KB_VERSION
+
+from .requests import GET_FIELDS, HTTP_STATUS, SEARCH_FIELDS, RequestError, from_query_string, parse_get, parse_search
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8181
+MAX_BODY = 64 * 1024  # bytes of a request body; a search request is a few hundred
+DRAIN_MAX = 1024 * 1024  # an oversized body up to this is read and dropped so the 413 arrives cleanly
+MAX_CONCURRENT = 4  # searches running at once; CTranslate2 runs one model call at a time anyway
+MAX_CONNECTIONS = 64  # open connections (one thread each); more are answered 503 and closed
+QUEUE_WAIT_S = 0.0  # how long a request waits for a free search slot before 503
+REQUEST_TIMEOUT_S = 30.0
+MAX_QUERY_FIELDS = 256  # query parameters of one GET
+IDLE_TIMEOUT_S = 15.0  # socket timeout: an idle keep-alive connection, or a stalled body, is dropped
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+ROUTES = {"/search": ("GET", "POST"), "/get": ("GET", "POST"), "/info": ("GET",), "/health": ("GET",)}
+
+
+def host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def allowed_hosts(host: str, port: int, extra=()) -> frozenset[str]:
+    """Host header values (lowercase ``host:port``; also bare ``host`` on port 80) naming this server.
+
+    The wildcard addresses (0.0.0.0, ::) name no server: with them, list the names clients use
+    with ``extra`` (--allow-host).
+    """
+    names = {h.strip().strip("[]").lower() for h in ("127.0.0.1", "localhost", "::1", host, *extra)} - {"", "0.0.0.0", "::"}
+    out = {host_port(h, port) for h in names}
+    if port == 80:
+        out |= {f"[{h}]" if ":" in h else h for h in names}
+    return frozenset(out)
+
+
+class KbHTTPServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer holding the shared Service and the limits."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+
+    def __init__(self, address, service, *, max_body=MAX_BODY, max_concurrent=MAX_CONCURRENT, timeout=REQUEST_TIMEOUT_S,
+                 queue_wait=QUEUE_WAIT_S, max_connections=MAX_CONNECTIONS, extra_hosts=(), access_log=False, log=None):
+        import socket
+
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, Handler)
+        self.service = service
+        self.max_body, self.request_timeout, self.queue_wait = max_body, timeout, queue_wait
+        self.slots = threading.BoundedSemaphore(max_concurrent)
+        self.connections = threading.BoundedSemaphore(max_connections)
+        self.max_concurrent = max_concurrent
+        self.pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="kb-search")
+        self.host, self.port = address[0], self.server_address[1]
+        self.hosts = allowed_hosts(self.host, self.port, extra_hosts)
+        self.access_log = access_log
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def process_request(self, request, client_address):
+        """One thread per connection, up to max_connections; past that a 503 and close."""
+        if not self.connections.acquire(blocking=False):
+            body = b'{"error": {"code": "busy", "message": "too many open connections; retry shortly"}}'
+            head = f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+            try:
+                request.sendall(head.encode() + body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.connections.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
+
+    @property
+    def url(self) -> str:
+        return f"http://{host_port(self.host, self.port)}"
+
+    def server_close(self):
+        super().server_close()
+        pool = getattr(self, "pool", None)  # absent when binding failed inside __init__
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive; every response carries Content-Length
+    server_version = f"kb/{KB_VERSION}"
+    sys_version = ""
+    timeout = IDLE_TIMEOUT_S
+    disable_nagle_algorithm = True  # headers and body are two writes: without this, delayed ACK adds 40 ms
+    server: KbHTTPServer
+
+    # --- plumbing ------------------------------------------------------------------------------
+    def log_message(self, fmt, *args):
+        if self.server.access_log:
+            self.server.log(f"kb serve: {self.address_string()} {fmt % args}")
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own errors (bad request line, headers too large, unknown method) as JSON."""
+        words = {400: "bad_request", 414: "uri_too_long", 431: "headers_too_large", 501: "not_implemented", 505: "bad_http_version"}
+        self.close_connection = True
+        self._json(code, {"error": {"code": words.get(code, "http_error"), "message": message or self.responses.get(code, ("",))[0]}})
+
+    def _json(self, status: int, body: dict, headers=()):
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            for k, v in headers:
+                self.send_header(k, v)
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _error(self, status: int, code: str, message: str, field=None, headers=(), close=False):
+        if close or self._unread_body():
+            self.close_connection = True
+        err = {"code": code, "message": message}
+        if field is not None:
+            err["field"] = field
+        self._json(status, {"error": err}, headers)
+
+    def _unread_body(self) -> bool:
+        return not self._body_read and (self.headers.get("Content-Length", "0").strip() not in ("", "0") or "Transfer-Encoding" in self.headers)
+
+    # --- every method lands here ---------------------------------------------------------------
+    def do_GET(self):
+        self._dispatch()
+
+    def __getattr__(self, name):
+        if name.startswith("do_"):  # any other method (PUT, DELETE, HEAD, OPTIONS, FOO...): 404 or 405
+            return self.do_GET
+        raise AttributeError(name)
+
+    def version_string(self):
+        return self.server_version
+
+    def _dispatch(self):
+        self._body_read = False
+        refused = self._refuse_foreign()
+        if refused:
+            return self._error(403, "forbidden", refused, close=True)
+        url = urlsplit(self.path)
+        methods = ROUTES.get(url.path)
+        if methods is None:
+            return self._error(404, "not_found", f"no endpoint {url.path!r}; endpoints: {', '.join(ROUTES)}")
+        if self.command not in methods:
+            return self._error(405, "method_not_allowed", f"{url.path} takes {' or '.join(methods)}, not {self.command}", headers=[("Allow", ", ".join(methods))])
+        try:
+            if url.path == "/health":
+                return self._json(200, self.server.service.health())
+            if url.path == "/info":
+                return self._json(200, self.server.service.info())
+            data = self._request_object(url)
+            if data is None:
+                return
+            if url.path == "/search":
+                req, run = parse_search(data), self.server.service.search
+            else:
+                req, run = parse_get(data), self.server.service.get
+            self._run_bounded(run, req)
+        except RequestError as e:
+            self._error(HTTP_STATUS.get(e.code, 400), e.code, e.message, e.field)
+        except Exception as e:  # noqa: BLE001 - one request fails, the server stays up
+            import traceback
+
+            self.server.log(f"kb serve: error: {self.command} {url.path}: {e.__class__.__name__}: {e}\n{traceback.format_exc()}")
+            self._error(500, "internal", f"{e.__class__.__name__}: {e}")
+
+    def _refuse_foreign(self) -> str | None:
+        """Why this request does not come to this server by its own name (DNS rebinding), or None."""
+        hosts = self.server.hosts
+        host = self.headers.get("Host")
+        if host is None:
+            return "missing Host header"
+        if host.strip().lower() not in hosts:
+            return f"Host {host!r} is not this server ({self.server.url}); to serve other names, pass --allow-host"
+        origin = self.headers.get("Origin")
+        if origin is not None:
+            o = origin.strip().lower()
+            if not (o.startswith("http://") and o[len("http://"):] in hosts):
+                return f"Origin {origin!r} is not this server; cross-origin requests are refused"
+        return None
+
+    def _request_object(self, url) -> dict | None:
+        """The request's JSON object: the body of a POST, the query parameters of a GET."""
+        if self.command == "GET":
+            try:
+                params = parse_qs(url.query, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS)
+            except ValueError:
+                raise RequestError("bad_request", f"more than {MAX_QUERY_FIELDS} query parameters") from None
+            return from_query_string(params, SEARCH_FIELDS if url.path == "/search" else GET_FIELDS)
+        if url.query:
+            raise RequestError("bad_request", "a POST takes its parameters in the JSON body, not the query string")
+        ctype = self.headers.get("Content-Type", "application/json").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            self._error(415, "unsupported_media_type", f"the body must be JSON sent as Content-Type: application/json, got {ctype!r} (curl: --json)")
+            return None
+        te = self.headers.get("Transfer-Encoding")
+        if te is not None:
+            if te.strip().lower() != "chunked":
+                self._error(501, "not_implemented", f"Transfer-Encoding {te!r} is not supported; send a Content-Length or chunked", close=True)
+                return None
+            body = self._read_chunked()
+            return None if body is None else parse_json(body) if body.strip() else {}
+        raw_len = self.headers.get("Content-Length", "0").strip() or "0"
+        if not raw_len.isdigit():
+            self._error(400, "bad_request", f"bad Content-Length {raw_len!r}", close=True)
+            return None
+        n = int(raw_len)
+        if n > self.server.max_body:
+            self._drain(n)
+            self._error(413, "payload_too_large", f"the body is {n} bytes; the most is {self.server.max_body}", close=True)
+            return None
+        try:
+            body = self.rfile.read(n) if n else b""
+        except OSError:  # the socket timed out (IDLE_TIMEOUT_S) or broke mid-body
+            self._error(408, "request_timeout", "the body did not arrive in time", close=True)
+            return None
+        self._body_read = True
+        if len(body) != n:
+            self._error(400, "bad_request", "the body ended before Content-Length bytes", close=True)
+            return None
+        if not body.strip():
+            return {}
+        return parse_json(body)
+
+    def _read_chunked(self) -> bytes | None:
+        """A chunked body, at most max_body bytes; None after answering 400, 408 or 413."""
+        limit, parts, total = self.server.max_body, [], 0
+        try:
+            while True:
+                line = self.rfile.readline(1024)
+                size_text = line.split(b";")[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    self._error(400, "bad_request", "malformed chunked body", close=True)
+                    return None
+                if size == 0:
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):  # trailers
+                        pass
+                    break
+                total += size
+                if total > limit:
+                    self._error(413, "payload_too_large", f"the body is over {limit} bytes, the most", close=True)
+                    return None
+                parts.append(self.rfile.read(size))
+                self.rfile.readline(1024)  # the CRLF after each chunk
+        except OSError:
+            self._error(408, "request_timeout", "the body did not arrive in time", close=True)
+            return None
+        self._body_read = True
+        return b"".join(parts)
+
+    def _drain(self, n: int):
+        """Read and drop up to DRAIN_MAX bytes so the client, still sending, can read the 413."""
+        if n > DRAIN_MAX:
+            return
+        left = n
+        try:
+            while left > 0:
+                got = self.rfile.read(min(left, 65536))
+                if not got:
+                    break
+                left -= len(got)
+        except OSError:
+            pass
+        self._body_read = left == 0
+
+    def _run_bounded(self, run, req):
+        """Run ``run(req)`` on a search slot: 503 when none frees up in time, 504 past the timeout."""
+        srv = self.server
+        got = srv.slots.acquire(timeout=srv.queue_wait) if srv.queue_wait > 0 else srv.slots.acquire(blocking=False)
+        if not got:
+            return self._error(503, "busy", f"all {srv.max_concurrent} search slots are busy; retry shortly", headers=[("Retry-After", "1")])
+        try:
+            fut = srv.pool.submit(run, req)
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            srv.slots.release()
+            return self._error(503, "busy", "the server is shutting down", close=True)
+        fut.add_done_callback(lambda _f: srv.slots.release())
+        try:
+            out = fut.result(timeout=srv.request_timeout)
+        except FutureTimeout:
+            return self._error(504, "timeout", f"the request took longer than {srv.request_timeout:g} s and was abandoned")
+        self._json(200, out)
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _object_pairs(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise RequestError("bad_json", f"field {k!r} appears twice in the JSON object", k)
+        d[k] = v
+    return d
+
+
+def parse_json(body: bytes):
+    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, bounded nesting (RecursionError)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError("bad_json", f"the body is not UTF-8 ({e.reason} at byte {e.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise RequestError("bad_json", f"the body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except ValueError as e:
+        raise RequestError("bad_json", f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise RequestError("bad_json", "the body nests too deeply") from None
+
+
+def make_server(service, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, **kw) -> KbHTTPServer:
+    """Bind (port 0: any free port) and return the server; ``serve_forever`` starts answering."""
+    return KbHTTPServer((host, port), service, **kw)
+
+
+def serve(server: KbHTTPServer):
+    """Answer requests until SIGINT/SIGTERM (or ``server.shutdown()`` from another thread)."""
+    import signal
+
+    def stop(signum, frame):
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,115 @@
+"""``kb serve`` and ``kb mcp``: click commands, registered in runtime/cli.py with add_command.
+
+Thin like the rest of the CLI: open the artifact (exit 3/4 when it cannot be used), load the
+models once, then hand over to runtime/serve.py or runtime/mcp_server.py. Heavy imports happen
+inside the commands, so importing this module costs only click.
+
+``python -m kb.runtime.serve_cli serve|mcp ...`` runs them without the main ``kb`` group.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+_index = click.option("-i", "--index", "index_path", metavar="PATH", help="Artifact (default: $KB_INDEX, else ./kb.kb).")
+_device = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where models run.")
+_compute = click.option("--compute-type", default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
+_stale = click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk (otherwise rechecked at most every 30 s).")
+_debug = click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+
+
+def _open_service(index_path, device, compute_type, stale_check):
+    """The warmed Service, or KbError with the exit code of ``kb search`` for the same failure."""
+    from .cli import EXIT_FAIL, KbError, _search_options, open_index
+    from .requests import Service
+    from .search import Searcher
+
+    ix = open_index(index_path)
+    try:
+        svc = Service(ix, Searcher(ix, _search_options(ix), device, compute_type), stale_check=stale_check)
+        try:
+            return svc.warm()
+        except Exception as e:
+            from kb.formats.artifact import ArtifactError
+
+            from .models import ModelError
+
+            if isinstance(e, (ArtifactError, KbError)):
+                raise
+            if isinstance(e, ModelError):
+                raise KbError(f"cannot load the artifact's models: {e}", EXIT_FAIL) from None
+            raise
+    except BaseException:
+        ix.close()
+        raise
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@_index
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on. Loopback by default; anything else exposes the artifact to the network.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="Port; 0 picks a free one (printed on the first stderr line).")
+@click.option("--allow-host", multiple=True, metavar="NAME", help="Another Host name clients use for this server (e.g. a LAN name when --host is 0.0.0.0). Repeatable.")
+@click.option("--max-concurrent", type=click.IntRange(1, 256), default=4, show_default=True, help="Searches running at once; more get 503.")
+@click.option("--queue-wait", type=click.FloatRange(0, 60), default=0.0, show_default=True, help="Seconds a request waits for a free search slot before 503.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True, help="Seconds one request may take before 504.")
+@click.option("--max-connections", type=click.IntRange(1, 4096), default=64, show_default=True, help="Open connections at once (one thread each); more get 503.")
+@click.option("--max-body", type=click.IntRange(1024, 16 * 1024 * 1024), default=64 * 1024, show_default=True, help="Largest request body in bytes; more gets 413.")
+@click.option("--access-log", is_flag=True, help="Log one line per request to stderr.")
+@_stale
+@_device
+@_compute
+@_debug
+def serve(index_path, host, port, allow_host, max_concurrent, queue_wait, timeout_s, max_connections, max_body, access_log, no_stale_check, device, compute_type, debug):
+    """Serve search over HTTP: GET|POST /search, /get; GET /info, /health (JSON)."""
+    from .cli import EXIT_FAIL, KbError
+    from .serve import LOOPBACK, host_port, make_server
+    from .serve import serve as serve_forever
+
+    svc = _open_service(index_path, device, compute_type, not no_stale_check)
+    try:
+        try:
+            server = make_server(svc, host, port, max_body=max_body, max_concurrent=max_concurrent, timeout=timeout_s, queue_wait=queue_wait, max_connections=max_connections, extra_hosts=allow_host, access_log=access_log)
+        except OSError as e:
+            raise KbError(f"cannot listen on {host_port(host, port)}: {e.strerror or e}", EXIT_FAIL) from None
+        click.echo(f"kb serve: listening on {server.url}", err=True)
+        if host.strip("[]") not in LOOPBACK:
+            click.echo(f"kb serve: warning: {host} is not a loopback address; anyone who can reach it can search {svc.artifact['path']}", err=True)
+        click.echo(f"kb serve: artifact {svc.artifact['path']} ({svc.artifact['id']}), {svc.ix.n_chunks} chunks; Ctrl-C stops", err=True)
+        serve_forever(server)
+    finally:
+        svc.ix.close()
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@_index
+@_stale
+@_device
+@_compute
+@_debug
+def mcp(index_path, no_stale_check, device, compute_type, debug):
+    """Serve search to an MCP client over stdio (tools: search, get, info)."""
+    from .mcp_server import protect_stdout, run_stdio
+
+    out = protect_stdout()  # before anything loads: only protocol messages may reach stdout
+    svc = _open_service(index_path, device, compute_type, not no_stale_check)
+    click.echo(f"kb mcp: serving {svc.artifact['path']} ({svc.artifact['id']}) on stdio", err=True)
+    try:
+        run_stdio(svc, out_stream=out)
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+    finally:
+        svc.ix.close()
+
+
+def _standalone():
+    """``python -m kb.runtime.serve_cli``: the two commands under the kb group's error handling."""
+    from .cli import _Group
+
+    group = _Group(name="kb", commands={"serve": serve, "mcp": mcp}, context_settings={"help_option_names": ["-h", "--help"]})
+    group(prog_name="kb")
+
+
+if __name__ == "__main__":
+    sys.exit(_standalone())

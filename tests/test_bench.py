@@ -1,0 +1,55 @@
+import json
+import math
+
+from click.testing import CliRunner
+
+from kb.runtime import bench as B
+from kb.runtime.cli import main as kb
+
+from conftest import GOLDEN, TINY
+
+FIXTURE = TINY.parent / "tiny-fixture.json"
+
+
+def test_metrics_match_hand_computed_values():
+    ranked = ["a", "x", "b", "y"]
+    rel = {"a": 1, "b": 2, "c": 1}
+    assert B.precision_at(ranked, rel, 2) == 0.5
+    assert B.recall_at(ranked, rel, 10) == 2 / 3
+    assert B.mrr_at(["x", "a"], rel) == 0.5
+    assert B.hit_at(["x", "y"], rel) == 0.0
+    dcg = 1 / math.log2(2) + 2 / math.log2(4)
+    idcg = 2 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(4)
+    assert abs(B.ndcg_at(ranked, rel) - dcg / idcg) < 1e-12
+
+
+def test_beir_loader_reads_graded_qrels_and_skips_the_header(tmp_path):
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "queries.jsonl").write_text('{"_id": "1", "text": "q one"}\n{"_id": "2", "text": "q two"}\n')
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n1\td1\t2\n1\td2\t1\n2\td3\t0\n")
+    s = B.load_beir(tmp_path, "test")
+    assert [(q.id, q.text, q.relevant) for q in s.queries] == [("1", "q one", {"d1": 2, "d2": 1})]
+    assert s.key == "doc_id"
+
+
+def test_kb_bench_reports_every_backend_as_json():
+    r = CliRunner().invoke(kb, ["bench", str(FIXTURE), "-i", str(GOLDEN / "tiny-v1.kb"), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["queries"] == 4 and d["negatives"] == 1
+    assert set(d["backends"]) == {"bm25", "vector", "hybrid"}  # no reranker in this artifact
+    b = d["backends"]["bm25"]
+    assert set(b) >= {"ndcg@10", "mrr@10", "p@10", "recall@10", "recall@100", "hit@10", "latency_ms", "by_kind", "low_confidence"}
+    assert set(b["latency_ms"]) == {"p50", "p95"} and set(b["by_kind"]) == {"keyword", "natural"}
+    assert b["by_kind"]["keyword"]["hit@10"] == 1.0
+
+
+def test_kb_bench_table_for_people():
+    r = CliRunner().invoke(kb, ["bench", str(FIXTURE), "-i", str(GOLDEN / "tiny-v1.kb"), "--backend", "bm25"])
+    assert r.exit_code == 0
+    assert r.stdout.startswith("tiny-fixture: 4 queries (1 negative)\n\n| backend | ndcg@10 |")
+
+
+def test_kb_bench_needs_exactly_one_source():
+    r = CliRunner().invoke(kb, ["bench", "-i", str(GOLDEN / "tiny-v1.kb")])
+    assert (r.exit_code, r.stderr) == (2, "kb: error: give a FIXTURE.json or --beir DIR (one of them)\n")
