@@ -88,6 +88,7 @@ def build(
     rep = BuildReport()
     clock = _Clock(rep.seconds)
     progress = progress or (lambda stage, done, total: None)
+    rerank_files = reranker_files_for(config)  # a bad --reranker fails before any work
 
     with clock("read"):
         corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)})
@@ -141,6 +142,7 @@ def build(
         "analyzer": analyzer.params(),
         "bm25": config.bm25.params() | {"avg_length": float(post.lengths.mean()) if len(rows) else 0.0},
         "embedder": _model_meta(embedder),
+        "reranker": _card(rerank_files),
         "vectors": {"metric": "cos", **vars(config.vectors)} if embedder is not None else None,
         "tags": {"names": tag_names, "descriptions": {t: config.tags.get(t, "") for t in tag_names}},
         "statuses": statuses,
@@ -160,10 +162,12 @@ def build(
         "excluded": corpus.excluded,
         "include": list(include),
         "exclude": list(exclude),
-        "models": {"embedder": _model_meta(embedder)},
+        "models": {"embedder": _model_meta(embedder), "reranker": _card(rerank_files)},
         "analyzer": analyzer.params(),
     }
     sections = assemble(meta, manifest, docs, rows, post, statuses, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
+    if rerank_files is not None:
+        sections.append(SectionData(L.MODEL_RERANK, pack_model_files(rerank_files)))
     with clock("write"):
         rep.artifact_bytes = write_artifact(out, sections)
     rep.section_bytes = {s.name: len(s.data) for s in sections}
@@ -204,12 +208,31 @@ def make_embedder(config: BuildConfig):
     raise BuildError(f"unknown embedding model {name!r}; use all-MiniLM-L6-v2, or none for a BM25-only artifact")
 
 
-def _model_meta(embedder) -> dict | None:
-    if embedder is None:
+def reranker_files_for(config: BuildConfig) -> dict[str, bytes] | None:
+    """The cross-encoder to pack: the shipped default, a user's folder, or none."""
+    choice = config.reranker
+    if choice == "none":
         return None
-    files = embedder.files()
+    from .models import reranker_files
+
+    if choice == "default":
+        from kb.models import SHIPPED_RERANKER
+
+        if not (SHIPPED_RERANKER / "kb_model.json").is_file():
+            return None  # this checkout ships no reranker (yet): artifacts are built without one
+        return reranker_files(SHIPPED_RERANKER)
+    return reranker_files(Path(choice))
+
+
+def _card(files: dict[str, bytes] | None) -> dict | None:
+    if files is None:
+        return None
     card = json.loads(files["kb_model.json"])
     return {k: card[k] for k in sorted(card)}
+
+
+def _model_meta(embedder) -> dict | None:
+    return None if embedder is None else _card(embedder.files())
 
 
 @dataclass
@@ -388,8 +411,7 @@ def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes
     return zdict, [cctx.compress(b) for b in raw_blocks]
 
 
-def _pack_model(embedder) -> bytes:
-    files = embedder.files()
+def pack_model_files(files: dict[str, bytes]) -> bytes:
     names = ["kb_model.json"] + sorted(n for n in files if n != "kb_model.json")
     return L.pack_blobs([msgpack.packb(names)] + [files[n] for n in names])
 
@@ -426,5 +448,5 @@ def assemble(meta, manifest, docs, rows, post, statuses, status_bitmaps, tag_bit
     ]
     if vectors_bytes is not None:
         sections.append(SectionData(L.VECTORS, vectors_bytes))
-        sections.append(SectionData(L.MODEL_EMBED, _pack_model(embedder)))
+        sections.append(SectionData(L.MODEL_EMBED, pack_model_files(embedder.files())))
     return sections

@@ -77,28 +77,34 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--strict", is_flag=True, help="Fail the build if any input is skipped.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary (errors still go to stderr).")
 @click.option("--embedder", metavar="NAME", help="Embedding model: all-MiniLM-L6-v2 (default) or none (BM25 only).")
+@click.option("--reranker", "reranker", metavar="PATH", help="Pack this cross-encoder (an HF BertForSequenceClassification folder, converted to int8, or a converted folder) instead of the shipped default.")
+@click.option("--no-reranker", is_flag=True, help="Pack no reranker (kb search then cannot rerank).")
 @click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, as_json, debug):
+def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, as_json, debug):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
     from .build import BuildError, build
     from .config import ConfigError, load_config
     from .ingest import InputError
-    from .models import ModelError
+    from kb.runtime.models import ModelError  # the base of builder.models.ModelError too
 
     if not corpus and not jsonl:
         _fail("give at least one CORPUS folder or --jsonl FILE", EXIT_USAGE)
+    if reranker and no_reranker:
+        _fail("--reranker and --no-reranker are exclusive", EXIT_USAGE)
     if config is None:
         guess = [Path(c) / "kb.toml" for c in corpus if Path(c).is_dir()]
         config = next((g for g in guess if g.is_file()), None)
     bar = _Bar(sys.stderr.isatty() and not quiet)
     try:
         cfg = load_config(config)
-        if embedder:
-            from dataclasses import replace
+        from dataclasses import replace
 
+        if embedder:
             cfg = replace(cfg, embedding_model=embedder)
+        if reranker or no_reranker:
+            cfg = replace(cfg, reranker="none" if no_reranker else reranker)
         rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar)
     except (ConfigError, InputError) as e:
         bar.close()

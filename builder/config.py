@@ -61,6 +61,7 @@ class BuildConfig:
     embedding_model: str = "all-MiniLM-L6-v2"
     quantization: str = "int8"
     vectors: VectorOptions = VectorOptions()
+    reranker: str = "default"  # "default" (the shipped model), "none", or a model folder
     source: str | None = None  # the kb.toml read, if any
 
     def to_dict(self) -> dict:

@@ -409,3 +409,25 @@ def default_embedder_files(quantization: str | None = "int8", cache_dir: Path | 
     return convert_bert(
         fetch_minilm(cache_dir), quantization, cache_dir, name=MINILM_NAME, max_tokens=MINILM_MAX_TOKENS
     )
+
+
+def reranker_files(path: Path) -> dict[str, bytes]:
+    """A cross-encoder's converted files from ``path``: a converted folder (kb_model.json +
+    model.bin) is read as is; an HF BertForSequenceClassification folder (model.safetensors +
+    config.json + tokenizer.json) is converted to int8 (cached). Anything else is refused."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise ModelError(f"reranker {folder}: no such folder")
+    if (folder / "kb_model.json").is_file() and (folder / "model.bin").is_file():
+        files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".") and p.suffix != ".md"}
+    elif (folder / "model.safetensors").is_file() and (folder / "config.json").is_file():
+        files = convert_bert(folder, "int8")
+    else:
+        raise ModelError(f"reranker {folder}: not a model folder (need kb_model.json + model.bin, or HF model.safetensors + config.json)")
+    try:
+        kind = json.loads(files["kb_model.json"]).get("kind")
+    except (KeyError, ValueError):
+        raise ModelError(f"reranker {folder}: kb_model.json is missing or invalid") from None
+    if kind != "cross-encoder":
+        raise ModelError(f"reranker {folder}: the model is a {kind!r}, not a cross-encoder")
+    return files

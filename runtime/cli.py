@@ -147,6 +147,8 @@ def _search_options(ix, **flags):
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True, help="Which legs run.")
 @click.option("--rerank/--no-rerank", default=None, help="Rerank the top candidates with the cross-encoder (default: on when the artifact has one).")
 @click.option("--rerank-top", type=int, help="How many fused candidates the reranker rescores (default 40).")
+@click.option("--reranker", "reranker_path", metavar="PATH", help="Use this cross-encoder (converted or HF folder) instead of the artifact's.")
+@click.option("--budget-ms", type=float, help="Shrink the rerank depth to fit this many milliseconds (--explain shows what was skipped).")
 @click.option("--blend", type=click.Choice(["position", "sigmoid"]), help="Rerank blend rule (default position).")
 @click.option("--rerank-weight", type=float, help="Sigmoid blend: weight of the reranker, 0..1 (default 1.0).")
 @click.option("--semantic-weight", type=float, help="Dense share of the fusion, 0..1 (default 0.7).")
@@ -160,18 +162,31 @@ def _search_options(ix, **flags):
 @click.option("--compute-type", default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
 @click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk.")
 @debug_option
-def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, rerank, rerank_top, blend, rerank_weight, semantic_weight, rrf_k, explain, as_json, as_jsonl, full, group, device, compute_type, no_stale_check, debug):
+def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, rerank, rerank_top, reranker_path, budget_ms, blend, rerank_weight, semantic_weight, rrf_k, explain, as_json, as_jsonl, full, group, device, compute_type, no_stale_check, debug):
     """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked."""
     from .output import render_human, render_json, render_jsonl, response_dict
     from .search import Query, SearchError, Searcher
 
     if as_json and as_jsonl:
         raise KbError("--json and --jsonl are exclusive", EXIT_USAGE)
+    reranker = None
+    if reranker_path and rerank is not False:
+        from .models import ModelError
+        from .rerank import load_reranker_path
+
+        try:  # a configured model that is missing or invalid refuses loudly, before any search
+            reranker = load_reranker_path(reranker_path, device, compute_type)
+        except ModelError as e:
+            raise KbError(str(e), EXIT_FAIL) from None
     with open_index(index_path) as ix:
         opts = _search_options(ix, semantic_weight=semantic_weight, rrf_k=rrf_k, blend=blend, rerank_weight=rerank_weight)
-        q = Query(query, tuple(rewrite), tuple(entity), top_k, tuple(status), all_statuses, tuple(tag), path_prefix, mode, rerank, rerank_top, explain, group, full)
+        q = Query(
+            text=query, rewrites=tuple(rewrite), entities=tuple(entity), top_k=top_k, statuses=tuple(status),
+            all_statuses=all_statuses, tags=tuple(tag), path=path_prefix, mode=mode, rerank=rerank,
+            rerank_top=rerank_top, budget_ms=budget_ms, explain=explain, group=group, full=full,
+        )
         try:
-            resp = Searcher(ix, opts, device, compute_type).search(q)
+            resp = Searcher(ix, opts, device, compute_type, reranker=reranker).search(q)
         except SearchError as e:
             raise KbError(str(e), EXIT_USAGE) from None
         if not no_stale_check:

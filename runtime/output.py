@@ -19,6 +19,7 @@ def response_dict(resp: Response, artifact: dict) -> dict:
         "filters": {"statuses": list(q.statuses), "all_statuses": q.all_statuses, "tags": list(q.tags), "path": q.path},
         "group": q.group,
         "reranked": resp.reranked,
+        "rerank": resp.rerank,
         "artifact": artifact,
         "results": resp.results,
         "tag_contexts": resp.tag_contexts,

@@ -258,7 +258,7 @@ def load_reranker(files: dict[str, bytes], device: str = "auto", compute_type: s
     return CT2CrossEncoder(files, device=device, compute_type=compute_type)
 
 
-def load_reranker_path(path) -> CT2CrossEncoder:
+def load_reranker_path(path, device: str = "auto", compute_type: str = "auto") -> CT2CrossEncoder:
     """A CT2CrossEncoder from a folder, on the default device and compute type.
 
     The folder is either converted (kb_model.json + model.bin, as written by
@@ -281,11 +281,11 @@ def load_reranker_path(path) -> CT2CrossEncoder:
             }
         except OSError as e:
             raise ModelError(f"cannot read reranker {folder}: {e}") from None
-        return load_reranker(files)
+        return load_reranker(files, device, compute_type)
     if (folder / "model.safetensors").is_file() and (folder / "config.json").is_file():
         try:
             from kb.builder.models import convert_bert
         except ImportError:
             raise ModelError(f"{folder} is an HF model; convert it with kb-build --reranker first (kb.builder is not installed)") from None
-        return load_reranker(convert_bert(folder, "int8"))
+        return load_reranker(convert_bert(folder, "int8"), device, compute_type)
     raise ModelError(f"{folder} is not a reranker folder (need kb_model.json + model.bin, or HF model.safetensors + config.json)")

@@ -197,7 +197,7 @@ def test_searcher_reranks_the_top_and_keeps_the_rest_in_fused_order():
     class Fake:
         """Scores passages by length: longer = more relevant. Deterministic plumbing check only."""
 
-        def score(self, query, passages):
+        def score(self, query, passages, **kw):
             return [len(p) / 10.0 - 3 for p in passages]
 
     with Index(GOLD) as ix:

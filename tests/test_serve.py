@@ -296,7 +296,7 @@ class GatedReranker:
     def __init__(self):
         self.gate, self.entered = threading.Event(), threading.Event()
 
-    def score(self, query, passages):
+    def score(self, query, passages, **kw):
         if query == "slow":
             self.entered.set()
             self.gate.wait(10)

@@ -1,0 +1,76 @@
+"""kb-build --reranker packs a cross-encoder; kb search uses it (plumbing, with a tiny random model)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from kb.builder.cli import main as kb_build
+from kb.runtime.cli import main as kb
+
+from conftest import TINY
+from test_rerank import _tiny_ce
+
+
+@pytest.fixture(scope="module")
+def reranked_artifact(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rr")
+    tiny = _tiny_ce(tmp)
+    out = tmp / "rr.kb"
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--embedder", "hash", "--reranker", str(tiny["folder"])])
+    assert r.exit_code == 0, r.output
+    return out, tiny
+
+
+def search(out, *args):
+    r = CliRunner().invoke(kb, ["search", "backup snapshot", "-i", str(out), "--json", "--no-stale-check", "--all-statuses", *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_the_packed_reranker_is_listed_by_kb_info(reranked_artifact):
+    out, _ = reranked_artifact
+    d = json.loads(CliRunner().invoke(kb, ["info", "-i", str(out), "--json"]).stdout)
+    assert d["models"]["reranker"]["kind"] == "cross-encoder"
+    assert "model.rerank" in {s["name"] for s in d["sections"]}
+
+
+def test_search_reranks_by_default_and_not_with_no_rerank(reranked_artifact):
+    out, _ = reranked_artifact
+    d = search(out, "-n", "5", "--explain")
+    assert d["reranked"] and d["results"][0]["score_kind"] == "rerank"
+    assert d["rerank"]["scored"] == d["rerank"]["candidates"] and d["rerank"]["skipped"] == 0
+    e = d["results"][0]["explain"]["rerank"]
+    assert set(e) == {"logit", "probability", "retrieval_weight", "rerank_weight"}
+    d = search(out, "-n", "5", "--no-rerank")
+    assert not d["reranked"] and d["results"][0]["score_kind"] == "rrf"
+
+
+def test_budget_ms_shrinks_the_rerank_depth_and_reports_the_skipped(reranked_artifact):
+    out, _ = reranked_artifact
+    d = search(out, "-n", "10", "--rerank-top", "10", "--budget-ms", "0")
+    assert d["rerank"]["scored"] == 8 and d["rerank"]["skipped"] == 2  # the first batch always runs
+    kinds = [r["score_kind"] for r in d["results"]]
+    assert kinds == ["rerank"] * 8 + ["rrf"] * (len(kinds) - 8)
+
+
+def test_a_missing_reranker_refuses_loudly_at_start(reranked_artifact, tmp_path):
+    out, _ = reranked_artifact
+    r = CliRunner().invoke(kb, ["search", "x", "-i", str(out), "--reranker", str(tmp_path / "nope")])
+    assert (r.exit_code, r.stderr) == (1, f"kb: error: reranker {tmp_path / 'nope'} not found\n")
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(tmp_path / "x.kb"), "--embedder", "none", "--reranker", str(tmp_path / "nope")])
+    assert r.exit_code == 1
+    assert r.stderr == f"kb-build: error: build failed, {tmp_path / 'x.kb'} left as it was: reranker {tmp_path / 'nope'}: no such folder\n"
+
+
+def test_search_reranker_flag_takes_an_hf_folder(reranked_artifact, tmp_path):
+    out, tiny = reranked_artifact
+    d = search(out, "-n", "3", "--reranker", str(tiny["folder"]))
+    assert d["reranked"]
+
+
+def test_an_explicit_rerank_without_a_model_says_so(tmp_path):
+    out = tmp_path / "plain.kb"
+    CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--embedder", "hash", "--no-reranker"])
+    d = search(out, "--rerank")
+    assert not d["reranked"] and d["notices"][0]["kind"] == "no_reranker"
