@@ -15,6 +15,8 @@ from kb.formats import layout as L
 from kb.formats.artifact import Artifact, CorruptArtifact
 
 BLOCK_CACHE = 256  # decoded text blocks kept (16 chunks each)
+TERM_CACHE = 65536  # term -> term id lookups kept
+
 
 REQUIRED = (
     L.META,
@@ -41,6 +43,8 @@ class Index:
         from collections import OrderedDict
 
         self._block_lock = threading.Lock()
+        self._term_cache: dict[str, int | None] = {}
+        self.leg_cache: dict = {}  # per-leg memo of decoded data (runtime/bm25.py keeps impacts here)
         self._block_cache: OrderedDict = OrderedDict()
         self.artifact = Artifact(path)
         self.path = self.artifact.path
@@ -143,6 +147,16 @@ class Index:
         return np.frombuffer(self.artifact.section(L.POSTING_TF), dtype="<f4")
 
     def term_id(self, term: str) -> int | None:
+        cache = self._term_cache
+        if term in cache:
+            return cache[term]
+        tid = self._lookup_term(term)
+        if len(cache) >= TERM_CACHE:
+            cache.clear()  # a crude bound: warm processes re-fill the common terms at once
+        cache[term] = tid
+        return tid
+
+    def _lookup_term(self, term: str) -> int | None:
         h = L.term_hash(term)
         hashes = self.term_hashes
         i = int(np.searchsorted(hashes, h))

@@ -1,0 +1,145 @@
+#!/bin/sh
+# Smoke test of the frozen single-file kb against the unfrozen one.
+#
+#   packaging/smoke_test.sh            (or: make -C packaging smoke)
+#
+# The frozen file runs as on a laptop: `env -i` (nothing inherited), HOME an empty temp dir (so
+# the first command also unpacks it), PATH an empty directory (no Python, no tar, nothing).
+# The reference is the project's own `kb` (.venv/bin/kb) with the caller's environment. For
+# each case both must exit with the same status and print the same stdout (JSON compared
+# structurally by packaging/jsoncmp.py, ignoring timings_ms / latency_ms; text byte for byte)
+# and, for the error cases, the same stderr. Exit status: number of failed cases (0 = pass).
+#
+# Cases: tests/golden/tiny-v1.kb (hash stand-in embedder, no model needed): search in every
+# mode and output format, filters, entities, rewrites, a CJK query, explain, info, list,
+# status, bench, error exits; bench/out/hugo.kb when present (real MiniLM model inside):
+# hybrid, BM25-only and vector searches, info. Also: HOME unset (falls back to /tmp/kb-$UID).
+#
+# Environment: KB_FROZEN (default dist/kb), KB_REF (default .venv/bin/kb).
+set -u
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+KB_FROZEN=${KB_FROZEN:-"$ROOT/dist/kb"}
+KB_REF=${KB_REF:-"$ROOT/.venv/bin/kb"}
+PY=${PYTHON:-"$ROOT/.venv/bin/python"}
+CMP="$ROOT/packaging/jsoncmp.py"
+TINY="$ROOT/tests/golden/tiny-v1.kb"
+HUGO="$ROOT/bench/out/hugo.kb"
+FIXTURE="$ROOT/tests/data/tiny-fixture.json"
+
+[ -x "$KB_FROZEN" ] || { echo "smoke: no frozen kb at $KB_FROZEN (run packaging/build.sh)" >&2; exit 99; }
+[ -x "$KB_REF" ] || { echo "smoke: no reference kb at $KB_REF" >&2; exit 99; }
+
+newer=$(find "$ROOT/runtime" "$ROOT/formats" -name '*.py' -newer "$KB_FROZEN" 2>/dev/null | head -3)
+[ -n "$newer" ] && echo "smoke: warning: sources changed after $KB_FROZEN was built (e.g. $(echo $newer | tr ' ' ',')); differences may just mean: rebuild" >&2
+
+TMP=$(mktemp -d /tmp/kb-smoke.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT INT TERM
+mkdir -p "$TMP/home" "$TMP/emptybin" "$TMP/out"
+
+# The clean environment really has no Python.
+if env -i PATH="$TMP/emptybin" /bin/sh -c 'command -v python3 || command -v python' >/dev/null 2>&1; then
+    echo "smoke: python is reachable from the clean environment" >&2
+    exit 99
+fi
+
+frozen() { env -i HOME="$TMP/home" PATH="$TMP/emptybin" "$KB_FROZEN" "$@"; }
+ref() { "$KB_REF" "$@"; }
+
+n=0
+failed=0
+check() { # check NAME ARGS... : same exit status and same stdout
+    name=$1
+    shift
+    n=$((n + 1))
+    ref "$@" > "$TMP/out/$n.ref" 2> "$TMP/out/$n.ref.err"
+    rr=$?
+    frozen "$@" > "$TMP/out/$n.frz" 2> "$TMP/out/$n.frz.err"
+    rf=$?
+    if [ "$rr" != "$rf" ]; then
+        why="exit status: reference $rr, frozen $rf; frozen stderr: $(head -c 400 "$TMP/out/$n.frz.err")"
+    elif ! why=$("$PY" "$CMP" "$TMP/out/$n.ref" "$TMP/out/$n.frz"); then
+        :
+    elif [ "${STDERR_TOO:-0}" = 1 ] && ! cmp -s "$TMP/out/$n.ref.err" "$TMP/out/$n.frz.err"; then
+        why="stderr differs: reference '$(head -c 200 "$TMP/out/$n.ref.err")', frozen '$(head -c 200 "$TMP/out/$n.frz.err")'"
+    else
+        why=""
+    fi
+    if [ -n "$why" ]; then
+        failed=$((failed + 1))
+        printf 'FAIL %-28s %s\n' "$name" "$why"
+    else
+        printf 'ok   %-28s (exit %s, %s bytes)\n' "$name" "$rr" "$(wc -c < "$TMP/out/$n.frz")"
+    fi
+}
+
+# --- first run: unpacks into the empty HOME ---------------------------------------------------
+t0=$(date +%s%N)
+frozen --version > "$TMP/out/first" 2>&1
+rc=$?
+t1=$(date +%s%N)
+if [ $rc != 0 ] || [ ! -d "$TMP/home/.cache/kb/frozen" ]; then
+    echo "FAIL first run (exit $rc): $(cat "$TMP/out/first")"
+    exit 1
+fi
+printf 'ok   %-28s %s ms, unpacked to ~/.cache/kb/frozen/%s (%s)\n' "first run (unpack)" $(((t1 - t0) / 1000000)) \
+    "$(ls "$TMP/home/.cache/kb/frozen")" "$(du -sh "$TMP/home/.cache/kb/frozen" | cut -f1)"
+
+check version --version
+check help --help
+check search-help search --help
+
+# --- golden artifact (hash embedder) -----------------------------------------------------------
+Q="restore the newest snapshot"
+check tiny-hybrid-json search "$Q" -i "$TINY" --json --no-stale-check
+check tiny-hybrid-stalecheck search "$Q" -i "$TINY" --json
+check tiny-bm25-json search "$Q" -i "$TINY" --mode bm25 --no-rerank --json --no-stale-check
+check tiny-vector-json search "who is on call first" -i "$TINY" --mode vector --json --no-stale-check
+check tiny-explain search "gateway firewall rules" -i "$TINY" --explain --json --no-stale-check
+check tiny-jsonl-full-doc search "gateway firewall rules" -i "$TINY" --jsonl --full --group doc --no-stale-check
+check tiny-filters search "$Q" -i "$TINY" --all-statuses --path notes -n 3 --json --no-stale-check
+check tiny-entity-rewrite search "$Q" -i "$TINY" -e backups --rewrite "recover from backup" --json --no-stale-check
+check tiny-cjk search "日本語の検索 テスト café" -i "$TINY" --json --no-stale-check
+check tiny-negative search "quantum chromodynamics lattice" -i "$TINY" --json --no-stale-check
+check tiny-human search "$Q" -i "$TINY" --no-stale-check
+check tiny-info-json info -i "$TINY" --json
+check tiny-info-verify info -i "$TINY" --json --verify
+check tiny-info-text info -i "$TINY"
+check tiny-list list -i "$TINY" --json
+check tiny-status status -i "$TINY" --json
+[ -f "$FIXTURE" ] && check tiny-bench bench "$FIXTURE" -i "$TINY" --json
+
+# --- errors: same exit code and same message ---------------------------------------------------
+STDERR_TOO=1 check err-missing-artifact search x -i "$TMP/none.kb" --json
+STDERR_TOO=1 check err-no-query search -i "$TINY" --json
+STDERR_TOO=1 check err-not-artifact info -i "$FIXTURE"
+STDERR_TOO=1 check err-bad-option search x --mode nope -i "$TINY"
+
+# --- the real artifact (MiniLM inside), if built -----------------------------------------------
+if [ -f "$HUGO" ]; then
+    check hugo-hybrid search "how to configure taxonomies" -i "$HUGO" --json --no-stale-check
+    check hugo-hybrid-norerank search "how do I add a custom output format" -i "$HUGO" --no-rerank --json --no-stale-check
+    check hugo-bm25 search "taxonomies" -i "$HUGO" --mode bm25 --no-rerank --json --no-stale-check
+    check hugo-vector search "render images responsively" -i "$HUGO" --mode vector --json --no-stale-check
+    check hugo-info info -i "$HUGO" --json
+else
+    echo "skip hugo cases ($HUGO not built)"
+fi
+
+# --- HOME unset: falls back to /tmp/kb-$UID ----------------------------------------------------
+fallback="/tmp/kb-$(id -u)"
+existed=0
+[ -e "$fallback" ] && existed=1
+out=$(env -i PATH="$TMP/emptybin" "$KB_FROZEN" --version 2>&1)
+rc=$?
+n=$((n + 1))
+if [ $rc = 0 ] && [ "$out" = "$(ref --version)" ] && [ -d "$fallback/frozen" ]; then
+    printf 'ok   %-28s %s\n' "no HOME -> $fallback" "$out"
+else
+    failed=$((failed + 1))
+    printf 'FAIL %-28s exit %s: %s\n' "no HOME -> $fallback" "$rc" "$out"
+fi
+[ $existed = 0 ] && rm -rf "$fallback"
+
+echo "smoke: $((n - failed))/$n passed"
+exit $failed
