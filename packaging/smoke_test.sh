@@ -12,7 +12,7 @@
 #
 # Cases: tests/golden/tiny-v1.kb (hash stand-in embedder, no model needed): search in every
 # mode and output format, filters, entities, rewrites, a CJK query, explain, info, list,
-# status, bench, error exits; bench/out/hugo.kb when present (real MiniLM model inside):
+# status, bench, an MCP stdio session, the HTTP server (curl), error exits; bench/out/hugo.kb when present (real MiniLM model inside):
 # hybrid, BM25-only and vector searches, info. Also: HOME unset (falls back to /tmp/kb-$UID).
 #
 # Environment: KB_FROZEN (default dist/kb), KB_REF (default .venv/bin/kb).
@@ -52,9 +52,9 @@ check() { # check NAME ARGS... : same exit status and same stdout
     name=$1
     shift
     n=$((n + 1))
-    ref "$@" > "$TMP/out/$n.ref" 2> "$TMP/out/$n.ref.err"
+    ref "$@" < "${STDIN:-/dev/null}" > "$TMP/out/$n.ref" 2> "$TMP/out/$n.ref.err"
     rr=$?
-    frozen "$@" > "$TMP/out/$n.frz" 2> "$TMP/out/$n.frz.err"
+    frozen "$@" < "${STDIN:-/dev/null}" > "$TMP/out/$n.frz" 2> "$TMP/out/$n.frz.err"
     rf=$?
     if [ "$rr" != "$rf" ]; then
         why="exit status: reference $rr, frozen $rf; frozen stderr: $(head -c 400 "$TMP/out/$n.frz.err")"
@@ -108,6 +108,51 @@ check tiny-info-text info -i "$TINY"
 check tiny-list list -i "$TINY" --json
 check tiny-status status -i "$TINY" --json
 [ -f "$FIXTURE" ] && check tiny-bench bench "$FIXTURE" -i "$TINY" --json
+
+# MCP over stdio: initialize, list tools, one search, then EOF ends the server.
+cat > "$TMP/mcp.in" <<'EOF'
+{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"smoke","version":"0"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/list"}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search","arguments":{"query":"restore the newest snapshot"}}}
+EOF
+STDIN="$TMP/mcp.in" check tiny-mcp-stdio mcp -i "$TINY" --no-stale-check
+
+# HTTP: the same requests to a reference and a frozen `kb serve` on free loopback ports.
+serve_get() { # serve_get ref|frozen OUTFILE : start, GET three URLs into OUTFILE, stop
+    err="$2.err"
+    if [ "$1" = ref ]; then
+        ref serve -i "$TINY" --port 0 --no-stale-check 2> "$err" &
+    else
+        frozen serve -i "$TINY" --port 0 --no-stale-check 2> "$err" &
+    fi
+    pid=$!
+    url=""
+    i=0
+    while [ $i -lt 200 ] && [ -z "$url" ]; do
+        url=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$err" 2>/dev/null | head -1)
+        [ -z "$url" ] && sleep 0.1
+        i=$((i + 1))
+    done
+    if [ -n "$url" ]; then
+        { curl -s "$url/search?query=restore+the+newest+snapshot&top_k=3"; echo
+          curl -s "$url/info"; echo
+          curl -s "$url/health"; echo; } > "$2"
+    fi
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    [ -n "$url" ]
+}
+n=$((n + 1))
+if ! command -v curl >/dev/null 2>&1; then
+    n=$((n - 1))
+    echo "skip serve (no curl)"
+elif serve_get ref "$TMP/out/serve.ref" && serve_get frozen "$TMP/out/serve.frz" && why=$("$PY" "$CMP" "$TMP/out/serve.ref" "$TMP/out/serve.frz"); then
+    printf 'ok   %-28s (%s bytes)\n' "tiny-serve-http" "$(wc -c < "$TMP/out/serve.frz")"
+else
+    failed=$((failed + 1))
+    printf 'FAIL %-28s %s %s\n' "tiny-serve-http" "${why:-server did not start}" "$(head -c 300 "$TMP/out/serve.frz.err" 2>/dev/null)"
+fi
 
 # --- errors: same exit code and same message ---------------------------------------------------
 STDERR_TOO=1 check err-missing-artifact search x -i "$TMP/none.kb" --json
