@@ -68,7 +68,7 @@ class CT2CrossEncoder:
         except ImportError as e:
             raise ModelError(f"the reranker needs the {e.name} package; reinstall kb-search") from None
 
-        if not isinstance(files, dict) or "kb_model.json" not in files or "model.bin" not in files:
+        if not files or "kb_model.json" not in files or "model.bin" not in files:
             raise ModelError("reranker files incomplete (need kb_model.json and model.bin); convert the model with kb-build --reranker")
         try:
             meta = json.loads(bytes(files["kb_model.json"]).decode("utf-8"))

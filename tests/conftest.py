@@ -22,11 +22,11 @@ settings.load_profile("kb")
 
 
 def build_hash(corpus: Path, out: Path, **kw):
-    """Build ``corpus`` with its kb.toml (if any) and the hash stand-in embedder."""
+    """Build ``corpus`` with its kb.toml (if any), the hash stand-in embedder and no reranker."""
     from dataclasses import replace
 
     cfg_path = corpus / "kb.toml" if (corpus / "kb.toml").is_file() else None
-    cfg = replace(load_config(cfg_path), embedding_model=kw.pop("embedder", "hash"))
+    cfg = replace(load_config(cfg_path), embedding_model=kw.pop("embedder", "hash"), reranker=kw.pop("reranker", "none"))
     return build([corpus], out, cfg, **kw)
 
 

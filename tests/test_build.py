@@ -62,7 +62,7 @@ def test_path_prefix_maps_to_a_chunk_range(sample_artifact):
 
 
 def _plain_bm25(tmp_path):
-    cfg = replace(BuildConfig(), embedding_model="none", bm25=BM25Params(title_weight=0.0, section_weight=0.0))
+    cfg = replace(BuildConfig(), reranker="none", embedding_model="none", bm25=BM25Params(title_weight=0.0, section_weight=0.0))
     out = tmp_path / "bm25.kb"
     build([BM25_CORPUS], out, cfg)
     return out
@@ -91,7 +91,7 @@ def test_title_and_section_terms_count_above_body(tmp_path):
     (tmp_path / "a.md").write_text("# Zebra\n\nanimal text\n")
     (tmp_path / "b.md").write_text("# Animal\n\nzebra text\n")
     out = tmp_path / "t.kb"
-    build([tmp_path], out, replace(BuildConfig(), embedding_model="none"))
+    build([tmp_path], out, replace(BuildConfig(), reranker="none", embedding_model="none"))
     with Index(out) as ix:
         ids, scores = bm25_scores(ix, ["zebra"])
         by_path = {ix.chunk_record(int(i))["path"]: s for i, s in zip(ids, scores)}
@@ -100,7 +100,7 @@ def test_title_and_section_terms_count_above_body(tmp_path):
 
 def test_cli_builds_and_reports_a_summary(tmp_path):
     out = tmp_path / "s.kb"
-    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--embedder", "hash"])
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--embedder", "hash", "--no-reranker"])
     assert r.exit_code == 0, r.output
     assert r.stderr.startswith(f"built {out} (")
     assert "7 files read, 7 documents" in r.stderr
@@ -153,5 +153,5 @@ def test_config_errors_are_one_line(tmp_path):
 
 def test_unknown_statuses_are_kept_and_warned_about(tmp_path):
     (tmp_path / "a.md").write_text("---\nstatus: draft\n---\n# A\n\ntext\n")
-    rep = build([tmp_path], tmp_path / "a.kb", replace(BuildConfig(), embedding_model="none"))
+    rep = build([tmp_path], tmp_path / "a.kb", replace(BuildConfig(), reranker="none", embedding_model="none"))
     assert rep.warnings == ["unknown status 'draft' (kept; known: live-doctrine, live, derived, historical, superseded)"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -328,8 +329,8 @@ def test_bad_files_raise(tiny1, tmp_path):
         "cross-encoder 'tiny-ce' lacks tokenizer.json; convert the model with kb-build --reranker"
     )
     assert _err(CT2CrossEncoder, {**files, "tokenizer.json": b"{}"}).startswith("tokenizer.json is invalid (")
-    assert _err(CT2CrossEncoder, {**files, "model.bin": b"\0" * 16}, device="cpu").startswith(
-        "cannot load cross-encoder 'tiny-ce' on cpu/int8: "
+    assert _err(CT2CrossEncoder, {**files, "model.bin": b"\0" * 16}, device="cpu", compute_type="float32").startswith(
+        "cannot load cross-encoder 'tiny-ce' on cpu/float32: "
     )
     assert _err(CT2CrossEncoder, files, device="tpu") == "device 'tpu' not supported; use auto, cpu or cuda"
 
@@ -392,7 +393,10 @@ def test_load_reranker_path_errors(tiny1, tmp_path, monkeypatch):
 # --------------------------------------------------------------------------
 # transformers (only where torch and transformers are installed)
 
-_MINILM_TOK = Path.home() / ".cache" / "kb" / "models" / "hf" / "all-MiniLM-L6-v2" / "tokenizer.json"
+_MINILM_TOK = (
+    Path(os.environ.get("KB_CACHE_DIR") or Path.home() / ".cache" / "kb").expanduser()
+    / "models" / "hf" / "all-MiniLM-L6-v2" / "tokenizer.json"
+)
 
 
 def test_minilm_shape_matches_transformers(tmp_path):
