@@ -58,7 +58,7 @@ def load_set(name: str, data: Path, fixtures: Path):
     return load_fixture(fixtures / "hugo-docs.json") if kind == "fixture" else load_beir(data / name, split)
 
 
-def bench_set(name: str, art: Path, data: Path, fixtures: Path) -> dict:
+def bench_set(name: str, art: Path, data: Path, fixtures: Path, reranker=None) -> dict:
     from kb.runtime.bench import run_bench
     from kb.runtime.index import Index
     from kb.runtime.search import Searcher
@@ -66,7 +66,7 @@ def bench_set(name: str, art: Path, data: Path, fixtures: Path) -> dict:
     bset = load_set(name, data, fixtures)
     ix = Index(art)
     try:
-        return run_bench(Searcher(ix), bset)
+        return run_bench(Searcher(ix, reranker=reranker), bset)
     finally:
         ix.close()
 
@@ -79,19 +79,25 @@ def main(argv=None):
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--reranker", type=Path, help="rerank with this model folder instead of the artifact's own")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     from kb.runtime.bench import render_table
 
     names = [s for s in a.sets.split(",") if s]
+    reranker = None
+    if a.reranker:
+        from kb.runtime.rerank import load_reranker_path
+
+        reranker = load_reranker_path(a.reranker)
     results, builds = {}, {}
     for name in names:
         art, rep = build_set(name, a.data, a.out, a.rebuild)
         if rep:
             builds[name] = rep
         print(f"[{name}] bench", file=sys.stderr)
-        results[name] = bench_set(name, art, a.data, a.fixtures)
+        results[name] = bench_set(name, art, a.data, a.fixtures, reranker)
     peers = {}
     if not a.no_peers:
         import peers as P

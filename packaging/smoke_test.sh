@@ -121,10 +121,11 @@ STDIN="$TMP/mcp.in" check tiny-mcp-stdio mcp -i "$TINY" --no-stale-check
 # HTTP: the same requests to a reference and a frozen `kb serve` on free loopback ports.
 serve_get() { # serve_get ref|frozen OUTFILE : start, GET three URLs into OUTFILE, stop
     err="$2.err"
+    # exec in a subshell: $! is then the server itself, so the kill below reaches it
     if [ "$1" = ref ]; then
-        ref serve -i "$TINY" --port 0 --no-stale-check 2> "$err" &
+        (exec "$KB_REF" serve -i "$TINY" --port 0 --no-stale-check < /dev/null > "$2.out" 2> "$err") &
     else
-        frozen serve -i "$TINY" --port 0 --no-stale-check 2> "$err" &
+        (exec env -i HOME="$TMP/home" PATH="$TMP/emptybin" "$KB_FROZEN" serve -i "$TINY" --port 0 --no-stale-check < /dev/null > "$2.out" 2> "$err") &
     fi
     pid=$!
     url=""

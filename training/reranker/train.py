@@ -114,6 +114,21 @@ def init_model(src: Path, layers: int, seed: int):
     return model
 
 
+@torch.no_grad()
+def dev_eval(model, enc, dev: list[dict]) -> dict:
+    """MRR of the positive within each held-out group, and pairwise pos > neg accuracy."""
+    model.eval()
+    rr, acc = [], []
+    for s in range(0, len(dev), 8):
+        gs = dev[s : s + 8]
+        n = 1 + len(gs[0]["negs"])
+        lg = model(**enc.batch(gs)).logits.view(len(gs), n)
+        rank = (lg[:, 1:] >= lg[:, :1]).sum(1) + 1
+        rr += (1.0 / rank.float()).tolist()
+        acc += (lg[:, :1] > lg[:, 1:]).float().mean(1).tolist()
+    return {"mrr": round(float(np.mean(rr)), 4), "pair_acc": round(float(np.mean(acc)), 4)}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=Path, required=True)
@@ -123,12 +138,15 @@ def main(argv=None):
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--groups-per-batch", type=int, default=6)
     ap.add_argument("--lr", type=float, default=7e-5)
+    ap.add_argument("--head-lr", type=float, default=0.0, help="learning rate of pooler + classifier (default: --lr)")
     ap.add_argument("--warmup", type=float, default=0.1)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--bce-weight", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0, help="use only the first N groups (smoke test)")
+    ap.add_argument("--dev", type=int, default=0, help="hold out N groups (seeded) and report their MRR (tuning runs only)")
+    ap.add_argument("--dev-every", type=int, default=0, help="evaluate the dev groups every N steps")
     ap.add_argument("--export", type=Path, default=None, help="write the int8 CTranslate2 files here")
     a = ap.parse_args(argv)
 
@@ -142,6 +160,12 @@ def main(argv=None):
     groups = [json.loads(l) for l in a.pairs.read_text(encoding="utf-8").splitlines() if l.strip()]
     if a.limit:
         groups = groups[: a.limit]
+    dev: list[dict] = []
+    if a.dev:
+        perm = list(range(len(groups)))
+        random.Random(f"dev:{a.seed}").shuffle(perm)
+        dev = [groups[i] for i in perm[: a.dev]]
+        groups = [groups[i] for i in sorted(perm[a.dev :])]
     enc = PairEncoder(src / "tokenizer.json", a.max_len)
     model = init_model(src, a.layers, a.seed)
     model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
@@ -149,10 +173,13 @@ def main(argv=None):
 
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     no_decay = ("bias", "LayerNorm.weight")
+    head = ("classifier.", "bert.pooler.")
+    head_lr = a.head_lr or a.lr
     opt = torch.optim.AdamW(
         [
-            {"params": [p for n, p in params if not n.endswith(no_decay)], "weight_decay": a.weight_decay},
-            {"params": [p for n, p in params if n.endswith(no_decay)], "weight_decay": 0.0},
+            {"params": [p for n, p in params if not n.endswith(no_decay) and not n.startswith(head)], "weight_decay": a.weight_decay},
+            {"params": [p for n, p in params if n.endswith(no_decay) and not n.startswith(head)], "weight_decay": 0.0},
+            {"params": [p for n, p in params if n.startswith(head)], "weight_decay": 0.0, "lr": head_lr},
         ],
         lr=a.lr,
     )
@@ -192,7 +219,11 @@ def main(argv=None):
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            running.append((float(ce), float(bce), float((logits[:, 0:1] > logits[:, 1:]).float().mean())))
+            running.append((float(ce.detach()), float(bce.detach()), float((logits.detach()[:, 0:1] > logits.detach()[:, 1:]).float().mean())))
+            if dev and (step == total or (a.dev_every and step % a.dev_every == 0)):
+                log.setdefault("dev", []).append({"step": step} | dev_eval(model, enc, dev))
+                print(f"dev @ {step}: {log['dev'][-1]}", file=sys.stderr, flush=True)
+                model.train()
             if step % 25 == 0 or step == total:
                 m = np.mean(running, axis=0)
                 running = []
