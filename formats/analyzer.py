@@ -93,6 +93,11 @@ class Analyzer:
         return out
 
 
+def has_cjk(text: str) -> bool:
+    """True when ``text`` holds any Han, Hiragana, Katakana or Hangul character."""
+    return not text.isascii() and _HAS_CJK.search(text) is not None
+
+
 def _split_cjk(word: str) -> list[str]:
     out = []
     for i, part in enumerate(_CJK_SPLIT.split(word)):

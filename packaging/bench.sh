@@ -77,11 +77,13 @@ for name in ("warm", "cold", "first-cold", "first"):
     if os.path.exists(p):
         rows += json.load(open(p))["results"]
 size = os.path.getsize("dist/kb")
-lines = [f"dist/kb: {size:,} bytes; artifact {art}; {os.cpu_count()} CPUs", "",
-         "| command | median ms | mean ± sd ms | min ms | runs |", "|---|---:|---:|---:|---:|"]
+load = open("/proc/loadavg").read().split()[:3]
+lines = [f"dist/kb: {size:,} bytes; artifact {art}; {os.cpu_count()} CPUs; load average after the run {' '.join(load)}", "",
+         "| command | median ms | mean ± sd ms | min ms | CPU (user+sys) ms | runs |", "|---|---:|---:|---:|---:|---:|"]
 for r in rows:
     t = r["times"]
-    lines.append(f"| {r['command']} | {1e3 * statistics.median(t):.0f} | {1e3 * r['mean']:.0f} ± {1e3 * (r['stddev'] or 0):.0f} | {1e3 * min(t):.0f} | {len(t)} |")
+    cpu = 1e3 * (r["user"] + r["system"])
+    lines.append(f"| {r['command']} | {1e3 * statistics.median(t):.0f} | {1e3 * r['mean']:.0f} ± {1e3 * (r['stddev'] or 0):.0f} | {1e3 * min(t):.0f} | {cpu:.0f} | {len(t)} |")
 text = "\n".join(lines)
 open(os.path.join(out, "bench.md"), "w").write(text + "\n")
 print(text)

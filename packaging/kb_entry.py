@@ -20,7 +20,8 @@ What it adds around ``kb.runtime.cli:main``, all for one-process-per-query start
 3. ``os._exit`` after flushing stdout/stderr: skips interpreter teardown (module dicts,
    ctranslate2/usearch destructors, OpenMP pool joins), about 45 ms for a hybrid search.
 
-Set KB_FROZEN_NO_TWEAKS=1 to run without 1-3 (to measure them, or to rule them out).
+Set KB_FROZEN_NO_TWEAKS=1 to run without 1-3 (to measure them, or to rule them out), and
+KB_PHASES=1 to print a per-phase start-up breakdown to stderr.
 """
 
 import os
@@ -119,7 +120,63 @@ def _exit_code(code) -> int:
     return 1
 
 
+def _phase_timers() -> None:
+    """KB_PHASES=1: print wall time per start-up phase to stderr at exit (profiling only)."""
+    import atexit
+    import functools
+    import time
+
+    t0 = time.perf_counter()
+    spans = []
+
+    def timed(owner, name, label):
+        fn = getattr(owner, name)
+
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spans.append((label, t - t0, time.perf_counter() - t))
+
+        setattr(owner, name, wrapper)
+
+    t = time.perf_counter()
+    import kb.runtime.cli  # noqa: F401
+    spans.append(("import kb.runtime.cli (click)", t - t0, time.perf_counter() - t))
+    t = time.perf_counter()
+    from kb.runtime import embed, index, output, search
+
+    spans.append(("import search/index/output (numpy)", t - t0, time.perf_counter() - t))
+    timed(index.Index, "__init__", "open artifact")
+    timed(index.Index, "model_files", "model section -> bytes")
+    timed(embed, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
+    timed(search.Searcher, "search", "Searcher.search (all legs)")
+    timed(search, "top_vector", "vector leg: usearch")
+    timed(output, "render_json", "render JSON")
+
+    def report():
+        print(f"kb phases (ms since entry start / duration), entry total {1e3 * (time.perf_counter() - t0):.1f} ms:", file=sys.stderr)
+        for label, start, dur in spans:
+            print(f"  {1e3 * start:8.1f} {1e3 * dur:8.1f}  {label}", file=sys.stderr)
+
+    atexit.register(report)
+    global _report
+    _report = report
+
+
+_report = None
+
+
 def run() -> None:
+    if os.environ.get("KB_PHASES") == "1":
+        if _TWEAKS:  # before the timers import numpy and friends
+            for k, v in _ENV_DEFAULTS.items():
+                os.environ.setdefault(k, v)
+            for name, callables in _LAZY_MODULES.items():
+                _lazy(name, callables)
+        _phase_timers()
     if not _TWEAKS:
         from kb.runtime.cli import main
 
@@ -142,6 +199,8 @@ def run() -> None:
         sys.stdout.flush()
     except BrokenPipeError:  # `kb search ... | head`: the reader left; exit as a shell would
         code = code or 141
+    if _report is not None:
+        _report()
     try:
         sys.stderr.flush()
     except (BrokenPipeError, ValueError):

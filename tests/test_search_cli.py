@@ -208,3 +208,14 @@ def test_searcher_reranks_the_top_and_keeps_the_rest_in_fused_order():
     assert [r["chunk_id"] for r in rr.results[3:]] == [r["chunk_id"] for r in base.results[3:]]
     assert [r["score_kind"] for r in rr.results] == ["rerank"] * 3 + ["rrf"] * 3
     assert rr.results[0]["explain"]["rerank"]["retrieval_weight"] == 0.75
+
+
+def test_cjk_queries_skip_a_dense_leg_whose_model_never_saw_the_script(monkeypatch):
+    from kb.runtime import search as S
+
+    monkeypatch.setitem(S.EMBEDDER_SCRIPTS, "hash-64", ("latin",))
+    d = search_json("存储集群", "-i", GOLD, "--all-statuses", "--explain")
+    assert [n["kind"] for n in d["notices"]][0] == "dense_skipped"
+    assert set(d["results"][0]["explain"]["legs"]) == {"bm25"}
+    d = search_json("storage cluster", "-i", GOLD, "--all-statuses", "--explain", "-n", "1")
+    assert "vector" in d["results"][0]["explain"]["legs"]

@@ -86,7 +86,7 @@ class PairEncoder:
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": mask}
 
 
-def init_model(src: Path, layers: int, seed: int):
+def init_model(src: Path, layers: int, seed: int, fresh_pooler: bool = False):
     from safetensors.torch import load_file
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -106,9 +106,11 @@ def init_model(src: Path, layers: int, seed: int):
             continue
         if k.startswith("encoder.layer.") and int(k.split(".")[2]) >= layers:
             continue
+        if fresh_pooler and k.startswith("pooler."):
+            continue
         state["bert." + k] = v
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not m.startswith("classifier.") and not m.endswith("position_ids")]
+    missing = [m for m in missing if not m.startswith("classifier.") and not m.endswith("position_ids") and not (fresh_pooler and m.startswith("bert.pooler."))]
     if missing or unexpected:
         sys.exit(f"weight mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return model
@@ -139,6 +141,7 @@ def main(argv=None):
     ap.add_argument("--groups-per-batch", type=int, default=6)
     ap.add_argument("--lr", type=float, default=7e-5)
     ap.add_argument("--head-lr", type=float, default=0.0, help="learning rate of pooler + classifier (default: --lr)")
+    ap.add_argument("--fresh-pooler", action="store_true", help="initialise the pooler like BERT (normal 0.02) instead of MiniLM's near-zero one")
     ap.add_argument("--warmup", type=float, default=0.1)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--bce-weight", type=float, default=1.0)
@@ -167,7 +170,7 @@ def main(argv=None):
         dev = [groups[i] for i in perm[: a.dev]]
         groups = [groups[i] for i in sorted(perm[a.dev :])]
     enc = PairEncoder(src / "tokenizer.json", a.max_len)
-    model = init_model(src, a.layers, a.seed)
+    model = init_model(src, a.layers, a.seed, fresh_pooler=a.fresh_pooler)
     model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
     model.train()
 
