@@ -152,7 +152,11 @@ def _search_options(ix, **flags):
 @click.option("--blend", type=click.Choice(["position", "sigmoid"]), help="Rerank blend rule (default position).")
 @click.option("--rerank-weight", type=float, help="Sigmoid blend: weight of the reranker, 0..1 (default 1.0).")
 @click.option("--semantic-weight", type=float, help="Dense share of the fusion, 0..1 (default 0.7).")
-@click.option("--rrf-k", type=float, help="RRF rank offset k (default 60).")
+@click.option("--rrf-k", type=float, help="RRF rank offset k (default 20; the seeds' 60 flattens the rank curve).")
+@click.option("--rank1-bonus", type=float, help="Added once to a chunk ranked first in any leg (default 0; qmd: 0.05).")
+@click.option("--rank23-bonus", type=float, help="Added once to a chunk whose best rank is 2 or 3 (default 0; qmd: 0.02).")
+@click.option("--rewrite-weight", type=float, help="Weight of each --rewrite's sub-legs relative to the query's (default 0.5).")
+@click.option("--tag-weight", type=float, help="Weight of the tag leg (default 0.3).")
 @click.option("--explain", is_flag=True, help="Per result: each leg's rank and raw score, RRF parts, bonus, rerank logit and blend weights.")
 @click.option("--json", "as_json", is_flag=True, help="One versioned JSON object on stdout.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON result per line.")
@@ -162,7 +166,7 @@ def _search_options(ix, **flags):
 @click.option("--compute-type", default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
 @click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk.")
 @debug_option
-def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, rerank, rerank_top, reranker_path, budget_ms, blend, rerank_weight, semantic_weight, rrf_k, explain, as_json, as_jsonl, full, group, device, compute_type, no_stale_check, debug):
+def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, rerank, rerank_top, reranker_path, budget_ms, blend, rerank_weight, semantic_weight, rrf_k, rank1_bonus, rank23_bonus, rewrite_weight, tag_weight, explain, as_json, as_jsonl, full, group, device, compute_type, no_stale_check, debug):
     """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked."""
     from .output import render_human, render_json, render_jsonl, response_dict
     from .search import Query, SearchError, Searcher
@@ -179,7 +183,10 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
         except ModelError as e:
             raise KbError(str(e), EXIT_FAIL) from None
     with open_index(index_path) as ix:
-        opts = _search_options(ix, semantic_weight=semantic_weight, rrf_k=rrf_k, blend=blend, rerank_weight=rerank_weight)
+        opts = _search_options(
+            ix, semantic_weight=semantic_weight, rrf_k=rrf_k, rank1_bonus=rank1_bonus, rank23_bonus=rank23_bonus,
+            rewrite_weight=rewrite_weight, tag_weight=tag_weight, blend=blend, rerank_weight=rerank_weight,
+        )
         q = Query(
             text=query, rewrites=tuple(rewrite), entities=tuple(entity), top_k=top_k, statuses=tuple(status),
             all_statuses=all_statuses, tags=tuple(tag), path=path_prefix, mode=mode, rerank=rerank,

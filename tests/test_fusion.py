@@ -53,13 +53,28 @@ def test_ties_are_broken_by_chunk_id():
     assert [f.chunk for f in F.fuse_rrf([a, b])] == [3, 5]
 
 
+SEED = F.FusionParams(F.SEED_RRF_K, F.SEED_RANK1_BONUS, F.SEED_RANK23_BONUS)
+
+
 def test_rank_bonus_is_given_once_for_the_best_rank():
     a = F.leg_from_ranking("a", "bm25", 1.0, [1, 2, 3, 4], [1] * 4)
     b = F.leg_from_ranking("b", "cosine", 1.0, [4, 1], [1] * 2)
-    by = {f.chunk: f for f in F.fuse_rrf([a, b])}
-    assert by[1].bonus == by[4].bonus == F.RANK1_BONUS  # 1 is first in a, 4 first in b
-    assert by[2].bonus == by[3].bonus == F.RANK23_BONUS
+    by = {f.chunk: f for f in F.fuse_rrf([a, b], SEED)}
+    assert by[1].bonus == by[4].bonus == 0.05  # 1 is first in a, 4 first in b
+    assert by[2].bonus == by[3].bonus == 0.02
     assert abs(by[1].score - (1 / 61 + 1 / 62 + 0.05)) < 1e-12
+
+
+@given(legs())
+def test_fuse_rrf_matches_the_oracle_with_the_seed_constants(ls):
+    got = [(f.chunk, f.score) for f in F.fuse_rrf(ls, SEED)]
+    want = fuse_trivial_but_slow(ls, 60, 0.05, 0.02)
+    assert [c for c, _ in got] == [c for c, _ in want]
+    assert all(abs(a - b) < 1e-12 for (_, a), (_, b) in zip(got, want))
+
+
+def test_default_constants_are_the_measured_ones():
+    assert (F.RRF_K, F.RANK1_BONUS, F.RANK23_BONUS, F.SEMANTIC_WEIGHT) == (20, 0.0, 0.0, 0.7)
 
 
 probs = st.lists(st.floats(0, 1), min_size=1, max_size=30)

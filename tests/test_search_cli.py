@@ -99,10 +99,11 @@ def test_fewer_results_than_asked_warns_but_returns_them():
 
 
 def test_explain_reports_legs_rrf_parts_and_bonus():
-    d = search_json("restore the snapshot", "-i", GOLD, "--explain", "-n", "1")
+    d = search_json("restore the snapshot", "-i", GOLD, "--explain", "-n", "1", "--rank1-bonus", "0.05", "--rrf-k", "60")
     e = d["results"][0]["explain"]
     assert set(e["legs"]) == {"bm25", "vector"}
     assert e["legs"]["bm25"]["rank"] == 1 and e["bonus"] == 0.05
+    assert abs(e["legs"]["bm25"]["rrf"] - 0.3 / 61) < 1e-6  # lexical weight 1 - 0.7 at rank 1
     assert abs(sum(v["rrf"] for v in e["legs"].values()) + e["bonus"] - e["rrf"]) < 1e-5
     assert e["rerank"] is None and "timings_ms" in d
 
