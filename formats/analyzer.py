@@ -14,8 +14,8 @@ query side always analyzes exactly as the index side did.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 ANALYZER_NAME = "kb-unicode"
 ANALYZER_VERSION = 1
@@ -33,8 +33,14 @@ CJK_RANGES = (
     "\U00020000-\U0003134f"  # Han extensions B..G
 )
 _WORD = re.compile(r"\w+")
-_HAS_CJK = re.compile(f"[{CJK_RANGES}]")
-_CJK_SPLIT = re.compile(f"([{CJK_RANGES}]+)")
+
+
+@lru_cache(maxsize=None)
+def _cjk_patterns() -> tuple[re.Pattern, re.Pattern]:
+    """(has-CJK, split-on-CJK-runs), compiled on first use: ~3 ms that ASCII queries never need."""
+    return re.compile(f"[{CJK_RANGES}]"), re.compile(f"([{CJK_RANGES}]+)")
+
+
 _SUFFIXES = ("ingly", "edly", "ings", "ing", "ies", "ied", "es", "ed", "s")
 
 
@@ -72,11 +78,17 @@ class Analyzer:
     def terms(self, text: str) -> list[str]:
         """All terms of ``text`` in order, repeats kept (term frequencies come from this)."""
         # NFKC is the identity on ASCII and casefold equals lower there: skip the general path.
-        text = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
-        if self.cjk_bigrams and _HAS_CJK.search(text):
+        if text.isascii():
+            text = text.lower()
+        else:
+            import unicodedata
+
+            text = unicodedata.normalize("NFKC", text).casefold()
+        cjk_re = _cjk_patterns()[0] if self.cjk_bigrams and not text.isascii() else None
+        if cjk_re is not None and cjk_re.search(text):
             out = []
             for word in _WORD.findall(text):
-                if _HAS_CJK.search(word):
+                if cjk_re.search(word):
                     out.extend(_split_cjk(word))
                 else:
                     out.append(word)
@@ -95,12 +107,12 @@ class Analyzer:
 
 def has_cjk(text: str) -> bool:
     """True when ``text`` holds any Han, Hiragana, Katakana or Hangul character."""
-    return not text.isascii() and _HAS_CJK.search(text) is not None
+    return not text.isascii() and _cjk_patterns()[0].search(text) is not None
 
 
 def _split_cjk(word: str) -> list[str]:
     out = []
-    for i, part in enumerate(_CJK_SPLIT.split(word)):
+    for i, part in enumerate(_cjk_patterns()[1].split(word)):
         if not part:
             continue
         if i % 2 == 0:  # non-CJK piece between CJK runs

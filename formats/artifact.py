@@ -20,7 +20,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +165,8 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
 
     A failed or killed write leaves whatever was at ``path`` untouched. Returns the size.
     """
+    import tempfile  # the runtime never writes: keep its import off the query path
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -284,3 +284,7 @@ from .serve_cli import mcp as mcp_command, serve as serve_command  # noqa: E402 
 
 main.add_command(serve_command, "serve")
 main.add_command(mcp_command, "mcp")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -113,9 +113,8 @@ class CT2Embedder:
             self._tok.no_padding()
             self._tok.no_truncation()
             self._tok.enable_truncation(self.max_tokens)
-            self._count_tok = Tokenizer.from_str(tok_json)
-            self._count_tok.no_padding()
-            self._count_tok.no_truncation()
+            self._tok_json = tok_json  # the untruncated counting tokenizer is built on first use:
+            self._count_tok = None  # only the builder counts tokens, and it costs ~12 ms of a one-shot query
         except Exception as e:
             raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {str(e)[:120]})") from None
 
@@ -180,6 +179,12 @@ class CT2Embedder:
         """Token count of each text without special tokens and without truncation."""
         if not texts:
             return []
+        if self._count_tok is None:
+            from tokenizers import Tokenizer
+
+            self._count_tok = Tokenizer.from_str(self._tok_json)
+            self._count_tok.no_padding()
+            self._count_tok.no_truncation()
         encs = self._count_tok.encode_batch(list(texts), add_special_tokens=False)
         return [len(e.ids) for e in encs]
 
