@@ -381,6 +381,7 @@ def run_lancedb(docs: list[Doc], bset: BenchSet, k: int = 10, embed=None, cache_
 
 # --------------------------------------------------------------------------- CLI
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 PEERS = ("bm25s", "tantivy", "lancedb")
 
 
@@ -397,19 +398,9 @@ def versions() -> dict:
 
 
 def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        load = "load avg %.2f %.2f %.2f" % os.getloadavg()
-    except OSError:
-        load = ""
-    return f"{cpu}, {os.cpu_count()} logical cores, Python {platform.python_version()}, {platform.system()} {platform.release()}, {load}"
+    from results_md import machine as _machine
+
+    return _machine()
 
 
 def run_set(name: str, docs: list[Doc], bset: BenchSet, peers, k: int, cache_dir: Path | None, log) -> dict:

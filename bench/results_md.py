@@ -18,8 +18,11 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    gpu = "no GPU"
-    return f"{cpu}, {os.cpu_count()} logical cores, {gpu}, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    try:
+        load = ", load average %.2f %.2f %.2f at the start" % os.getloadavg()
+    except OSError:
+        load = ""
+    return f"{cpu}, {os.cpu_count()} logical cores, no GPU, Python {platform.python_version()}, {platform.system()} {platform.release()}{load}"
 
 
 def update_region(path: Path, name: str, body: str) -> None:

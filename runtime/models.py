@@ -67,6 +67,43 @@ def _as_bytes(value, name: str):
     raise ModelError(f"model file {name!r} is {type(value).__name__}, expected bytes")
 
 
+def open_encoder(files: dict, label: str, what: str, device: str, compute_type: str, threads: int):
+    """A ``ctranslate2.Encoder`` from in-memory files, with kb's device policy, shared by the
+    embedder and the cross-encoder. Returns (encoder, device, compute_type, threads).
+
+    device "auto" = cuda when CTranslate2 sees a GPU, else cpu. compute_type "auto" = int8 on
+    CPU whatever the stored weights (a float32-stored model is quantized at load, a fraction of
+    a second for MiniLM; measured on 2 AMD EPYC cores int8 compute is ~1.5-2x faster than
+    float32 and int8-vs-float32 cosine stays > 0.99), float16 on CUDA; "default" when the
+    device lacks it. threads 0 = the number of physical cores.
+    """
+    import ctranslate2
+
+    if device == "auto":
+        try:
+            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        except Exception:
+            device = "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ModelError(f"device {device!r} not supported; use auto, cpu or cuda")
+    if compute_type == "auto":
+        compute_type = "int8" if device == "cpu" else "float16"
+        try:
+            supported = ctranslate2.get_supported_compute_types(device)
+        except Exception:
+            supported = {compute_type}
+        if compute_type not in supported:
+            compute_type = "default"
+    threads = int(threads) if threads and threads > 0 else physical_cores()
+    ct2_files = {k: _as_bytes(v, k) for k, v in files.items() if k not in _KB_FILES}
+    try:
+        encoder = ctranslate2.Encoder(label, device=device, compute_type=compute_type, intra_threads=threads, files=ct2_files)
+    except Exception as e:
+        why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ModelError(f"cannot load {what} on {device}/{compute_type}: {why}") from None
+    return encoder, device, compute_type, threads
+
+
 class CT2Embedder:
     """Sentence embedder: BERT encoder in CTranslate2 + masked mean pooling + L2 norm.
 
@@ -118,41 +155,9 @@ class CT2Embedder:
         except Exception as e:
             raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {str(e)[:120]})") from None
 
-        if device == "auto":
-            try:
-                device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-            except Exception:
-                device = "cpu"
-        if device not in ("cpu", "cuda"):
-            raise ModelError(f"device {device!r} not supported; use auto, cpu or cuda")
-        if compute_type == "auto":
-            # CPU: int8 whatever the stored weights. A float32-stored model is
-            # quantized by ctranslate2 at load (a fraction of a second for
-            # MiniLM); measured on 2 AMD EPYC cores, int8 compute is ~1.5-2x faster
-            # than float32 compute, and int8-vs-float32 cosine stays > 0.99 (the
-            # result is equal to an int8-stored model). CUDA: float16.
-            compute_type = "int8" if device == "cpu" else "float16"
-            try:
-                supported = ctranslate2.get_supported_compute_types(device)
-            except Exception:
-                supported = {compute_type}
-            if compute_type not in supported:
-                compute_type = "default"
-        self.device = device
-        self.compute_type = compute_type
-        self.threads = int(threads) if threads and threads > 0 else physical_cores()
-
-        ct2_files = {k: _as_bytes(v, k) for k, v in files.items() if k not in _KB_FILES}
-        try:
-            self._encoder = ctranslate2.Encoder(
-                f"kb-model:{self.name}:{self.quantization}",
-                device=device,
-                compute_type=compute_type,
-                intra_threads=self.threads,
-                files=ct2_files,
-            )
-        except Exception as e:
-            raise ModelError(f"cannot load model {self.name!r} on {device}/{compute_type}: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}") from None
+        self._encoder, self.device, self.compute_type, self.threads = open_encoder(
+            files, f"kb-model:{self.name}:{self.quantization}", f"model {self.name!r}", device, compute_type, threads
+        )
         self._cpu = ctranslate2.Device.cpu
         # The first forward after loading is several times slower (allocations,
         # kernel selection): pay it here, not on the first query.

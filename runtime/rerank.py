@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .models import ModelError, _as_bytes, _KB_FILES, physical_cores
+from .models import ModelError, open_encoder
 
 __all__ = ["CT2CrossEncoder", "load_reranker", "load_reranker_path", "ModelError"]
 
@@ -135,37 +135,9 @@ class CT2CrossEncoder:
         # A query longer than half the window is cut to half: the passage keeps room.
         self._query_cap = (self.max_tokens - self._n_special) // 2
 
-        # ---- device, compute type, threads (same policy as CT2Embedder)
-        if device == "auto":
-            try:
-                device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-            except Exception:
-                device = "cpu"
-        if device not in ("cpu", "cuda"):
-            raise ModelError(f"device {device!r} not supported; use auto, cpu or cuda")
-        if compute_type == "auto":
-            compute_type = "int8" if device == "cpu" else "float16"
-            try:
-                supported = ctranslate2.get_supported_compute_types(device)
-            except Exception:
-                supported = {compute_type}
-            if compute_type not in supported:
-                compute_type = "default"
-        self.device = device
-        self.compute_type = compute_type
-        self.threads = int(threads) if threads and threads > 0 else physical_cores()
-
-        ct2_files = {k: _as_bytes(v, k) for k, v in files.items() if k not in _KB_FILES}
-        try:
-            self._encoder = ctranslate2.Encoder(
-                f"kb-reranker:{self.name}:{self.quantization}",
-                device=device,
-                compute_type=compute_type,
-                intra_threads=self.threads,
-                files=ct2_files,
-            )
-        except Exception as e:
-            raise ModelError(f"cannot load cross-encoder {self.name!r} on {device}/{compute_type}: {_one_line(e)}") from None
+        self._encoder, self.device, self.compute_type, self.threads = open_encoder(
+            files, f"kb-reranker:{self.name}:{self.quantization}", f"cross-encoder {self.name!r}", device, compute_type, threads
+        )
         self._cpu = ctranslate2.Device.cpu
         # The first forward after loading is several times slower: pay it here.
         # It also tells whether CTranslate2 applies the pooler.

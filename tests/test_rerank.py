@@ -31,43 +31,13 @@ from kb.runtime.rerank import CT2CrossEncoder, load_reranker, load_reranker_path
 builder_models = pytest.importorskip("kb.builder.models")
 
 
-# --------------------------------------------------------------------------
-# numpy reference BERT cross-encoder (float64)
-
-_erf = np.frompyfunc(math.erf, 1, 1)
-
-
-def _ln(x, g, b, eps):
-    m = x.mean(-1, keepdims=True)
-    v = ((x - m) ** 2).mean(-1, keepdims=True)
-    return (x - m) / np.sqrt(v + eps) * g + b
+from bert_ref import bert_hidden  # noqa: E402
 
 
 def _ref_logits(w: dict, cfg: dict, ids: list[int], types: list[int]) -> np.ndarray:
     """Logits (num_labels,) of an HF BertForSequenceClassification for one sequence."""
     f = lambda n: np.asarray(w[n], dtype=np.float64)  # noqa: E731
-    eps = cfg.get("layer_norm_eps", 1e-12)
-    T, H = len(ids), cfg["num_attention_heads"]
-    x = f("bert.embeddings.word_embeddings.weight")[ids] + f("bert.embeddings.position_embeddings.weight")[:T]
-    x = x + f("bert.embeddings.token_type_embeddings.weight")[types]
-    x = _ln(x, f("bert.embeddings.LayerNorm.weight"), f("bert.embeddings.LayerNorm.bias"), eps)
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"bert.encoder.layer.{i}."
-
-        def lin(name, z):
-            return z @ f(p + name + ".weight").T + f(p + name + ".bias")
-
-        q, k, v = (lin(f"attention.self.{n}", x) for n in ("query", "key", "value"))
-        d = q.shape[-1] // H
-        q, k, v = (a.reshape(T, H, d).transpose(1, 0, 2) for a in (q, k, v))
-        s = q @ k.transpose(0, 2, 1) / math.sqrt(d)
-        s = np.exp(s - s.max(-1, keepdims=True))
-        s /= s.sum(-1, keepdims=True)
-        a = (s @ v).transpose(1, 0, 2).reshape(T, H * d)
-        x = _ln(x + lin("attention.output.dense", a), f(p + "attention.output.LayerNorm.weight"), f(p + "attention.output.LayerNorm.bias"), eps)
-        h = lin("intermediate.dense", x)
-        h = 0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)).astype(np.float64))
-        x = _ln(x + lin("output.dense", h), f(p + "output.LayerNorm.weight"), f(p + "output.LayerNorm.bias"), eps)
+    x = bert_hidden(w, cfg, ids, types)
     pooled = np.tanh(f("bert.pooler.dense.weight") @ x[0] + f("bert.pooler.dense.bias"))
     return f("classifier.weight") @ pooled + f("classifier.bias")
 
