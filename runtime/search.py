@@ -196,65 +196,16 @@ class Searcher:
         o = self.options
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
-        if q.mode not in MODES:
-            raise SearchError(f"mode must be one of {', '.join(MODES)}, got {q.mode!r}")
-        if not q.text.strip() and not q.entities and not any(r.strip() for r in q.rewrites):
-            raise SearchError("give a query (or --entity/--rewrite); to list a scope use kb list")
-        top_k = q.top_k if q.top_k is not None else o.default_limit
-        if top_k < 1:
-            raise SearchError(f"--top-k must be at least 1, got {top_k}")
-        if q.group not in ("chunk", "doc"):
-            raise SearchError(f"group must be chunk or doc, got {q.group!r}")
-        use_vectors = q.mode in ("hybrid", "vector")
-        if use_vectors and not self.ix.has_vectors:
-            if q.mode == "vector":
-                raise SearchError("this artifact has no vectors (built with --embedder none); use --mode bm25")
-            use_vectors = False
-        use_bm25 = q.mode in ("hybrid", "bm25")
+        top_k = self._validate(q)
         notices: list[dict] = []
-        if use_vectors and q.mode == "hybrid" and not self._embedder_covers(" ".join((q.text,) + q.rewrites)):
-            use_vectors = False
-            name = (self.ix.meta.get("embedder") or {}).get("name")
-            notices.append({"kind": "dense_skipped", "message": f"the embedding model {name} does not cover this query's script (CJK); hybrid search used BM25 only"})
-        if q.mode == "hybrid" and not self.ix.has_vectors:
-            notices.append({"kind": "no_vectors", "message": "artifact has no vectors; hybrid search used BM25 only"})
-
+        use_bm25, use_vectors = self._legs_to_run(q, notices)
         allowed = self.allowed_mask(q)
         timings["filter"] = _ms(t0)
-        depth = max(LEG_DEPTH, top_k, (q.rerank_top if q.rerank_top is not None else o.rerank_top))
-        w_dense = o.semantic_weight if q.mode == "hybrid" else 1.0
-        w_lex = 1.0 - o.semantic_weight if q.mode == "hybrid" else 1.0
-        texts = [("", q.text, 1.0)] if q.text.strip() else []
-        texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
-        legs: list[F.Leg] = []
-        if allowed.any():
-            for suffix, text, scale in texts:
-                if use_bm25 and w_lex > 0:
-                    t = time.perf_counter()
-                    legs.append(self.bm25_leg("bm25" + suffix, text, w_lex * scale, depth, allowed))
-                    timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
-                if use_vectors and w_dense > 0:
-                    t = time.perf_counter()
-                    legs.append(self.vector_leg("vector" + suffix, text, w_dense * scale, depth, allowed))
-                    timings["vector"] = timings.get("vector", 0.0) + _ms(t)
-            if q.entities:
-                params = F.FusionParams(o.rrf_k, o.rank1_bonus, o.rank23_bonus)
-                tiebreak = {f.chunk: f.score for f in F.fuse_rrf(legs, params)} if legs else {}
-                tag = self.tag_leg(q.entities, o.tag_weight, depth, allowed, tiebreak)
-                if not tag.hits:
-                    notices.append({"kind": "no_tag_match", "message": f"no tag matches the entities {', '.join(q.entities)}"})
-                legs.append(tag)
-        fused = F.fuse_rrf(legs, F.FusionParams(o.rrf_k, o.rank1_bonus, o.rank23_bonus))
-        single = [lg for lg in legs if lg.hits]
-        kind = single[0].kind if len(single) == 1 and single[0].kind in ("bm25", "cosine") else "rrf"
-        items = [
-            {"chunk": f.chunk, "score": (f.contributions[single[0].name][1] if kind != "rrf" else f.score), "score_kind": kind, "fused": f}
-            for f in fused
-        ]
+        legs = self._run_legs(q, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else []
+        items = _fused_items(F.fuse_rrf(legs, self._fusion_params()), legs)
 
-        want_rerank = o.rerank if q.rerank is None else q.rerank
         rerank_info = None
-        if want_rerank and q.mode == "hybrid":
+        if (o.rerank if q.rerank is None else q.rerank) and q.mode == "hybrid":
             if self.reranker() is None:
                 if q.rerank:  # asked for explicitly: say why it did not happen
                     notices.append({"kind": "no_reranker", "message": "no reranker in this artifact (built with --no-reranker?); results are in fused order"})
@@ -269,10 +220,68 @@ class Searcher:
         results = [self._result(i + 1, it, q) for i, it in enumerate(items)]
         timings["render"] = _ms(t)
         notices.extend(low_confidence(q, items, top_k, o))
-        tags_seen = sorted({t for r in results for t in r["tags"]})
         descr = self.ix.meta["tags"]["descriptions"]
+        contexts = {t: descr.get(t, "") for t in sorted({t for r in results for t in r["tags"]})}
         timings["total"] = _ms(t0)
-        return Response(q, results, notices, {t: descr.get(t, "") for t in tags_seen}, rerank_info is not None and rerank_info["scored"] > 0, timings, rerank_info)
+        reranked = rerank_info is not None and rerank_info["scored"] > 0
+        return Response(q, results, notices, contexts, reranked, timings, rerank_info)
+
+    def _validate(self, q: Query) -> int:
+        """Check the inputs; returns the effective top_k."""
+        if q.mode not in MODES:
+            raise SearchError(f"mode must be one of {', '.join(MODES)}, got {q.mode!r}")
+        if not q.text.strip() and not q.entities and not any(r.strip() for r in q.rewrites):
+            raise SearchError("give a query (or --entity/--rewrite); to list a scope use kb list")
+        top_k = q.top_k if q.top_k is not None else self.options.default_limit
+        if top_k < 1:
+            raise SearchError(f"--top-k must be at least 1, got {top_k}")
+        if q.group not in ("chunk", "doc"):
+            raise SearchError(f"group must be chunk or doc, got {q.group!r}")
+        if q.mode == "vector" and not self.ix.has_vectors:
+            raise SearchError("this artifact has no vectors (built with --embedder none); use --mode bm25")
+        return top_k
+
+    def _legs_to_run(self, q: Query, notices: list[dict]) -> tuple[bool, bool]:
+        """(BM25 legs?, dense legs?) for this query and artifact, with a notice for what is skipped."""
+        use_bm25 = q.mode in ("hybrid", "bm25")
+        use_vectors = q.mode in ("hybrid", "vector") and self.ix.has_vectors
+        if q.mode == "hybrid" and not self.ix.has_vectors:
+            notices.append({"kind": "no_vectors", "message": "artifact has no vectors; hybrid search used BM25 only"})
+        if use_vectors and q.mode == "hybrid" and not self._embedder_covers(" ".join((q.text,) + q.rewrites)):
+            use_vectors = False
+            name = (self.ix.meta.get("embedder") or {}).get("name")
+            notices.append({"kind": "dense_skipped", "message": f"the embedding model {name} does not cover this query's script (CJK); hybrid search used BM25 only"})
+        return use_bm25, use_vectors
+
+    def _fusion_params(self) -> F.FusionParams:
+        o = self.options
+        return F.FusionParams(o.rrf_k, o.rank1_bonus, o.rank23_bonus)
+
+    def _run_legs(self, q: Query, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[dict], timings: dict) -> list[F.Leg]:
+        """BM25 and dense legs for the query and each rewrite, then the tag leg for entities."""
+        o = self.options
+        depth = max(LEG_DEPTH, top_k, (q.rerank_top if q.rerank_top is not None else o.rerank_top))
+        w_dense = o.semantic_weight if q.mode == "hybrid" else 1.0
+        w_lex = 1.0 - o.semantic_weight if q.mode == "hybrid" else 1.0
+        texts = [("", q.text, 1.0)] if q.text.strip() else []
+        texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
+        legs: list[F.Leg] = []
+        for suffix, text, scale in texts:
+            if use_bm25 and w_lex > 0:
+                t = time.perf_counter()
+                legs.append(self.bm25_leg("bm25" + suffix, text, w_lex * scale, depth, allowed))
+                timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
+            if use_vectors and w_dense > 0:
+                t = time.perf_counter()
+                legs.append(self.vector_leg("vector" + suffix, text, w_dense * scale, depth, allowed))
+                timings["vector"] = timings.get("vector", 0.0) + _ms(t)
+        if q.entities:
+            tiebreak = {f.chunk: f.score for f in F.fuse_rrf(legs, self._fusion_params())} if legs else {}
+            tag = self.tag_leg(q.entities, o.tag_weight, depth, allowed, tiebreak)
+            if not tag.hits:
+                notices.append({"kind": "no_tag_match", "message": f"no tag matches the entities {', '.join(q.entities)}"})
+            legs.append(tag)
+        return legs
 
     def _embedder_covers(self, text: str) -> bool:
         from kb.formats.analyzer import has_cjk
@@ -349,6 +358,17 @@ class Searcher:
                 "rerank": it.get("rerank"),
             }
         return out
+
+
+def _fused_items(fused: list[F.Fused], legs: list[F.Leg]) -> list[dict]:
+    """Fused candidates as result items. With a single BM25 or dense leg the score is that
+    leg's raw score (score_kind bm25 or cosine); otherwise it is the RRF score."""
+    single = [lg for lg in legs if lg.hits]
+    kind = single[0].kind if len(single) == 1 and single[0].kind in ("bm25", "cosine") else "rrf"
+    return [
+        {"chunk": f.chunk, "score": f.contributions[single[0].name][1] if kind != "rrf" else f.score, "score_kind": kind, "fused": f}
+        for f in fused
+    ]
 
 
 def _tag_key(s: str) -> str:
