@@ -25,7 +25,8 @@ NEGATIVES=4
 LAYERS=2
 MAX_LEN=192
 EPOCHS=1
-LR=7e-5
+LR=2e-4
+HEAD_LR=1e-3
 
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 ))s] $*" >&2; }
@@ -55,7 +56,7 @@ say "prepare: derived pairs + kb-mined negatives"
 
 say "train: L$LAYERS, max_len $MAX_LEN, $EPOCHS epoch(s)"
 "$PY" "$HERE/train.py" --pairs "$OUT/pairs.jsonl" --out "$OUT/model" --layers "$LAYERS" --max-len "$MAX_LEN" \
-  --epochs "$EPOCHS" --lr "$LR" --seed "$SEED" --threads 2 --export "$EXPORT"
+  --epochs "$EPOCHS" --lr "$LR" --head-lr "$HEAD_LR" --fresh-pooler --seed "$SEED" --threads 2 --export "$EXPORT"
 
 if [ "${SKIP_EVAL:-0}" != 1 ]; then
   say "evaluate: kb bench with and without rerank"
