@@ -5,17 +5,17 @@ query is read for training (the Hugo fixture is opened only by the leakage check
 which fails the run if a derived query equals a fixture query).
 
 Sources (per corpus, sampled with a seeded RNG):
-  * beir title   (scifact, cranfield, cisi): the document's title -> its best chunk (the chunk of
-                 that document ranked highest by kb's hybrid search for the title). Cranfield
+  * beir title   (scifact, cranfield, cisi): the document's title -> its first chunk. Cranfield
                  abstracts start with their title: for these queries it is cut from every passage.
   * beir ict     (same corpora, "inverse cloze task"): one 8-40-word sentence of a chunk -> that
-                 chunk with the sentence removed.
+                 chunk with the sentence removed (each negative loses one random sentence too).
   * hugo desc    front-matter description -> the page's first chunk of prose.
   * hugo section "<page title>: <heading>" -> the first chunk of that section (generic headings
                  such as "Usage" / "Example" are skipped).
 Negatives: kb's own hybrid retrieval (BM25 + MiniLM dense, RRF, no rerank; the candidates the
 reranker sees at query time), top 40 chunks for the query, chunks of the positive's document
-removed; n_top from ranks 1-10 and the rest from ranks 11-40.
+removed; half from ranks 1-10 and the rest from ranks 11-40, preferring candidates whose length
+is within 1.5x of the positive's (otherwise a small model learns "shorter = relevant" first).
 
 Output: one JSON object per line {"src", "query", "pos", "negs": [...], "doc"}, in a fixed order.
 
@@ -38,6 +38,7 @@ GENERIC_HEADINGS = {
     "arguments", "options", "parameters", "returns", "methods", "see also", "reference",
     "references", "summary", "default", "defaults", "details", "more", "other", "general",
 }
+LEN_RATIO = 1.5  # negatives are preferably within 1/1.5 .. 1.5 x the positive's length
 SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Za-z0-9(\"'])")
 
 
@@ -95,14 +96,34 @@ class Miner:
         return [r["chunk_id"] for r in resp.results]
 
 
-def pick_negatives(rng: random.Random, ranked: list[int], exclude_doc: str, records, n: int, n_top: int) -> list[int]:
+def pick_negatives(rng: random.Random, ranked: list[int], exclude_doc: str, records, n: int, n_top: int, pos_len: int | None = None) -> list[int]:
+    """n negatives from the ranked candidates (n_top from ranks 1-10, the rest from 11-40).
+
+    With pos_len, candidates whose length is within LEN_RATIO of the positive's are preferred,
+    so that passage length does not tell the positive apart (a shortcut a small model learns
+    long before it learns to match).
+    """
     cand = [c for c in ranked if records[c]["doc_id"] != exclude_doc]
+    if pos_len:
+        lo, hi = pos_len / LEN_RATIO, pos_len * LEN_RATIO
+        close = [c for c in cand if lo <= len(records[c]["text"]) <= hi]
+        if len(close) >= n:
+            cand = close
     top, rest = cand[:10], cand[10:]
     k_top = min(n_top, len(top))
     out = rng.sample(top, k_top)
     pool = rest if len(rest) >= n - k_top else rest + [c for c in top if c not in out]
     out += rng.sample(pool, min(n - k_top, len(pool)))
     return out
+
+
+def drop_sentence(rng: random.Random, text: str) -> str:
+    """The passage without one random sentence (applied to ICT negatives like to the positive)."""
+    sents = sentences(text)
+    if len(sents) < 2:
+        return text
+    i = rng.randrange(len(sents))
+    return " ".join(sents[:i] + sents[i + 1:])
 
 
 def beir_groups(name: str, data: Path, miner: Miner, n_groups: int, n_neg: int, rng: random.Random) -> list[dict]:
@@ -129,14 +150,12 @@ def beir_groups(name: str, data: Path, miner: Miner, n_groups: int, n_neg: int, 
         if len(title.split()) < 3:
             continue
         ranked = miner.hybrid(title)
-        own = [c for c in ranked if records[c]["doc_id"] == d]
-        pos_c = own[0] if own else miner.chunks_of[d][0]
-        pos = records[pos_c]["text"]
+        pos = records[miner.chunks_of[d][0]]["text"]  # the abstract's opening (not the best-ranked chunk: BM25 favours short ones)
         if strip_title:
             pos = cut_title(pos, title)
         if len(pos) < 80:
             continue
-        negs = pick_negatives(rng, ranked, d, records, n_neg, n_neg // 2)
+        negs = pick_negatives(rng, ranked, d, records, n_neg, n_neg // 2, len(pos))
         neg_texts = [cut_title(records[c]["text"], corpus.get(records[c]["doc_id"], {}).get("title", "")) if strip_title else records[c]["text"] for c in negs]
         if len(neg_texts) < n_neg:
             continue
@@ -159,10 +178,10 @@ def beir_groups(name: str, data: Path, miner: Miner, n_groups: int, n_neg: int, 
         query = sents[i]
         pos = " ".join(sents[:i] + sents[i + 1:])
         ranked = miner.hybrid(query)
-        negs = pick_negatives(rng, ranked, d, records, n_neg, n_neg // 2)
+        negs = pick_negatives(rng, ranked, d, records, n_neg, n_neg // 2, len(text))
         if len(negs) < n_neg:
             continue
-        out.append({"src": f"{name}:ict", "query": query, "pos": pos, "negs": [records[x]["text"] for x in negs], "doc": d})
+        out.append({"src": f"{name}:ict", "query": query, "pos": pos, "negs": [drop_sentence(rng, records[x]["text"]) for x in negs], "doc": d})
         used += 1
     return out
 
@@ -199,7 +218,7 @@ def hugo_groups(data: Path, miner: Miner, n_groups: int, n_neg: int, rng: random
     for src, q, pc in take:
         d = records[pc]["doc_id"]
         ranked = miner.hybrid(q)
-        negs = pick_negatives(rng, ranked, d, records, n_neg, n_neg // 2)
+        negs = pick_negatives(rng, ranked, d, records, n_neg, n_neg // 2, len(records[pc]["text"]))
         if len(negs) < n_neg:
             continue
         out.append({"src": src, "query": q, "pos": records[pc]["text"], "negs": [records[x]["text"] for x in negs], "doc": d})

@@ -20,7 +20,7 @@ PY="$VENV/bin/python"
 
 # The shipped recipe: change these and MODEL_CARD.md together.
 SEED=13
-GROUPS="hugo=1200,scifact=900,cranfield=450,cisi=450"
+PAIR_GROUPS="hugo=1200,scifact=900,cranfield=450,cisi=450"
 NEGATIVES=4
 LAYERS=2
 MAX_LEN=192
@@ -52,7 +52,7 @@ done
 
 say "prepare: derived pairs + kb-mined negatives"
 "$PY" "$HERE/prepare.py" --art-dir "$ART" --data "$DATA" --fixture "$FIXTURES/hugo-docs.json" \
-  --out "$OUT/pairs.jsonl" --seed "$SEED" --groups "$GROUPS" --negatives "$NEGATIVES"
+  --out "$OUT/pairs.jsonl" --seed "$SEED" --groups "$PAIR_GROUPS" --negatives "$NEGATIVES"
 
 say "train: L$LAYERS, max_len $MAX_LEN, $EPOCHS epoch(s)"
 "$PY" "$HERE/train.py" --pairs "$OUT/pairs.jsonl" --out "$OUT/model" --layers "$LAYERS" --max-len "$MAX_LEN" \
