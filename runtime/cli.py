@@ -145,7 +145,7 @@ def _search_options(ix, **flags):
 @click.option("--tag", multiple=True, metavar="T", help="Only chunks carrying tag T (repeat to require several).")
 @click.option("--path", "path_prefix", metavar="PREFIX", help="Only documents whose path starts with PREFIX.")
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "vector"]), default="hybrid", show_default=True, help="Which legs run.")
-@click.option("--rerank/--no-rerank", default=None, help="Rerank the top candidates with the cross-encoder (default: on when the artifact has one).")
+@click.option("--rerank/--no-rerank", default=None, help="Rerank the top candidates with the artifact's cross-encoder (default off, or [search] rerank in kb.toml).")
 @click.option("--rerank-top", type=int, help="How many fused candidates the reranker rescores (default 40).")
 @click.option("--reranker", "reranker_path", metavar="PATH", help="Use this cross-encoder (converted or HF folder) instead of the artifact's.")
 @click.option("--budget-ms", type=float, help="Shrink the rerank depth to fit this many milliseconds (--explain shows what was skipped).")

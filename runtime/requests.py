@@ -126,7 +126,7 @@ SEARCH_FIELDS: dict[str, Field] = {
         Field("path", "str", "Only documents whose path starts with this prefix, e.g. 'docs/ops/'.", max_chars=4096),
         Field("top_k", "int", "Number of results. Default: the artifact's [search] default_limit, else 10.", minimum=1, maximum=MAX_TOP_K),
         Field("mode", "str", "Which legs run: hybrid (BM25 + dense, fused), bm25 (exact words only) or vector (meaning only).", choices=MODES, default="hybrid"),
-        Field("rerank", "bool", "Rescore the top candidates with the artifact's cross-encoder (hybrid mode only; no effect when the artifact has no reranker). Default: true, unless the artifact's kb.toml turned it off.", default=True),
+        Field("rerank", "bool", "Rescore the top candidates with the artifact's cross-encoder (hybrid mode only; no effect when the artifact has no reranker). Default: the artifact's [search] rerank setting (off unless kb.toml turned it on).", default=None),
         Field("rerank_top", "int", "How many fused candidates the reranker rescores (default 40).", minimum=0, maximum=MAX_RERANK_TOP),
         Field("budget_ms", "float", "Shrink the rerank depth to fit this many milliseconds (the response's rerank.skipped says how many were not rescored).", minimum=0.0, maximum=600000.0),
         Field("explain", "bool", "Per result: each leg's rank and raw score, the RRF parts and bonus, the rerank logit and blend weights; plus timings_ms.", default=False),

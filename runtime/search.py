@@ -50,7 +50,10 @@ class SearchOptions:
     rank23_bonus: float = F.RANK23_BONUS
     rewrite_weight: float = F.REWRITE_WEIGHT
     tag_weight: float = F.TAG_WEIGHT
-    rerank: bool = True
+    # Off by default: kb's shipped cross-encoder (models/reranker/MODEL_CARD.md) did not improve
+    # nDCG@10 on the sets it did not train on (bench/RESULTS.md, "rerank"). `--rerank` or
+    # [search] rerank = true turns it on; an artifact with a better model can ship it on.
+    rerank: bool = False
     rerank_top: int = 40
     rerank_passage_tokens: int = 192  # each candidate's passage is cut to this many tokens before pairing (cost)
     rerank_weight: float = F.RERANK_WEIGHT

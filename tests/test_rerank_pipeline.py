@@ -35,9 +35,10 @@ def test_the_packed_reranker_is_listed_by_kb_info(reranked_artifact):
     assert "model.rerank" in {s["name"] for s in d["sections"]}
 
 
-def test_search_reranks_by_default_and_not_with_no_rerank(reranked_artifact):
+def test_rerank_is_off_by_default_and_on_with_rerank(reranked_artifact):
     out, _ = reranked_artifact
-    d = search(out, "-n", "5", "--explain")
+    assert not search(out, "-n", "5")["reranked"]
+    d = search(out, "-n", "5", "--explain", "--rerank")
     assert d["reranked"] and d["results"][0]["score_kind"] == "rerank"
     assert d["rerank"]["scored"] == d["rerank"]["candidates"] and d["rerank"]["skipped"] == 0
     e = d["results"][0]["explain"]["rerank"]
@@ -48,7 +49,7 @@ def test_search_reranks_by_default_and_not_with_no_rerank(reranked_artifact):
 
 def test_budget_ms_shrinks_the_rerank_depth_and_reports_the_skipped(reranked_artifact):
     out, _ = reranked_artifact
-    d = search(out, "-n", "10", "--rerank-top", "10", "--budget-ms", "0")
+    d = search(out, "-n", "10", "--rerank", "--rerank-top", "10", "--budget-ms", "0")
     assert d["rerank"]["scored"] == 8 and d["rerank"]["skipped"] == 2  # the first batch always runs
     kinds = [r["score_kind"] for r in d["results"]]
     assert kinds == ["rerank"] * 8 + ["rrf"] * (len(kinds) - 8)
@@ -65,7 +66,7 @@ def test_a_missing_reranker_refuses_loudly_at_start(reranked_artifact, tmp_path)
 
 def test_search_reranker_flag_takes_an_hf_folder(reranked_artifact, tmp_path):
     out, tiny = reranked_artifact
-    d = search(out, "-n", "3", "--reranker", str(tiny["folder"]))
+    d = search(out, "-n", "3", "--rerank", "--reranker", str(tiny["folder"]))
     assert d["reranked"]
 
 

@@ -203,7 +203,7 @@ def test_searcher_reranks_the_top_and_keeps_the_rest_in_fused_order():
 
     with Index(GOLD) as ix:
         base = Searcher(ix).search(Query("backup snapshot", top_k=6, all_statuses=True, explain=True))
-        rr = Searcher(ix, reranker=Fake()).search(Query("backup snapshot", top_k=6, all_statuses=True, rerank_top=3, explain=True))
+        rr = Searcher(ix, reranker=Fake()).search(Query("backup snapshot", top_k=6, all_statuses=True, rerank=True, rerank_top=3, explain=True))
     assert rr.reranked and not base.reranked
     assert {r["chunk_id"] for r in rr.results[:3]} == {r["chunk_id"] for r in base.results[:3]}
     assert [r["chunk_id"] for r in rr.results[3:]] == [r["chunk_id"] for r in base.results[3:]]

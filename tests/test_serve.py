@@ -328,7 +328,7 @@ def test_over_capacity_gets_503_and_a_freed_slot_serves_again(gated_server):
     start, rr = gated_server
     port = start(max_concurrent=1, timeout=10)
     first = {}
-    t = threading.Thread(target=lambda: first.update(r=call(port, "POST", "/search", {"query": "slow"})))
+    t = threading.Thread(target=lambda: first.update(r=call(port, "POST", "/search", {"query": "slow", "rerank": True})))
     t.start()
     assert rr.entered.wait(5)
     status, headers, d = call(port, "POST", "/search", {"query": "backup"})
@@ -344,7 +344,7 @@ def test_a_request_past_the_timeout_gets_504_and_keeps_its_slot_until_it_ends(ga
     start, rr = gated_server
     port = start(max_concurrent=1, timeout=0.3)
     t0 = time.monotonic()
-    status, _, d = call(port, "POST", "/search", {"query": "slow"})
+    status, _, d = call(port, "POST", "/search", {"query": "slow", "rerank": True})
     assert (status, d["error"]["code"]) == (504, "timeout") and time.monotonic() - t0 < 5
     assert call(port, "POST", "/search", {"query": "backup"})[0] == 503  # the abandoned search still runs
     rr.gate.set()
