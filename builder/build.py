@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -86,7 +87,7 @@ def build(
     progress: Progress | None = None,
 ) -> BuildReport:
     rep = BuildReport()
-    clock = _Clock(rep.seconds)
+    clock = _clock(rep.seconds)
     progress = progress or (lambda stage, done, total: None)
     rerank_files = reranker_files_for(config)  # a bad --reranker fails before any work
 
@@ -174,21 +175,18 @@ def build(
     return rep
 
 
-class _Clock:
-    def __init__(self, into: dict):
-        self.into = into
+def _clock(into: dict):
+    """``with clock("stage"):`` adds the block's wall time to ``into["stage"]``."""
 
-    def __call__(self, stage: str):
-        clock = self
+    @contextmanager
+    def stage(name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            into[name] = into.get(name, 0.0) + time.perf_counter() - t
 
-        class _T:
-            def __enter__(self):
-                self.t = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock.into[stage] = clock.into.get(stage, 0.0) + time.perf_counter() - self.t
-
-        return _T()
+    return stage
 
 
 def make_embedder(config: BuildConfig):
