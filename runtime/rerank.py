@@ -249,7 +249,7 @@ def load_reranker_path(path, device: str = "auto", compute_type: str = "auto") -
             files = {
                 p.name: p.read_bytes()
                 for p in sorted(folder.iterdir())
-                if p.is_file() and not p.name.startswith(".")
+                if p.is_file() and not p.name.startswith(".") and p.suffix != ".md"  # the model card is not a model file
             }
         except OSError as e:
             raise ModelError(f"cannot read reranker {folder}: {e}") from None
