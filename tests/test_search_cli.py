@@ -220,3 +220,13 @@ def test_cjk_queries_skip_a_dense_leg_whose_model_never_saw_the_script(monkeypat
     assert set(d["results"][0]["explain"]["legs"]) == {"bm25"}
     d = search_json("storage cluster", "-i", GOLD, "--all-statuses", "--explain", "-n", "1")
     assert "vector" in d["results"][0]["explain"]["legs"]
+
+
+def test_every_command_has_help_and_appears_in_the_readme():
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    for name, cmd in kb.commands.items():
+        assert cmd.help and cmd.help.strip(), name
+        assert f"kb {name}" in readme, name
+    assert "kb-build" in readme
