@@ -284,8 +284,7 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
         [np.ones(len(body_terms)), np.full(len(sec_terms), p.section_weight), np.full(len(title_terms), p.title_weight)]
     )
     all_terms = body_terms + sec_terms + title_terms
-    term_hashes = {t: L.term_hash(t) for t in dict.fromkeys(all_terms)}
-    terms = sorted(term_hashes, key=lambda t: (term_hashes[t], t.encode("utf-8")))
+    terms, hashes = sorted_vocabulary(dict.fromkeys(all_terms))
     vocab = {t: i for i, t in enumerate(terms)}
     occ_term = np.fromiter(map(vocab.__getitem__, all_terms), dtype=np.int64, count=len(all_terms))
     keep = occ_weight > 0  # a zero field weight contributes nothing, not even a posting
@@ -301,7 +300,6 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
     np.cumsum(df, out=tf_offsets[1:])
     bitmaps = [BitMap(post_chunk[tf_offsets[i] : tf_offsets[i + 1]].tolist()).serialize() for i in range(len(terms))]
     lengths = (body_len + p.title_weight * title_len + p.section_weight * sec_len).astype("<f4")
-    hashes = np.fromiter((term_hashes[t] for t in terms), dtype="<u8", count=len(terms))
     # Terms whose every occurrence had weight 0 have no postings: drop them from the dictionary.
     if np.any(df == 0):
         live = np.flatnonzero(df > 0)
@@ -310,6 +308,26 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
         tf_offsets = np.zeros(len(terms) + 1, dtype="<u8")
         np.cumsum(df[live], out=tf_offsets[1:])
     return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths)
+
+
+def sorted_vocabulary(unique_terms) -> tuple[list[str], np.ndarray]:
+    """Terms in dictionary order, by (hash, UTF-8 bytes), with their hashes. A numpy sort on
+    the hashes; only terms whose hashes collide (practically never) are ordered by bytes."""
+    terms = list(unique_terms)
+    hashes = np.fromiter(map(L.term_hash, terms), dtype="<u8", count=len(terms))
+    order = np.argsort(hashes, kind="stable")
+    hashes = hashes[order]
+    terms = [terms[i] for i in order]
+    same = np.flatnonzero(hashes[1:] == hashes[:-1])
+    for i in same[::-1]:  # tiny collision runs: order them by bytes
+        j = i
+        while j > 0 and hashes[j - 1] == hashes[i]:
+            j -= 1
+        k = i + 2
+        while k < len(terms) and hashes[k] == hashes[i]:
+            k += 1
+        terms[j:k] = sorted(terms[j:k], key=lambda t: t.encode("utf-8"))
+    return terms, hashes
 
 
 def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:

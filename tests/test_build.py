@@ -155,3 +155,14 @@ def test_unknown_statuses_are_kept_and_warned_about(tmp_path):
     (tmp_path / "a.md").write_text("---\nstatus: draft\n---\n# A\n\ntext\n")
     rep = build([tmp_path], tmp_path / "a.kb", replace(BuildConfig(), reranker="none", embedding_model="none"))
     assert rep.warnings == ["unknown status 'draft' (kept; known: live-doctrine, live, derived, historical, superseded)"]
+
+
+def test_vocabulary_is_ordered_by_hash_then_bytes_even_on_collisions(monkeypatch):
+    from kb.builder import build as B
+    from kb.formats import layout as L
+
+    real = L.term_hash
+    monkeypatch.setattr(L, "term_hash", lambda t: 7 if t in ("b", "a", "c") else real(t))
+    terms, hashes = B.sorted_vocabulary(["zeta", "c", "b", "alpha", "a"])
+    assert terms[:3] == ["a", "b", "c"] and list(hashes[:3]) == [7, 7, 7]
+    assert list(hashes) == sorted(hashes)
