@@ -52,12 +52,13 @@ def estimate_tokens(texts: Sequence[str]) -> list[int]:
     return [_estimate(t) for t in texts]
 
 
-_ASCII_PUNCT = ".,;:()-/%[]=+<>\"'!?*#`{}|&_@$^~\\"
+_ASCII_PUNCT = b".,;:()-/%[]=+<>\"'!?*#`{}|&_@$^~\\"
 
 
 def _estimate(t: str) -> int:
-    if t.isascii():  # str.count per mark is several times cheaper than a regex over the text
-        punct = sum(map(t.count, _ASCII_PUNCT))
+    if t.isascii():  # deleting the marks from the bytes and comparing lengths beats a regex by far
+        b = t.encode("ascii")
+        punct = len(b) - len(b.translate(None, _ASCII_PUNCT))
         return int(TOKENS_PER_PIECE * (len(t.split()) + punct)) + 1
     return int(TOKENS_PER_PIECE * (len(t.split()) + len(_PUNCT.findall(t)))) + 1 + len(_CJK_CHAR.findall(t))
 
