@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
+from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -269,21 +270,19 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
     n = len(f.body)
     doc_of = np.asarray(f.doc_of, dtype=np.int64)
     chunks_of_doc = np.bincount(doc_of, minlength=len(f.title)) if n else np.zeros(len(f.title), np.int64)
-    # Occurrence streams: body and section per chunk; a document's title repeats in each of its chunks.
-    body_terms = [t for terms in f.body for t in terms]
+    # Occurrence streams, in this order: body and section per chunk, then each document's title
+    # repeated in each of its chunks (chunks are in document order).
     body_len = np.fromiter(map(len, f.body), dtype=np.int64, count=n)
-    sec_terms = [t for terms in f.section for t in terms]
     sec_len = np.fromiter(map(len, f.section), dtype=np.int64, count=n)
     title_len_doc = np.fromiter(map(len, f.title), dtype=np.int64, count=len(f.title))
-    title_terms = [t for d, terms in enumerate(f.title) for _ in range(int(chunks_of_doc[d])) for t in terms]
     title_len = title_len_doc[doc_of] if n else np.zeros(0, np.int64)
-    # Chunk ids of title occurrences: chunks are in document order, so repeat each chunk id by its title length.
+    titles = (terms * int(chunks_of_doc[d]) for d, terms in enumerate(f.title))
+    all_terms = list(chain(chain.from_iterable(f.body), chain.from_iterable(f.section), chain.from_iterable(titles)))
     chunk_ids = np.arange(n, dtype=np.int64)
     occ_chunk = np.concatenate([np.repeat(chunk_ids, body_len), np.repeat(chunk_ids, sec_len), np.repeat(chunk_ids, title_len)])
     occ_weight = np.concatenate(
-        [np.ones(len(body_terms)), np.full(len(sec_terms), p.section_weight), np.full(len(title_terms), p.title_weight)]
+        [np.ones(int(body_len.sum())), np.full(int(sec_len.sum()), p.section_weight), np.full(int(title_len.sum()), p.title_weight)]
     )
-    all_terms = body_terms + sec_terms + title_terms
     terms, hashes = sorted_vocabulary(dict.fromkeys(all_terms))
     vocab = {t: i for i, t in enumerate(terms)}
     occ_term = np.fromiter(map(vocab.__getitem__, all_terms), dtype=np.int64, count=len(all_terms))
