@@ -45,6 +45,7 @@ def render_info(d: dict) -> str:
         f"{d['artifact']}: kb artifact format {d['format_version']} (built by kb {d['kb_version']}), {d['bytes']:,} bytes",
         f"counts: {c['documents']} documents, {c['chunks']} chunks, {c['terms']} terms, {c['vectors']} vectors",
         "embedder: " + (f"{emb['name']} ({emb.get('quantization', emb.get('backend'))}, dim {emb['dim']})" if emb else "none (BM25 only)"),
+        "reranker: " + (f"{rr['name']} ({rr.get('quantization')}, {rr.get('max_tokens')}-token pairs)" if (rr := d["models"]["reranker"]) else "none"),
         f"analyzer: {d['analyzer']['name']}-{d['analyzer']['version']} (cjk_bigrams={d['analyzer']['cjk_bigrams']}, stem={d['analyzer']['stem']})",
         "bm25: " + ", ".join(f"{k}={v:g}" for k, v in d["bm25"].items()),
         f"statuses: {', '.join(d['statuses'])} (excluded by default: {', '.join(d['excluded_statuses'])})",
