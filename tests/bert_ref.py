@@ -42,3 +42,24 @@ def bert_hidden(w: dict, cfg: dict, ids: list[int], types: list[int] | None = No
     return x
 
 
+
+
+def random_bert_encoder(r, ln, n_vocab: int, hid: int, inter: int, layers: int, maxpos: int) -> dict:
+    """Weights of an HF BertModel (unprefixed names) drawn from ``r(*shape)`` and ``ln()`` (a
+    LayerNorm's (gain, bias)), in a fixed order so a seeded generator gives the same model."""
+    w = {
+        "embeddings.word_embeddings.weight": r(n_vocab, hid),
+        "embeddings.position_embeddings.weight": r(maxpos, hid),
+        "embeddings.token_type_embeddings.weight": r(2, hid),
+        "pooler.dense.weight": r(hid, hid), "pooler.dense.bias": r(hid),
+    }
+    w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"] = ln()
+    for i in range(layers):
+        p = f"encoder.layer.{i}."
+        for n in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+            w[p + n + ".weight"], w[p + n + ".bias"] = r(hid, hid), r(hid)
+        w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"] = r(inter, hid), r(inter)
+        w[p + "output.dense.weight"], w[p + "output.dense.bias"] = r(hid, inter), r(hid)
+        w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"] = ln()
+        w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"] = ln()
+    return w

@@ -26,7 +26,7 @@ from kb.runtime.models import CT2Embedder, ModelError as RuntimeModelError  # no
 builder_models = pytest.importorskip("kb.builder.models")
 
 
-from bert_ref import bert_hidden as _bert_hidden  # noqa: E402
+from bert_ref import bert_hidden as _bert_hidden, random_bert_encoder  # noqa: E402
 
 
 def _mean_norm(h: np.ndarray) -> np.ndarray:
@@ -77,21 +77,7 @@ def _tiny_bert(folder: Path, classifier: bool = False, seed: int = 0) -> dict:
     r = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
     ln = lambda: ((1 + r(hid) * 0.5).astype(np.float32), r(hid))  # noqa: E731
     pre = "bert." if classifier else ""
-    w = {
-        "embeddings.word_embeddings.weight": r(cfg["vocab_size"], hid),
-        "embeddings.position_embeddings.weight": r(maxpos, hid),
-        "embeddings.token_type_embeddings.weight": r(2, hid),
-        "pooler.dense.weight": r(hid, hid), "pooler.dense.bias": r(hid),
-    }
-    w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"] = ln()
-    for i in range(layers):
-        p = f"encoder.layer.{i}."
-        for n in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
-            w[p + n + ".weight"], w[p + n + ".bias"] = r(hid, hid), r(hid)
-        w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"] = r(inter, hid), r(inter)
-        w[p + "output.dense.weight"], w[p + "output.dense.bias"] = r(hid, inter), r(hid)
-        w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"] = ln()
-        w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"] = ln()
+    w = random_bert_encoder(r, ln, cfg["vocab_size"], hid, inter, layers, maxpos)
     w = {pre + k: v for k, v in w.items()}
     if classifier:
         w["classifier.weight"], w["classifier.bias"] = r(3, hid), r(3)

@@ -31,7 +31,7 @@ from kb.runtime.rerank import CT2CrossEncoder, load_reranker, load_reranker_path
 builder_models = pytest.importorskip("kb.builder.models")
 
 
-from bert_ref import bert_hidden  # noqa: E402
+from bert_ref import bert_hidden, random_bert_encoder  # noqa: E402
 
 
 def _ref_logits(w: dict, cfg: dict, ids: list[int], types: list[int]) -> np.ndarray:
@@ -84,21 +84,7 @@ def _random_ce(folder: Path, tok_json: str, n_vocab: int, *, hid=32, heads=4, in
     rng = np.random.default_rng(seed)
     r = lambda *s: (rng.standard_normal(s) * std).astype(np.float32)  # noqa: E731
     ln = lambda: ((1 + rng.standard_normal(hid) * 0.1).astype(np.float32), r(hid))  # noqa: E731
-    w = {
-        "embeddings.word_embeddings.weight": r(n_vocab, hid),
-        "embeddings.position_embeddings.weight": r(maxpos, hid),
-        "embeddings.token_type_embeddings.weight": r(2, hid),
-        "pooler.dense.weight": r(hid, hid), "pooler.dense.bias": r(hid),
-    }
-    w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"] = ln()
-    for i in range(layers):
-        p = f"encoder.layer.{i}."
-        for n in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
-            w[p + n + ".weight"], w[p + n + ".bias"] = r(hid, hid), r(hid)
-        w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"] = r(inter, hid), r(inter)
-        w[p + "output.dense.weight"], w[p + "output.dense.bias"] = r(hid, inter), r(hid)
-        w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"] = ln()
-        w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"] = ln()
+    w = random_bert_encoder(r, ln, n_vocab, hid, inter, layers, maxpos)
     w = {"bert." + k: v for k, v in w.items()}
     w["classifier.weight"], w["classifier.bias"] = r(num_labels, hid) * 5, r(num_labels)
     save_file(w, str(folder / "model.safetensors"))
