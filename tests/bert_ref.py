@@ -63,3 +63,18 @@ def random_bert_encoder(r, ln, n_vocab: int, hid: int, inter: int, layers: int, 
         w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"] = ln()
         w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"] = ln()
     return w
+
+
+def tiny_wordpiece(words: list[str]):
+    """A BERT-style WordPiece tokenizer over ``words`` (plus special tokens and two suffixes),
+    built offline: (tokenizers.Tokenizer, vocab dict)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(words) + ["##s", "##ed"])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return tok, vocab

@@ -26,7 +26,7 @@ from kb.runtime.models import CT2Embedder, ModelError as RuntimeModelError  # no
 builder_models = pytest.importorskip("kb.builder.models")
 
 
-from bert_ref import bert_hidden as _bert_hidden, random_bert_encoder  # noqa: E402
+from bert_ref import bert_hidden as _bert_hidden, random_bert_encoder, tiny_wordpiece  # noqa: E402
 
 
 def _mean_norm(h: np.ndarray) -> np.ndarray:
@@ -51,16 +51,8 @@ _WORDS = "the a cat dog sat on mat ran fast slow red blue sky sea fish bird tree
 
 def _tiny_bert(folder: Path, classifier: bool = False, seed: int = 0) -> dict:
     from safetensors.numpy import save_file
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + _WORDS + ["##s", "##ed"])}
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-    )
+    tok, vocab = tiny_wordpiece(_WORDS)
     (folder / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
 
     hid, heads, inter, layers, maxpos = 32, 4, 64, 2, 64

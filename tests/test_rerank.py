@@ -31,7 +31,7 @@ from kb.runtime.rerank import CT2CrossEncoder, load_reranker, load_reranker_path
 builder_models = pytest.importorskip("kb.builder.models")
 
 
-from bert_ref import bert_hidden, random_bert_encoder  # noqa: E402
+from bert_ref import bert_hidden, random_bert_encoder, tiny_wordpiece  # noqa: E402
 
 
 def _ref_logits(w: dict, cfg: dict, ids: list[int], types: list[int]) -> np.ndarray:
@@ -52,16 +52,7 @@ _WORDS = (
 
 
 def _tiny_tokenizer():
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + _WORDS + ["##s", "##ed"])}
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-    )
-    return tok
+    return tiny_wordpiece(_WORDS)[0]
 
 
 def _random_ce(folder: Path, tok_json: str, n_vocab: int, *, hid=32, heads=4, inter=64, layers=2, maxpos=64,
