@@ -15,10 +15,15 @@ from kb.formats.bm25 import idf, tf_component
 
 def query_terms(ix, text: str) -> list[str]:
     """Distinct analyzed terms of ``text``, in first-seen order (a repeated query term counts once)."""
+    return list(dict.fromkeys(analyzer_of(ix).terms(text)))
+
+
+def analyzer_of(ix) -> Analyzer:
+    """The artifact's own analyzer, built once per open index."""
     analyzer = ix.leg_cache.get("analyzer")
     if analyzer is None:
         analyzer = ix.leg_cache["analyzer"] = Analyzer.from_params(ix.meta["analyzer"])
-    return list(dict.fromkeys(analyzer.terms(text)))
+    return analyzer
 
 
 IMPACT_CACHE = 8192  # terms whose decoded impacts a warm process keeps

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import fusion as F
-from .bm25 import query_terms, top_bm25
+from .bm25 import analyzer_of, query_terms, top_bm25
 
 SCHEMA_VERSION = 1
 MODES = ("hybrid", "bm25", "vector")
@@ -220,7 +220,8 @@ class Searcher:
             items = _group_by_doc(self.ix, items)
         items = items[:top_k]
         t = time.perf_counter()
-        results = [self._result(i + 1, it, q) for i, it in enumerate(items)]
+        hit_terms = query_terms(self.ix, " ".join((q.text,) + q.rewrites))  # once, for every snippet
+        results = [self._result(i + 1, it, q, hit_terms) for i, it in enumerate(items)]
         timings["render"] = _ms(t)
         notices.extend(low_confidence(q, items, top_k, o))
         descr = self.ix.meta["tags"]["descriptions"]
@@ -331,7 +332,7 @@ class Searcher:
         items[:n] = head
         return info
 
-    def _result(self, rank: int, it: dict, q: Query) -> dict:
+    def _result(self, rank: int, it: dict, q: Query, hit_terms: list[str]) -> dict:
         rec = self.ix.chunk_record(it["chunk"])
         out = {
             "rank": rank,
@@ -349,7 +350,7 @@ class Searcher:
         if q.full:
             out["text"] = rec["text"]
         else:
-            out["snippet"] = snippet(rec["text"], query_terms(self.ix, " ".join((q.text,) + q.rewrites)))
+            out["snippet"] = snippet(rec["text"], hit_terms, analyzer_of(self.ix))
         if "also_matched" in it:
             out["also_matched"] = it["also_matched"]
         if q.explain:
@@ -423,18 +424,16 @@ def _group_by_doc(ix, items: list[dict]) -> list[dict]:
     return [best[d] for d in order]
 
 
-def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
-    """The line with the most query terms (first line if none), cut to ``width`` around the first hit."""
-    from kb.formats.analyzer import Analyzer
-
+def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -> str:
+    """The line with the most query terms (first line if none), cut to ``width`` around the
+    first hit; lines are analyzed with the artifact's analyzer, as the query was."""
     lines = [ln.strip() for ln in text.split("\n") if ln.strip() and not ln.strip().startswith("```")]
     prose = [ln for ln in lines if not re.match(r"#{1,6}\s", ln)]  # headings are already in the section path
     lines = prose or lines
     if not lines:
         return ""
     want = set(terms)
-    a = Analyzer()
-    best = max(range(len(lines)), key=lambda i: (sum(t in want for t in set(a.terms(lines[i]))), -i)) if want else 0
+    best = max(range(len(lines)), key=lambda i: (sum(t in want for t in set(analyzer.terms(lines[i]))), -i)) if want else 0
     line = lines[best]
     if len(line) <= width:
         return line
