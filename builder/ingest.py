@@ -16,13 +16,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MARKDOWN = {".md", ".markdown"}
-TEXT = {".txt"}
-JSON = {".json"}
-YAML = {".yaml", ".yml"}
-TOML = {".toml"}
-SUPPORTED = MARKDOWN | TEXT | JSON | YAML | TOML
-CONFIG_NAME = "kb.toml"
+from kb.formats.layout import CONFIG_NAME
+from kb.formats.layout import JSON_EXTENSIONS as JSON
+from kb.formats.layout import MARKDOWN_EXTENSIONS as MARKDOWN
+from kb.formats.layout import SOURCE_EXTENSIONS as SUPPORTED
+from kb.formats.layout import TEXT_EXTENSIONS as TEXT
+from kb.formats.layout import TOML_EXTENSIONS as TOML
+from kb.formats.layout import YAML_EXTENSIONS as YAML
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 _BINARY_SNIFF = 8192
 _MINIFIED_LINE = 400  # a JSON file with a line this long is treated as minified and pretty-printed

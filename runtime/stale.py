@@ -11,7 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 
-SUPPORTED = {".md", ".markdown", ".txt", ".json", ".yaml", ".yml", ".toml"}
+from kb.formats.layout import CONFIG_NAME, SOURCE_EXTENSIONS
 
 
 def stale_report(manifest: dict) -> dict:
@@ -37,7 +37,7 @@ def stale_report(manifest: dict) -> dict:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for f in sorted(filenames):
-                if f.startswith(".") or f == "kb.toml" or Path(f).suffix.lower() not in SUPPORTED:
+                if f.startswith(".") or f == CONFIG_NAME or Path(f).suffix.lower() not in SOURCE_EXTENSIONS:
                     continue
                 rel = (Path(dirpath) / f).relative_to(root).as_posix()
                 if include and not any(fnmatch.fnmatch(rel, g) for g in include):
