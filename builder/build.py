@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-from itertools import chain
+from collections import defaultdict
+from itertools import chain, count
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,12 +21,14 @@ import msgpack
 import numpy as np
 
 from kb.formats import layout as L
+from kb.formats import roaring
 from kb.formats.analyzer import Analyzer
 from kb.formats.artifact import CODEC_RAW, CODEC_ZSTD, FORMAT_VERSION, SectionData, write_artifact
 from kb.formats.bm25 import weighted
 from kb.formats.version import KB_VERSION
 
 from .chunk import Chunk, chunk_document, estimate_tokens
+from . import shards
 from .config import BuildConfig
 from .ingest import Corpus, Document, read_corpus
 
@@ -69,7 +72,7 @@ class ChunkRow:
 class Postings:
     terms: list[str]  # sorted by (term_hash, term)
     hashes: np.ndarray
-    bitmaps: list[bytes]
+    bitmaps: bytes  # the postings section: a blob table of portable roaring bitmaps
     tf_offsets: np.ndarray
     tf: np.ndarray
     lengths: np.ndarray
@@ -86,7 +89,10 @@ def build(
     strict: bool = False,
     embedder=None,
     progress: Progress | None = None,
+    jobs: int | None = None,
 ) -> BuildReport:
+    """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
+    (default: one per core, at most 8; the artifact is the same for any number)."""
     rep = BuildReport()
     clock = _clock(rep.seconds)
     progress = progress or (lambda stage, done, total: None)
@@ -103,25 +109,22 @@ def build(
     docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
     if not docs:
         raise BuildError("nothing to index: no readable documents in the inputs")
-    if embedder is None:
+    if embedder is None and config.chunking.exact_tokens:
         embedder = make_embedder(config)
-
-    with clock("chunk"):
-        exact = config.chunking.exact_tokens and embedder is not None
-        count = embedder.count_tokens if exact else estimate_tokens
-        rows = []
-        for i, d in enumerate(docs):
-            rows.extend(ChunkRow(i, c) for c in chunk_document(d, count, config.chunking))
-            progress("chunk", i + 1, len(docs))
-    rep.documents, rep.chunks = len(docs), len(rows)
+    exact = config.chunking.exact_tokens and embedder is not None
 
     analyzer = Analyzer()
-    with clock("analyze"):
-        fields = analyze(docs, rows, analyzer)
+    rows, fields = chunk_and_analyze(
+        docs, embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer,
+        1 if exact else (jobs or shards.default_jobs()), rep.seconds, progress,
+    )  # fmt: skip
+    rep.documents, rep.chunks = len(docs), len(rows)
     with clock("postings"):
         post = build_postings(fields, config)
     rep.terms = len(post.terms)
 
+    if embedder is None:
+        embedder = make_embedder(config)  # loaded after the forked stages, so no model is forked
     vectors_bytes = None
     if embedder is not None:
         with clock("embed"):
@@ -190,6 +193,39 @@ def _clock(into: dict):
     return stage
 
 
+def chunk_and_analyze(docs, count, opts, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
+    """The chunk and analyze stages, over document shards in up to ``jobs`` processes
+    (builder/shards.py). ``seconds["chunk"]`` gets the chunking of the first shard, which runs
+    here, and ``seconds["analyze"]`` the rest of the wall time (its analysis, waiting for the
+    other shards, merging), so the stage seconds still add up to the wall time."""
+    cuts = shards.bounds([len(d.text) for d in docs], jobs)
+    start = time.perf_counter()
+
+    def shard(lo: int, hi: int):
+        rows = []
+        for i in range(lo, hi):
+            rows.extend(ChunkRow(i, c) for c in chunk_document(docs[i], count, opts))
+            if lo == 0:
+                progress("chunk", i + 1, len(docs))
+        if lo == 0:
+            seconds["chunk"] = time.perf_counter() - start
+            return rows, analyze(docs, rows, analyzer)
+        # A worker's chunks travel as tuples: pickling them is five times cheaper than dataclasses.
+        return [(r.doc, r.chunk.section, r.chunk.text, r.chunk.start_line, r.chunk.end_line) for r in rows], analyze(docs, rows, analyzer)
+
+    try:
+        parts = shards.map_shards(shard, cuts)
+    except shards.WorkerDied as e:
+        raise BuildError(str(e)) from None
+    rows = parts[0][0]
+    for packed, _ in parts[1:]:
+        rows.extend(ChunkRow(d, Chunk(section, text, a, b)) for d, section, text, a, b in packed)
+    fields = merge_fields([f for _, f in parts]) if len(parts) > 1 else parts[0][1]
+    progress("chunk", len(docs), len(docs))
+    seconds["analyze"] = time.perf_counter() - start - seconds["chunk"]
+    return rows, fields
+
+
 def make_embedder(config: BuildConfig):
     name = config.embedding_model
     if name == "none":
@@ -234,78 +270,138 @@ def _model_meta(embedder) -> dict | None:
     return None if embedder is None else _card(embedder.files())
 
 
+BODY, SECTION, TITLE = 0, 1, 2  # field codes of Fields.use_field
+
+
 @dataclass
 class Fields:
-    body: list[list[str]]  # per chunk
-    title: list[list[str]]  # per document
-    section: list[list[str]]  # per chunk
-    doc_of: list[int]  # chunk -> document index
+    """Analyzed text, each distinct string once, and where it counts.
+
+    ``ids[offsets[p]:offsets[p + 1]]`` are the term ids of piece ``p`` (a chunk's text, a section
+    path, a title, a description), indexes into ``vocabulary``; -1 marks a dropped stopword. Use
+    ``i`` puts piece ``use_piece[i]`` into chunk ``use_chunk[i]`` as field ``use_field[i]``: a
+    title or section path shared by many chunks is analyzed once and repeated in numpy.
+    """
+
+    vocabulary: list[str]  # distinct terms, in first-seen order
+    ids: np.ndarray
+    offsets: np.ndarray
+    use_chunk: np.ndarray
+    use_piece: np.ndarray
+    use_field: np.ndarray
+    chunks: int
 
 
 def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer) -> Fields:
-    title = [analyzer.terms(d.title) for d in docs]
-    section_cache: dict[str, list[str]] = {}
-    body, section = [], []
-    first_of_doc = -1
-    for r in rows:
-        text = r.chunk.text
-        if r.doc != first_of_doc:  # the description counts once per document, with its first chunk
-            first_of_doc = r.doc
-            if docs[r.doc].description:
-                text = docs[r.doc].description + "\n" + text
-        body.append(analyzer.terms(text))
-        s = r.chunk.section
-        if s not in section_cache:
-            section_cache[s] = analyzer.terms(s)
-        section.append(section_cache[s])
-    return Fields(body, title, section, [r.doc for r in rows])
+    index: dict[str, int] = {}
+    pieces: list[list[str]] = []
+    words_of = analyzer.index_words
+
+    def piece(text: str) -> int:
+        p = index.get(text)
+        if p is None:
+            p = index[text] = len(pieces)
+            pieces.append(words_of(text))
+        return p
+
+    use_chunk, use_piece, use_field = [], [], []
+    prev = -1
+    for cid, r in enumerate(rows):
+        d = docs[r.doc]
+        use_chunk += (cid, cid, cid)
+        use_piece += (piece(r.chunk.text), piece(r.chunk.section), piece(d.title))
+        use_field += (BODY, SECTION, TITLE)
+        if r.doc != prev:  # the description counts once per document, with its first chunk
+            prev = r.doc
+            if d.description:
+                use_chunk.append(cid)
+                use_piece.append(piece(d.description))
+                use_field.append(BODY)
+    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)), out=offsets[1:])
+    # Word ids in first-seen order in one C-level pass (a defaultdict numbering its misses),
+    # then each distinct word is finished (length limit, stemmer, stopwords) once.
+    seen = defaultdict(count().__next__)
+    word_ids = np.fromiter(map(seen.__getitem__, chain.from_iterable(pieces)), dtype=np.int64, count=int(offsets[-1]))
+    finished = analyzer.finish([w.decode("ascii") if w.__class__ is bytes else w for w in seen])
+    vocabulary = [t for t in dict.fromkeys(finished) if t is not None]
+    term_id = {t: i for i, t in enumerate(vocabulary)}
+    term_id[None] = -1
+    ids = np.fromiter(map(term_id.__getitem__, finished), dtype=np.int64, count=len(finished))[word_ids]
+    return Fields(
+        vocabulary,
+        ids,
+        offsets,
+        np.asarray(use_chunk, dtype=np.int64),
+        np.asarray(use_piece, dtype=np.int64),
+        np.asarray(use_field, dtype=np.int8),
+        len(rows),
+    )
+
+
+def merge_fields(parts: list[Fields]) -> Fields:
+    """One Fields from the analyses of consecutive shards: vocabularies unioned, term ids,
+    pieces and chunks renumbered. Only distinct terms go through Python; the rest is numpy."""
+    seen = defaultdict(count().__next__)
+    ids, offsets, use_chunk, use_piece = [], [np.zeros(1, np.int64)], [], []
+    chunks = pieces = tokens = 0
+    for f in parts:
+        remap = np.fromiter(map(seen.__getitem__, f.vocabulary), dtype=np.int64, count=len(f.vocabulary))
+        ids.append(np.append(remap, -1)[f.ids])  # -1 (a dropped stopword) stays -1
+        offsets.append(f.offsets[1:] + tokens)
+        use_chunk.append(f.use_chunk + chunks)
+        use_piece.append(f.use_piece + pieces)
+        chunks, pieces, tokens = chunks + f.chunks, pieces + len(f.offsets) - 1, tokens + int(f.offsets[-1])
+    return Fields(
+        list(seen),
+        np.concatenate(ids),
+        np.concatenate(offsets),
+        np.concatenate(use_chunk),
+        np.concatenate(use_piece),
+        np.concatenate([f.use_field for f in parts]),
+        chunks,
+    )
 
 
 def build_postings(f: Fields, config: BuildConfig) -> Postings:
     """Weighted term frequencies per (term, chunk), vectorised: every occurrence becomes one
     (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'."""
-    from pyroaring import BitMap
-
     p = config.bm25
-    n = len(f.body)
-    doc_of = np.asarray(f.doc_of, dtype=np.int64)
-    chunks_of_doc = np.bincount(doc_of, minlength=len(f.title)) if n else np.zeros(len(f.title), np.int64)
-    # Occurrence streams, in this order: body and section per chunk, then each document's title
-    # repeated in each of its chunks (chunks are in document order).
-    body_len = np.fromiter(map(len, f.body), dtype=np.int64, count=n)
-    sec_len = np.fromiter(map(len, f.section), dtype=np.int64, count=n)
-    title_len_doc = np.fromiter(map(len, f.title), dtype=np.int64, count=len(f.title))
-    title_len = title_len_doc[doc_of] if n else np.zeros(0, np.int64)
-    titles = (terms * int(chunks_of_doc[d]) for d, terms in enumerate(f.title))
-    all_terms = list(chain(chain.from_iterable(f.body), chain.from_iterable(f.section), chain.from_iterable(titles)))
-    chunk_ids = np.arange(n, dtype=np.int64)
-    occ_chunk = np.concatenate([np.repeat(chunk_ids, body_len), np.repeat(chunk_ids, sec_len), np.repeat(chunk_ids, title_len)])
-    occ_weight = np.concatenate(
-        [np.ones(int(body_len.sum())), np.full(int(sec_len.sum()), p.section_weight), np.full(int(title_len.sum()), p.title_weight)]
-    )
-    terms, hashes = sorted_vocabulary(dict.fromkeys(all_terms))
-    vocab = {t: i for i, t in enumerate(terms)}
-    occ_term = np.fromiter(map(vocab.__getitem__, all_terms), dtype=np.int64, count=len(all_terms))
-    keep = occ_weight > 0  # a zero field weight contributes nothing, not even a posting
-    key = occ_term[keep] * max(n, 1) + occ_chunk[keep]
-    order = np.argsort(key)  # equal keys are summed, so their order does not matter
-    key, w = key[order], occ_weight[keep][order]
+    n = max(f.chunks, 1)
+    terms, hashes = sorted_vocabulary(f.vocabulary)
+    rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
+    rank[np.fromiter(map({t: i for i, t in enumerate(f.vocabulary)}.__getitem__, terms), np.int64, len(terms))] = np.arange(len(terms))
+    rank[-1] = -1
+    ids = rank[f.ids]
+    kept = np.zeros(len(ids) + 1, dtype=np.int64)  # running count of kept (non-stopword) tokens
+    np.cumsum(ids >= 0, out=kept[1:])
+    field_weight = np.array([1.0, p.section_weight, p.title_weight])
+    weight = field_weight[f.use_field]
+    size = (kept[f.offsets[1:]] - kept[f.offsets[:-1]])[f.use_piece]
+    lengths = np.bincount(f.use_chunk, weights=weight * size, minlength=f.chunks).astype("<f4")
+    size = np.diff(f.offsets)[f.use_piece]
+    keep = (weight > 0) & (size > 0)  # a zero field weight contributes nothing, not even a posting
+    chunk, start, field, size = f.use_chunk[keep], f.offsets[f.use_piece[keep]], f.use_field[keep], size[keep]
+    # Occurrences: use u contributes ids[start[u] : start[u] + size[u]], all to chunk[u]. Each
+    # becomes one integer, (term, chunk, field) packed, so a plain sort (several times faster
+    # than an argsort and two gathers) groups them by (term, chunk) and keeps the field.
+    first = np.cumsum(size) - size
+    occ_term = ids[np.repeat(start - first, size) + np.arange(int(size.sum()))]
+    live = occ_term >= 0
+    packed = np.sort(((occ_term * n + np.repeat(chunk, size)) * 4 + np.repeat(field, size))[live])
+    key, w = packed >> 2, field_weight[packed & 3]
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
     tf = np.add.reduceat(w, starts).astype("<f4") if len(key) else np.zeros(0, "<f4")
     ukey = key[starts]
-    post_term, post_chunk = ukey // max(n, 1), (ukey % max(n, 1)).astype(np.uint32)
+    post_term, post_chunk = ukey // n, (ukey % n).astype(np.uint32)
     df = np.bincount(post_term, minlength=len(terms))
+    if np.any(df == 0):  # terms whose every occurrence had weight 0 have no postings: drop them
+        live = np.flatnonzero(df > 0)
+        terms, hashes, df = [terms[i] for i in live], hashes[live], df[live]
+        post_term = np.searchsorted(live, post_term)
     tf_offsets = np.zeros(len(terms) + 1, dtype="<u8")
     np.cumsum(df, out=tf_offsets[1:])
-    bitmaps = [BitMap(post_chunk[tf_offsets[i] : tf_offsets[i + 1]].tolist()).serialize() for i in range(len(terms))]
-    lengths = (body_len + p.title_weight * title_len + p.section_weight * sec_len).astype("<f4")
-    # Terms whose every occurrence had weight 0 have no postings: drop them from the dictionary.
-    if np.any(df == 0):
-        live = np.flatnonzero(df > 0)
-        terms = [terms[i] for i in live]
-        hashes, bitmaps = hashes[live], [bitmaps[i] for i in live]
-        tf_offsets = np.zeros(len(terms) + 1, dtype="<u8")
-        np.cumsum(df[live], out=tf_offsets[1:])
+    bitmaps = L.pack_blob_buffer(*roaring.serialize_many(post_term, post_chunk, len(terms)))
     return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths)
 
 
@@ -313,7 +409,7 @@ def sorted_vocabulary(unique_terms) -> tuple[list[str], np.ndarray]:
     """Terms in dictionary order, by (hash, UTF-8 bytes), with their hashes. A numpy sort on
     the hashes; only terms whose hashes collide (practically never) are ordered by bytes."""
     terms = list(unique_terms)
-    hashes = np.fromiter(map(L.term_hash, terms), dtype="<u8", count=len(terms))
+    hashes = L.term_hashes(terms)
     order = np.argsort(hashes, kind="stable")
     hashes = hashes[order]
     terms = [terms[i] for i in order]
@@ -453,7 +549,7 @@ def assemble(meta, manifest, docs, rows, post, statuses, status_bitmaps, tag_bit
         SectionData(L.DOC_FIRST_CHUNK, first_chunk.tobytes()),
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
-        SectionData(L.POSTINGS, L.pack_blobs(post.bitmaps)),
+        SectionData(L.POSTINGS, post.bitmaps),
         SectionData(L.POSTING_TF_OFFSETS, post.tf_offsets.tobytes()),
         SectionData(L.POSTING_TF, post.tf.tobytes()),
         SectionData(L.STATUS_BITMAPS, L.pack_blobs(status_bitmaps)),

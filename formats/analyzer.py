@@ -33,6 +33,11 @@ CJK_RANGES = (
     "\U00020000-\U0003134f"  # Han extensions B..G
 )
 _WORD = re.compile(r"\w+")
+# ASCII text: every non-word character becomes a space and ``str.split`` cuts the words, which
+# gives exactly ``_WORD.findall`` about three times faster (str.translate has an ASCII fast path).
+_ASCII_NONWORD = str.maketrans({c: " " for c in map(chr, range(128)) if not _WORD.fullmatch(c)})
+# The same on bytes, lowercasing too: one bytes.translate, and no str object per word.
+_ASCII_WORD_BYTES = bytes((c | 0x20 if 65 <= c <= 90 else c) if _WORD.fullmatch(chr(c)) else 32 for c in range(256))
 
 
 @lru_cache(maxsize=None)
@@ -77,31 +82,52 @@ class Analyzer:
 
     def terms(self, text: str) -> list[str]:
         """All terms of ``text`` in order, repeats kept (term frequencies come from this)."""
-        # NFKC is the identity on ASCII and casefold equals lower there: skip the general path.
+        words = self.words(text)
+        if not words or not (self.stem or self.stopwords or max(map(len, words)) > self.max_term_chars):
+            return words
+        return [t for t in self.finish(words) if t is not None]
+
+    def words(self, text: str) -> list[str]:
+        """The first half of ``terms``: normalised, casefolded words, CJK runs as bigrams, before
+        the length limit, stemming and stopwords (``finish``). The builder finishes each distinct
+        word once instead of every occurrence."""
         if text.isascii():
-            text = text.lower()
+            text = text.lower()  # NFKC is the identity on ASCII and casefold equals lower there
         else:
             import unicodedata
 
             text = unicodedata.normalize("NFKC", text).casefold()
-        cjk_re = _cjk_patterns()[0] if self.cjk_bigrams and not text.isascii() else None
-        if cjk_re is not None and cjk_re.search(text):
-            out = []
-            for word in _WORD.findall(text):
-                if cjk_re.search(word):
-                    out.extend(_split_cjk(word))
-                else:
-                    out.append(word)
-        else:
-            out = _WORD.findall(text)
+        if text.isascii():
+            return text.translate(_ASCII_NONWORD).split()
+        if not (self.cjk_bigrams and _cjk_patterns()[0].search(text)):
+            return _WORD.findall(text)
+        cjk_re = _cjk_patterns()[0]
+        out = []
+        for word in _WORD.findall(text):
+            if cjk_re.search(word):
+                out.extend(_split_cjk(word))
+            else:
+                out.append(word)
+        return out
+
+    def index_words(self, text: str) -> list[str] | list[bytes]:
+        """``words`` as the builder reads them: for ASCII text, ASCII bytes (a third faster: one
+        table lowercases and blanks the bytes, and no str is made per word), else str. Decode
+        the distinct ones before ``finish``."""
+        if text.isascii():
+            return text.encode("ascii").translate(_ASCII_WORD_BYTES).split()
+        return self.words(text)
+
+    def finish(self, words: list[str]) -> list[str | None]:
+        """The second half of ``terms``, word by word: the term each word becomes (cut to
+        ``max_term_chars``, stemmed), or None for a stopword. Aligned with ``words``."""
         limit = self.max_term_chars
-        if out and max(map(len, out)) > limit:
-            out = [t[:limit] for t in out]
+        out = [w[:limit] for w in words] if words and max(map(len, words)) > limit else list(words)
         if self.stem:
             out = [_stem(t) for t in out]
         if self.stopwords:
             stop = set(self.stopwords)
-            out = [t for t in out if t not in stop]
+            out = [None if t in stop else t for t in out]
         return out
 
 

@@ -67,7 +67,12 @@ def pack_blobs(items: list[bytes]) -> bytes:
     offsets = np.zeros(len(items) + 1, dtype="<u8")
     if items:
         np.cumsum([len(b) for b in items], out=offsets[1:])
-    return _BLOB_HEAD.pack(len(items), 0) + offsets.tobytes() + b"".join(items)
+    return pack_blob_buffer(b"".join(items), offsets)
+
+
+def pack_blob_buffer(data: bytes | np.ndarray, offsets: np.ndarray) -> bytes:
+    """A blob table from its items' bytes back to back and ``count + 1`` offsets into them."""
+    return _BLOB_HEAD.pack(len(offsets) - 1, 0) + np.asarray(offsets, dtype="<u8").tobytes() + bytes(data)
 
 
 class BlobTable:
@@ -106,3 +111,9 @@ class BlobTable:
 def term_hash(term: str) -> int:
     """Stable 64-bit term hash (BLAKE2b, 8 bytes, little-endian): the term dictionary's key."""
     return int.from_bytes(hashlib.blake2b(term.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def term_hashes(terms: list[str]) -> np.ndarray:
+    """``term_hash`` of many terms at once, as a little-endian uint64 array."""
+    digest = hashlib.blake2b
+    return np.frombuffer(b"".join([digest(t.encode("utf-8"), digest_size=8).digest() for t in terms]), dtype="<u8")

@@ -64,3 +64,12 @@ def test_analysis_is_idempotent_on_its_own_output(text):
     assert A.terms(" ".join(t for t in terms if not any("\u3040" <= c <= "\u9fff" for c in t))) == [
         t for t in terms if not any("\u3040" <= c <= "\u9fff" for c in t)
     ]
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_the_ascii_fast_path_equals_the_word_regex(text):
+    import re
+
+    assert A.terms(text) == re.findall(r"\w+", text.lower())
+    assert [w.decode() for w in A.index_words(text)] == A.words(text)
+    assert A.terms(text + "\u00e9") == re.findall(r"\w+", (text + "\u00e9").lower())  # the general path agrees
