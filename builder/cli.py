@@ -79,10 +79,11 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--embedder", metavar="NAME", help="Embedding model: all-MiniLM-L6-v2 (default) or none (BM25 only).")
 @click.option("--reranker", "reranker", metavar="PATH", help="Pack this cross-encoder (an HF BertForSequenceClassification folder, converted to int8, or a converted folder) instead of the shipped default.")
 @click.option("--no-reranker", is_flag=True, help="Pack no reranker (kb search then cannot rerank).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help="Processes for chunking and analysis (default: one per core, at most 8). The artifact is the same for any N.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, as_json, debug):
+def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, jobs, as_json, debug):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
     from .build import BuildError, build
     from .config import ConfigError, load_config
@@ -105,7 +106,7 @@ def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, 
             cfg = replace(cfg, embedding_model=embedder)
         if reranker or no_reranker:
             cfg = replace(cfg, reranker="none" if no_reranker else reranker)
-        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar)
+        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs)
     except (ConfigError, InputError) as e:
         bar.close()
         _fail(str(e), EXIT_USAGE, debug)

@@ -1,3 +1,6 @@
+import pytest
+from hypothesis import given, strategies as st
+
 from kb.builder.chunk import ChunkOptions, chunk_document
 from kb.builder.ingest import Document, parse_file
 from kb.runtime.embed import HashEmbedder
@@ -62,3 +65,24 @@ def test_yaml_and_toml_chunk_by_top_level_keys():
 def test_json_objects_chunk_by_top_level_keys():
     j = parse_file("s.json", ".json", b'{\n  "services": [1, 2],\n  "owners": {"a": 1}\n}\n')
     assert [c.section for c in chunk_document(j, count)] == ["", "services", "owners"]
+
+
+def test_the_estimate_adds_up_over_whitespace():
+    from kb.builder.chunk import estimate_tokens
+
+    parts = ["Cells (n=12) grew;", "北京 大学 — β-cells", "e.g. 3.5 % of x_y", "plain words here"]
+    assert sum(estimate_tokens(parts)) == estimate_tokens([" \n".join(parts)])[0]
+
+
+@given(st.lists(st.sampled_from(["Disks fail.", "Backups run nightly!", "Is the NAS full?", "北京大学。", "x" * 30, "e.g. 3.5 % of x_y"]), min_size=1, max_size=80))
+def test_counting_long_lines_by_sentences_changes_no_chunk(sentences):
+    import kb.builder.chunk as C
+
+    doc = md("# P\n\n" + " ".join(sentences) + "\n\nA second paragraph.\n")
+    opts = ChunkOptions(max_tokens=40, overlap_tokens=8)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(C, "PRESPLIT_CHARS_PER_TOKEN", 0)  # every one-line unit counted by sentences
+        presplit = chunk_document(doc, C.estimate_tokens, opts)
+        mp.setattr(C, "PRESPLIT_CHARS_PER_TOKEN", 10**9)  # every unit counted whole first
+        whole = chunk_document(doc, C.estimate_tokens, opts)
+    assert presplit == whole

@@ -1,0 +1,83 @@
+"""The vectorised analyze -> postings path against a plain per-chunk reference, sharded or not."""
+
+from collections import defaultdict
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+from pyroaring import BitMap
+
+from kb.builder import build as B
+from kb.builder import shards
+from kb.builder.chunk import Chunk
+from kb.builder.config import BuildConfig
+from kb.builder.ingest import Document
+from kb.formats.analyzer import Analyzer
+from kb.formats.bm25 import BM25Params
+
+from conftest import SAMPLE, build_hash
+
+WORDS = ["the", "cell", "Cells", "nas", "backup", "ß", "北京大学", "x" * 70, "e.g.", "café", "the"]
+text = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)
+docs = st.lists(st.tuples(text, text, st.lists(st.tuples(text, text), min_size=1, max_size=4)), min_size=1, max_size=6)
+
+
+def reference(docs, rows, analyzer, p):
+    tf = defaultdict(float)
+    lengths = []
+    prev = -1
+    for cid, r in enumerate(rows):
+        d = docs[r.doc]
+        fields = [(r.chunk.text, 1.0), (r.chunk.section, p.section_weight), (d.title, p.title_weight)]
+        if r.doc != prev and d.description:
+            fields.append((d.description, 1.0))
+        prev = r.doc
+        n = 0.0
+        for s, w in fields:
+            terms = analyzer.terms(s)
+            n += w * len(terms)
+            for t in terms:
+                if w > 0:
+                    tf[t, cid] += w
+        lengths.append(n)
+    return tf, lengths
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs, st.sampled_from([Analyzer(), Analyzer(stopwords=("the", "nas"), stem="porter-lite"), Analyzer(max_term_chars=3)]), st.sampled_from([0.0, 1.5]))
+def test_postings_equal_a_per_chunk_reference_sharded_or_not(spec, analyzer, section_weight):
+    documents = [Document(f"d{i}", f"d{i}", "text", title, "", description=desc) for i, (title, desc, _) in enumerate(spec)]
+    rows = [B.ChunkRow(i, Chunk(sec, body, 1, 1)) for i, (_, _, chunks) in enumerate(spec) for sec, body in chunks]
+    cfg = replace(BuildConfig(), bm25=replace(BM25Params(), section_weight=section_weight))
+    want_tf, want_len = reference(documents, rows, analyzer, cfg.bm25)
+
+    whole = B.analyze(documents, rows, analyzer)
+    cut = next((i for i, r in enumerate(rows) if r.doc >= len(documents) // 2), 0)  # two shards of whole documents, as workers get them
+    halves = B.merge_fields([B.analyze(documents, rows[:cut], analyzer), B.analyze(documents, rows[cut:], analyzer)])
+    for fields in (whole, halves):
+        post = B.build_postings(fields, cfg)
+        got = {}
+        bitmaps = B.L.BlobTable(post.bitmaps)
+        for i, term in enumerate(post.terms):
+            chunks = list(BitMap.deserialize(bytes(bitmaps[i])))
+            weights = post.tf[post.tf_offsets[i] : post.tf_offsets[i + 1]]
+            got.update({(term, c): float(w) for c, w in zip(chunks, weights)})
+        assert got == {k: v for k, v in want_tf.items()}
+        assert np.allclose(post.lengths, want_len)
+        assert list(post.hashes) == sorted(post.hashes)
+
+
+def test_any_number_of_jobs_gives_the_same_artifact(tmp_path, monkeypatch):
+    monkeypatch.setattr(shards, "MIN_SHARD_CHARS", 1)
+    assert len(shards.bounds([len(p.read_text()) for p in SAMPLE.rglob("*.md")], 3)) == 4
+    build_hash(SAMPLE, tmp_path / "one.kb", jobs=1)
+    build_hash(SAMPLE, tmp_path / "three.kb", jobs=3)
+    assert (tmp_path / "one.kb").read_bytes() == (tmp_path / "three.kb").read_bytes()
+
+
+def test_shard_bounds_balance_text_and_keep_small_inputs_whole(monkeypatch):
+    assert shards.bounds([10] * 5, 4) == [0, 5]  # far below MIN_SHARD_CHARS: one shard
+    monkeypatch.setattr(shards, "MIN_SHARD_CHARS", 10)
+    assert shards.bounds([10] * 8, 2) == [0, 4, 8]
+    assert shards.bounds([50, 10, 10, 10, 10, 10], 2) == [0, 1, 6]
+    assert shards.bounds([10] * 3, 8) == [0, 1, 2, 3]
