@@ -347,7 +347,7 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer) -> F
     # then each distinct word is finished (length limit, stemmer, stopwords) once.
     seen = defaultdict(count().__next__)
     word_ids = np.fromiter(map(seen.__getitem__, chain.from_iterable(pieces)), dtype=np.int64, count=int(offsets[-1]))
-    finished = analyzer.finish([w.decode("ascii") if w.__class__ is bytes else w for w in seen])
+    finished = analyzer.finish([w.decode() if w.__class__ is bytes else w for w in seen])
     vocabulary = [t for t in dict.fromkeys(finished) if t is not None]
     term_id = {t: i for i, t in enumerate(vocabulary)}
     term_id[None] = -1

@@ -36,8 +36,10 @@ _WORD = re.compile(r"\w+")
 # ASCII text: every non-word character becomes a space and ``str.split`` cuts the words, which
 # gives exactly ``_WORD.findall`` about three times faster (str.translate has an ASCII fast path).
 _ASCII_NONWORD = str.maketrans({c: " " for c in map(chr, range(128)) if not _WORD.fullmatch(c)})
-# The same on bytes, lowercasing too: one bytes.translate, and no str object per word.
-_ASCII_WORD_BYTES = bytes((c | 0x20 if 65 <= c <= 90 else c) if _WORD.fullmatch(chr(c)) else 32 for c in range(256))
+# The same on UTF-8 bytes, lowercasing too, and keeping bytes >= 0x80 (parts of non-ASCII
+# characters) as they are: one bytes.translate and no str object per word.
+_WORD_BYTES = bytes(c if c >= 128 else (c | 0x20 if 65 <= c <= 90 else c) if _WORD.fullmatch(chr(c)) else 32 for c in range(256))
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
 
 
 @lru_cache(maxsize=None)
@@ -91,32 +93,28 @@ class Analyzer:
         """The first half of ``terms``: normalised, casefolded words, CJK runs as bigrams, before
         the length limit, stemming and stopwords (``finish``). The builder finishes each distinct
         word once instead of every occurrence."""
-        if text.isascii():
-            text = text.lower()  # NFKC is the identity on ASCII and casefold equals lower there
-        else:
-            import unicodedata
-
-            text = unicodedata.normalize("NFKC", text).casefold()
+        text = _normalize(text)
         if text.isascii():
             return text.translate(_ASCII_NONWORD).split()
-        if not (self.cjk_bigrams and _cjk_patterns()[0].search(text)):
-            return _WORD.findall(text)
-        cjk_re = _cjk_patterns()[0]
-        out = []
-        for word in _WORD.findall(text):
-            if cjk_re.search(word):
-                out.extend(_split_cjk(word))
-            else:
-                out.append(word)
-        return out
+        if self.cjk_bigrams and _cjk_patterns()[0].search(text):
+            return _cjk_words(text)
+        return _WORD.findall(text)
 
     def index_words(self, text: str) -> list[str] | list[bytes]:
-        """``words`` as the builder reads them: for ASCII text, ASCII bytes (a third faster: one
-        table lowercases and blanks the bytes, and no str is made per word), else str. Decode
-        the distinct ones before ``finish``."""
+        """``words`` as the builder reads them, as UTF-8 bytes (str where CJK bigrams are made).
+        Non-word characters become spaces (the few distinct non-ASCII ones by ``str.replace``,
+        the ASCII ones by one table that also lowercases), then ``bytes.split`` cuts the words:
+        no str per word, and no regex over the text. Decode the distinct ones before ``finish``."""
         if text.isascii():
-            return text.encode("ascii").translate(_ASCII_WORD_BYTES).split()
-        return self.words(text)
+            return text.encode("ascii").translate(_WORD_BYTES).split()
+        text = _normalize(text)
+        chars = set("".join(_NON_ASCII_RUN.findall(text)))
+        if self.cjk_bigrams and chars and _cjk_patterns()[0].search("".join(chars)):
+            return _cjk_words(text)
+        for c in chars:
+            if not _WORD.match(c):
+                text = text.replace(c, " ")
+        return text.encode("utf-8").translate(_WORD_BYTES).split()
 
     def finish(self, words: list[str]) -> list[str | None]:
         """The second half of ``terms``, word by word: the term each word becomes (cut to
@@ -129,6 +127,26 @@ class Analyzer:
             stop = set(self.stopwords)
             out = [None if t in stop else t for t in out]
         return out
+
+
+def _normalize(text: str) -> str:
+    if text.isascii():
+        return text.lower()  # NFKC is the identity on ASCII and casefold equals lower there
+    import unicodedata
+
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _cjk_words(text: str) -> list[str]:
+    """Words of normalised text, CJK runs inside them as bigrams."""
+    cjk_re = _cjk_patterns()[0]
+    out = []
+    for word in _WORD.findall(text):
+        if cjk_re.search(word):
+            out.extend(_split_cjk(word))
+        else:
+            out.append(word)
+    return out
 
 
 def has_cjk(text: str) -> bool:

@@ -73,3 +73,9 @@ def test_the_ascii_fast_path_equals_the_word_regex(text):
     assert A.terms(text) == re.findall(r"\w+", text.lower())
     assert [w.decode() for w in A.index_words(text)] == A.words(text)
     assert A.terms(text + "\u00e9") == re.findall(r"\w+", (text + "\u00e9").lower())  # the general path agrees
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8")) | st.text(alphabet="aZ_9 -.\u00e9\u00df\u03b2\u2013\u00b1\u0301\u00a0\uff21\u5317\u4eac\u3042"))
+def test_the_builder_reads_the_same_words_as_the_query_side(text):
+    got = [w.decode() if isinstance(w, bytes) else w for w in A.index_words(text)]
+    assert got == A.words(text)
