@@ -29,8 +29,8 @@ from kb.formats.artifact import CODEC_RAW, CODEC_ZSTD, FORMAT_VERSION, SectionDa
 from kb.formats.bm25 import weighted
 from kb.formats.version import KB_VERSION
 
-from .chunk import Chunk, chunk_document, estimate_tokens
 from . import shards
+from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
 from .ingest import Corpus, Document, read_corpus
 
@@ -42,6 +42,9 @@ ZSTD_DICT_MIN_SAMPLES = 64  # below this, training fails or does not pay
 # Fixed COVER parameters (segment size k, d-mer size d): letting zstd search for them cost ~5 s
 # on 3.6k Hugo chunks; k=256, d=8 trains in 0.1 s and compresses within 1% of the searched best.
 ZSTD_DICT_K, ZSTD_DICT_D = 256, 8
+# Train on every n-th record, at most about 100x the dictionary's size (zstd's rule of thumb):
+# on SciFact's 8.9 MB of records that trains in 0.11 s instead of 0.32 s, for 0.45% more bytes.
+ZSTD_DICT_SAMPLE_FACTOR = 100
 
 
 class BuildError(Exception):
@@ -532,15 +535,18 @@ def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes
     import zstandard
 
     records = [msgpack.packb(chunk_record(docs[r.doc], r.chunk)) for r in rows]
+    # A block is a msgpack array of records: its header, then the packed records as they are.
+    header = msgpack.Packer().pack_array_header
     raw_blocks = [
-        msgpack.packb([msgpack.unpackb(x) for x in records[i : i + L.TEXT_BLOCK]])
-        for i in range(0, len(records), L.TEXT_BLOCK)
+        header(len(block)) + b"".join(block) for block in (records[i : i + L.TEXT_BLOCK] for i in range(0, len(records), L.TEXT_BLOCK))
     ]
     zdict = b""
-    dict_bytes = min(ZSTD_DICT_BYTES, sum(map(len, records)) // 10)
+    total = sum(map(len, records))
+    dict_bytes = min(ZSTD_DICT_BYTES, total // 10)
     if len(records) >= ZSTD_DICT_MIN_SAMPLES and dict_bytes >= ZSTD_DICT_MIN_BYTES:
         try:
-            d = zstandard.train_dictionary(dict_bytes, records, k=ZSTD_DICT_K, d=ZSTD_DICT_D, threads=1, level=ZSTD_LEVEL)
+            step = max(1, -(-total // (ZSTD_DICT_SAMPLE_FACTOR * dict_bytes)))
+            d = zstandard.train_dictionary(dict_bytes, records[::step], k=ZSTD_DICT_K, d=ZSTD_DICT_D, threads=1, level=ZSTD_LEVEL)
             zdict = d.as_bytes()
         except zstandard.ZstdError:
             zdict = b""  # too little or too uniform text to train on: plain zstd still works

@@ -259,12 +259,12 @@ def _pack(units: list[_Unit], count: TokenCounter, opts: ChunkOptions) -> list[l
         else:
             flat.extend(_split_long(u, count, opts.max_tokens, ps, None if ps is None else part_sizes))
     groups: list[list[_Unit]] = []
-    cur: list[tuple[_Unit, int]] = []
+    cur: list[tuple[_Unit, float]] = []
     total = 0
     for u, n in flat:
         if cur and total + n > opts.max_tokens:
             groups.append([x for x, _ in cur])
-            carry: list[tuple[_Unit, int]] = []
+            carry: list[tuple[_Unit, float]] = []
             kept = 0
             for x, m in reversed(cur):
                 if x.atomic or kept + m > opts.overlap_tokens or kept + m + n > opts.max_tokens:

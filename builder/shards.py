@@ -2,10 +2,10 @@
 
 The chunk and analyze stages are pure Python on each document, so with more than one core they
 run over document shards at once: shard 0 in this process, the others in forked children (fork:
-a child sees the documents without pickling them; only its result comes back pickled). Where
-fork is unavailable (macOS and Windows default to spawn, which would re-import everything) or
-there is one core, everything runs here. Shards are contiguous and their results come back in
-order, so the artifact does not depend on the number of jobs.
+a child sees the documents without pickling them; only its result comes back pickled). Off
+Linux (macOS system libraries are not fork-safe, Windows cannot fork), with one core, or with
+little text, everything runs here. Shards are contiguous and their results come back in order,
+so the artifact does not depend on the number of jobs.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import Callable, Sequence, TypeVar
 
 T = TypeVar("T")
 
-# Below this much text per extra worker, forking and pickling cost more than they save.
+# Each shard gets at least this much text: below it, forking and pickling cost more than they save.
 MIN_SHARD_CHARS = 1_000_000
 MAX_JOBS = 8
 
+
 class WorkerDied(Exception):
-    pass
+    """A worker process failed or was killed; the message is one line."""
 
 
 def default_jobs() -> int:

@@ -1,10 +1,11 @@
 """The text analyzer shared by builder and runtime: text -> terms for BM25.
 
-``kb-unicode-1``: NFKC normalisation, then casefold, then Unicode word runs (``\\w+``, i.e. letters,
-digits, marks and underscore; punctuation and hyphens split words). Inside a run, characters of
-CJK scripts (Han, Hiragana, Katakana, Hangul) become overlapping character bigrams (a lone CJK
-character stays a unigram); the rest of the run is one term. No stemming and no stopwords by
-default; the optional ``stem="porter-lite"`` strips a few English suffixes.
+``kb-unicode-1``: NFKC normalisation, then casefold, then Unicode word runs (Python's ``\\w+``:
+letters, digits and underscore; punctuation, hyphens and combining marks that NFKC does not
+compose split words). Inside a run, characters of CJK scripts (Han, Hiragana, Katakana,
+Hangul) become overlapping character bigrams (a lone CJK character stays a unigram); the rest
+of the run is one term. No stemming and no stopwords by default; the optional
+``stem="porter-lite"`` strips a few English suffixes.
 
 The builder records ``Analyzer.params()`` in the artifact and the runtime rebuilds the analyzer
 from them with ``Analyzer.from_params``, refusing names or versions it does not know, so the
