@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from kb.formats.version import KB_VERSION
+from kb.runtime.usage import Command
 
 EXIT_FAIL = 1
 EXIT_USAGE = 2
@@ -67,7 +68,7 @@ def summary_lines(rep, out: Path) -> list[str]:
     return lines
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("corpus", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Artifact to write (atomically).")
 @click.option("--config", type=click.Path(path_type=Path), help="kb.toml (default: kb.toml in the corpus folder, if any).")
@@ -122,6 +123,9 @@ def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, 
     if not quiet:
         for line in summary_lines(rep, out):
             click.echo(line, err=True)
+
+
+main.prog = "kb-build"
 
 
 def _fail(msg: str, code: int, debug: bool = False):

@@ -15,6 +15,8 @@ import click
 
 from kb.formats.version import KB_VERSION
 
+from .usage import Command, OneLineUsage, one_line
+
 EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_ARTIFACT = 3
@@ -50,13 +52,18 @@ def open_index(path: str | None):
         raise KbError(str(e), e.exit_code) from None
 
 
-class _Group(click.Group):
-    """Maps domain errors to one stderr line and an exit code."""
+class _Group(OneLineUsage, click.Group):
+    """Maps domain errors to one stderr line and an exit code; usage errors too (usage.py)."""
+
+    command_class = Command
+    prog = "kb"
 
     def invoke(self, ctx):
         debug = "--debug" in sys.argv
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # an unknown subcommand, or a subcommand's own usage error
+            raise one_line(e, ctx) from None
         except KbError as e:
             if debug:
                 raise

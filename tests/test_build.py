@@ -133,7 +133,9 @@ def test_cli_usage_errors_exit_2(tmp_path):
     r = CliRunner().invoke(kb_build, ["-o", str(tmp_path / "x.kb")])
     assert (r.exit_code, r.stderr) == (2, "kb-build: error: give at least one CORPUS folder or --jsonl FILE\n")
     r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(tmp_path / "x.kb"), "-j", "0"])
-    assert r.exit_code == 2 and "Invalid value for '-j' / '--jobs': 0 is not in the range x>=1." in r.stderr
+    assert (r.exit_code, r.stderr) == (2, "kb-build: error: Invalid value for '-j' / '--jobs': 0 is not in the range x>=1. (see 'kb-build --help')\n")
+    r = CliRunner().invoke(kb_build, [str(TINY)])
+    assert (r.exit_code, r.stderr) == (2, "kb-build: error: Missing option '-o' / '--output'. (see 'kb-build --help')\n")
 
 
 def test_an_empty_corpus_fails_without_writing(tmp_path):

@@ -164,9 +164,19 @@ def test_errors_are_one_line_with_distinct_exit_codes(args, code, line):
     assert (r.exit_code, r.stderr) == (code, line + "\n")
 
 
-def test_usage_errors_from_click_exit_2():
-    r = run("search", "x", "--mode", "fuzzy")
-    assert r.exit_code == 2 and "Invalid value for '--mode'" in r.stderr
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (("search", "x", "--mode", "fuzzy"), "kb: error: Invalid value for '--mode': 'fuzzy' is not one of 'hybrid', 'bm25', 'vector'. (see 'kb search --help')"),
+        (("search", "x", "-n", "abc"), "kb: error: Invalid value for '-n' / '--top-k': 'abc' is not a valid integer. (see 'kb search --help')"),
+        (("nosuch",), "kb: error: No such command 'nosuch'. (see 'kb --help')"),
+        (("--bogus",), "kb: error: No such option '--bogus'. (see 'kb --help')"),
+        (("serve", "--port", "x"), "kb: error: Invalid value for '--port': 'x' is not a valid integer range. (see 'kb serve --help')"),
+    ],
+)
+def test_usage_errors_from_click_are_one_line_and_exit_2(args, line):
+    r = run(*args)
+    assert (r.exit_code, r.stderr) == (2, line + "\n")
 
 
 def test_list_is_the_explicit_way_to_see_a_scope():

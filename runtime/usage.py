@@ -1,0 +1,50 @@
+"""click's usage errors as one line on stderr, like every other kb error.
+
+click prints a usage block, a "Try --help" line and then the error. kb and kb-build print
+``PROG: error: MESSAGE (see 'COMMAND --help')`` and exit 2: the commands' ``parse_args`` (and
+the kb group's ``invoke``, where subcommands are resolved and parsed) turn any
+``click.UsageError`` into a ``UsageLine``, whose ``show`` is that one line.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+class UsageLine(click.UsageError):
+    def __init__(self, message: str, prog: str, command: str):
+        super().__init__(message)
+        self.prog, self.command = prog, command
+
+    def show(self, file=None) -> None:
+        click.echo(f"{self.prog}: error: {self.message} (see '{self.command} --help')", err=True)
+
+
+def one_line(e: click.UsageError, ctx: click.Context) -> UsageLine:
+    """``e`` as a UsageLine. The program is the root command's ``prog`` (kb, kb-build), not the
+    name it was started by (a frozen binary, ``python -m``, a test runner)."""
+    if isinstance(e, UsageLine):
+        return e
+    names, c = [], e.ctx or ctx
+    while c.parent is not None:
+        names.append(c.info_name)
+        c = c.parent
+    prog = getattr(c.command, "prog", None) or c.info_name or "kb"
+    return UsageLine(e.format_message(), prog, " ".join([prog, *reversed(names)]))
+
+
+class OneLineUsage:
+    """Mixin for click commands and groups: usage errors while parsing are one line; ``prog``
+    names the program when the command is the root."""
+
+    prog: str | None = None
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise one_line(e, ctx) from None
+
+
+class Command(OneLineUsage, click.Command):
+    pass
