@@ -104,6 +104,22 @@ def open_encoder(files: dict, label: str, what: str, device: str, compute_type: 
     return encoder, device, compute_type, threads
 
 
+def read_card(files: dict[str, bytes], int_fields: tuple[str, ...], what: str, remedy: str) -> dict:
+    """The kb_model.json of converted-model ``files``, checked: model.bin is there, and the card
+    parses with a ``name`` and integer ``int_fields``. ``what`` names the files in the error
+    ("model", "reranker"), ``remedy`` ends every message."""
+    if not files or "kb_model.json" not in files or "model.bin" not in files:
+        raise ModelError(f"{what} files incomplete (need kb_model.json and model.bin); {remedy}")
+    try:
+        meta = json.loads(bytes(files["kb_model.json"]).decode("utf-8"))
+        str(meta["name"])
+        for f in int_fields:
+            int(meta[f])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"kb_model.json is invalid ({e!r}); {remedy}") from None
+    return meta
+
+
 class CT2Embedder:
     """Sentence embedder: BERT encoder in CTranslate2 + masked mean pooling + L2 norm.
 
@@ -121,15 +137,10 @@ class CT2Embedder:
         except ImportError as e:
             raise ModelError(f"the embedder needs the {e.name} package; reinstall kb-search") from None
 
-        if not files or "kb_model.json" not in files or "model.bin" not in files:
-            raise ModelError("model files incomplete (need kb_model.json and model.bin); rebuild the index with kb-build")
-        try:
-            meta = json.loads(bytes(files["kb_model.json"]).decode("utf-8"))
-            self.name: str = str(meta["name"])
-            self.dim: int = int(meta["dim"])
-            self.max_tokens: int = int(meta["max_tokens"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise ModelError(f"kb_model.json is invalid ({e!r}); rebuild the index with kb-build") from None
+        meta = read_card(files, ("dim", "max_tokens"), "model", "rebuild the index with kb-build")
+        self.name: str = str(meta["name"])
+        self.dim: int = int(meta["dim"])
+        self.max_tokens: int = int(meta["max_tokens"])
         if meta.get("kind", "embedder") != "embedder":
             raise ModelError(f"model {self.name!r} is a {meta.get('kind')!r}, not an embedder")
         if meta.get("pooling", "mean") != "mean":

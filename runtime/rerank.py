@@ -25,12 +25,11 @@ which ranks exactly as softmax(logits)[1]; more labels are refused.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 
-from .models import ModelError, open_encoder
+from .models import ModelError, open_encoder, read_card
 
 __all__ = ["CT2CrossEncoder", "load_reranker", "load_reranker_path", "ModelError"]
 
@@ -68,14 +67,9 @@ class CT2CrossEncoder:
         except ImportError as e:
             raise ModelError(f"the reranker needs the {e.name} package; reinstall kb-search") from None
 
-        if not files or "kb_model.json" not in files or "model.bin" not in files:
-            raise ModelError("reranker files incomplete (need kb_model.json and model.bin); convert the model with kb-build --reranker")
-        try:
-            meta = json.loads(bytes(files["kb_model.json"]).decode("utf-8"))
-            self.name: str = str(meta["name"])
-            meta_max = int(meta["max_tokens"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise ModelError(f"kb_model.json is invalid ({e!r}); convert the model with kb-build --reranker") from None
+        meta = read_card(files, ("max_tokens",), "reranker", "convert the model with kb-build --reranker")
+        self.name: str = str(meta["name"])
+        meta_max = int(meta["max_tokens"])
         if meta.get("kind") != "cross-encoder":
             raise ModelError(f"model {self.name!r} is a {meta.get('kind', 'embedder')!r}, not a cross-encoder")
         if meta.get("pooling", "cls") != "cls":
