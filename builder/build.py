@@ -234,9 +234,11 @@ def chunk_and_analyze(docs, count, opts, analyzer, jobs: int, seconds: dict, pro
                 progress("chunk", i + 1, len(docs))
         if lo == 0:
             seconds["chunk"] = time.perf_counter() - start
-            return rows, analyze(docs, rows, analyzer)
+        fields = analyze(docs, rows, analyzer)
+        if lo == 0:
+            return rows, fields
         # A worker's chunks travel as tuples: pickling them is five times cheaper than dataclasses.
-        return [(r.doc, r.chunk.section, r.chunk.text, r.chunk.start_line, r.chunk.end_line) for r in rows], analyze(docs, rows, analyzer)
+        return [(r.doc, r.chunk.section, r.chunk.text, r.chunk.start_line, r.chunk.end_line) for r in rows], fields
 
     try:
         parts = shards.map_shards(shard, cuts)
@@ -399,9 +401,9 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
     (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'."""
     p = config.bm25
     n = max(f.chunks, 1)
-    terms, hashes = sorted_vocabulary(f.vocabulary, f.hashes)
+    terms, hashes, order = sorted_vocabulary(f.vocabulary, f.hashes)
     rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
-    rank[np.fromiter(map({t: i for i, t in enumerate(f.vocabulary)}.__getitem__, terms), np.int64, len(terms))] = np.arange(len(terms))
+    rank[order] = np.arange(len(terms))
     rank[-1] = -1
     ids = rank[f.ids]
     kept = np.zeros(len(ids) + 1, dtype=np.int64)  # running count of kept (non-stopword) tokens
@@ -436,25 +438,24 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
     return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths)
 
 
-def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
+def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Terms in dictionary order, by (hash, UTF-8 bytes), with their hashes (computed here unless
-    given). A numpy sort on the hashes; only terms whose hashes collide (practically never) are
-    ordered by bytes."""
-    terms = list(unique_terms)
-    hashes = L.term_hashes(terms) if hashes is None else hashes
+    given) and ``order``, the input position of each. A numpy sort on the hashes; only terms
+    whose hashes collide (practically never) are ordered by bytes."""
+    given = list(unique_terms)
+    hashes = L.term_hashes(given) if hashes is None else hashes
     order = np.argsort(hashes, kind="stable")
     hashes = hashes[order]
-    terms = [terms[i] for i in order]
     same = np.flatnonzero(hashes[1:] == hashes[:-1])
     for i in same[::-1]:  # tiny collision runs: order them by bytes
         j = i
         while j > 0 and hashes[j - 1] == hashes[i]:
             j -= 1
         k = i + 2
-        while k < len(terms) and hashes[k] == hashes[i]:
+        while k < len(order) and hashes[k] == hashes[i]:
             k += 1
-        terms[j:k] = sorted(terms[j:k], key=lambda t: t.encode("utf-8"))
-    return terms, hashes
+        order[j:k] = sorted(order[j:k], key=lambda t: given[t].encode("utf-8"))
+    return [given[i] for i in order], hashes, order
 
 
 def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:

@@ -239,16 +239,20 @@ def _split_long(u: _Unit, count: TokenCounter, budget: int, parts=None, sizes=No
     return out
 
 
+def _presplit(u: _Unit, budget: int) -> list[_Unit] | None:
+    """The sentences of a long one-line prose unit, or None to count it whole."""
+    if u.atomic or u.start != u.end or len(u.text) <= PRESPLIT_CHARS_PER_TOKEN * budget:
+        return None
+    parts = _parts(u)
+    return parts if len(parts) > 1 else None
+
+
 def _pack(units: list[_Unit], count: TokenCounter, opts: ChunkOptions) -> list[list[_Unit]]:
     # A long one-line unit (an abstract, a wrapped-less paragraph) is nearly always over budget:
     # count its sentences, not the whole and then its sentences again. Counts add up over
     # whitespace (WordPiece's do, and estimate_tokens's), so the unit's count is their sum and
     # the chunks are the same either way; only the time differs.
-    parts = [
-        _parts(u) if not u.atomic and u.start == u.end and len(u.text) > PRESPLIT_CHARS_PER_TOKEN * opts.max_tokens else None
-        for u in units
-    ]
-    parts = [p if p is not None and len(p) > 1 else None for p in parts]
+    parts = [_presplit(u, opts.max_tokens) for u in units]
     sizes = iter(count([t for u, ps in zip(units, parts) for t in ([u.text] if ps is None else [p.text for p in ps])]))
     flat: list[tuple[_Unit, float]] = []
     for u, ps in zip(units, parts):

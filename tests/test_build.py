@@ -167,6 +167,8 @@ def test_vocabulary_is_ordered_by_hash_then_bytes_even_on_collisions(monkeypatch
 
     real = L.term_hash
     monkeypatch.setattr(L, "term_hashes", lambda ts: np.array([7 if t in ("b", "a", "c") else real(t) for t in ts], dtype="<u8"))
-    terms, hashes = B.sorted_vocabulary(["zeta", "c", "b", "alpha", "a"])
+    given = ["zeta", "c", "b", "alpha", "a"]
+    terms, hashes, order = B.sorted_vocabulary(given)
     assert terms[:3] == ["a", "b", "c"] and list(hashes[:3]) == [7, 7, 7]
+    assert [given[i] for i in order] == terms
     assert list(hashes) == sorted(hashes)
