@@ -38,7 +38,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from kb.runtime.bench import load_beir, load_fixture, run_bench
     from kb.runtime.index import Index
-    from kb.runtime.search import SearchOptions, Searcher
+    from kb.common.options import resolve
+    from kb.runtime.search import Searcher
 
     table: dict[str, dict[str, float]] = {}
     for name, split in SETS.items():
@@ -48,7 +49,7 @@ def main(argv=None):
         table.setdefault("BM25 leg alone", {})[name] = legs["bm25"]["ndcg@10"]
         table.setdefault("dense leg alone", {})[name] = legs["vector"]["ndcg@10"]
         for v, kw in VARIANTS.items():
-            r = run_bench(Searcher(ix, SearchOptions(**kw)), bset, backends=["hybrid"])["backends"]["hybrid"]
+            r = run_bench(Searcher(ix), bset, backends=["hybrid"], options=resolve({}, kw))["backends"]["hybrid"]
             table.setdefault(v, {})[name] = r["ndcg@10"]
             print(name, v, r["ndcg@10"], file=sys.stderr)
         ix.close()

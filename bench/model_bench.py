@@ -53,8 +53,8 @@ def main(argv=None):
     ap.add_argument("--reranker", type=Path)
     ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
     a = ap.parse_args(argv)
-    from kb.builder.models import default_embedder_files, fetch_minilm
-    from kb.runtime.embed import load_embedder
+    from kb.builder.embedders import default_embedder_files, fetch_minilm
+    from kb.common.encoders import load_embedder
 
     texts = passages(a.corpus, a.passages)
     queries = [json.loads(x)["text"] for x in a.queries.read_text().splitlines() if x.strip()][:200]
@@ -95,7 +95,7 @@ def main(argv=None):
     except ImportError:
         lines.append("- sentence-transformers not importable in this Python: side-by-side throughput not measured in this run")
     if a.reranker:
-        from kb.runtime.rerank import load_reranker_path
+        from kb.runtime.cross_encoder import load_reranker_path
 
         rr = load_reranker_path(a.reranker, "cpu", "int8")
         cands = texts[:40]

@@ -275,8 +275,8 @@ def default_embedder():
     """kb's default embedder (all-MiniLM-L6-v2, CTranslate2 int8 on CPU), loaded once."""
     global _EMBEDDER
     if _EMBEDDER is None:
-        from kb.builder.models import default_embedder_files
-        from kb.runtime.embed import load_embedder
+        from kb.builder.embedders import default_embedder_files
+        from kb.common.encoders import load_embedder
 
         _EMBEDDER = load_embedder(default_embedder_files(), device="cpu")
     return _EMBEDDER

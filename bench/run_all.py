@@ -88,7 +88,7 @@ def main(argv=None):
     names = [s for s in a.sets.split(",") if s]
     reranker = None
     if a.reranker:
-        from kb.runtime.rerank import load_reranker_path
+        from kb.runtime.cross_encoder import load_reranker_path
 
         reranker = load_reranker_path(a.reranker)
     results, builds = {}, {}

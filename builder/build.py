@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import json
 import time
 from contextlib import contextmanager
 from collections import defaultdict
@@ -19,23 +18,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import msgpack
 import numpy as np
 
+from kb.common.errors import KbError
 from kb.formats import layout as L
+from kb.formats import records as R
 from kb.formats import roaring
 from kb.formats.analyzer import Analyzer
-from kb.formats.artifact import CODEC_RAW, CODEC_ZSTD, FORMAT_VERSION, SectionData, write_artifact
-from kb.formats.bm25 import weighted
+from kb.formats.artifact import FORMAT_VERSION, SectionData, write_artifact
 from kb.formats.version import KB_VERSION
 
 from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
+from .embedders import make_embedder, reranker_files
+from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Corpus, Document, read_corpus
 
 Progress = Callable[[str, int, int], None]
-ZSTD_LEVEL = 10
+ZSTD_LEVEL = R.ZSTD_LEVEL  # text blocks compress like the manifest
 ZSTD_DICT_BYTES = 32 * 1024  # at most; a dictionary is about a tenth of the text it is trained on
 ZSTD_DICT_MIN_BYTES = 4 * 1024  # below this a dictionary does not pay for its own bytes
 ZSTD_DICT_MIN_SAMPLES = 64  # below this, training fails or does not pay
@@ -47,7 +48,7 @@ ZSTD_DICT_K, ZSTD_DICT_D = 256, 8
 ZSTD_DICT_SAMPLE_FACTOR = 100
 
 
-class BuildError(Exception):
+class BuildError(KbError):
     """The build cannot produce an artifact (exit 1); nothing is written."""
 
 
@@ -121,7 +122,7 @@ def build(
     rep = BuildReport()
     clock = _clock(rep.seconds)
     progress = progress or (lambda stage, done, total: None)
-    rerank_files = reranker_files_for(config)  # a bad --reranker fails before any work
+    rerank_files = reranker_files(config.reranker)  # a bad --reranker fails before any work
 
     with clock("read"):
         corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)})
@@ -135,7 +136,7 @@ def build(
     if not docs:
         raise BuildError("nothing to index: no readable documents in the inputs")
     if embedder is None and config.chunking.exact_tokens:
-        embedder = make_embedder(config)
+        embedder = make_embedder(config.embedding_model, config.quantization)
     exact = config.chunking.exact_tokens and embedder is not None
 
     analyzer = Analyzer()
@@ -149,7 +150,7 @@ def build(
     rep.terms = len(post.terms)
 
     if embedder is None:
-        embedder = make_embedder(config)  # loaded after the forked stages, so no model is forked
+        embedder = make_embedder(config.embedding_model, config.quantization)  # loaded after the forked stages, so no model is forked
     vectors_bytes = None
     if embedder is not None:
         with clock("embed"):
@@ -165,39 +166,43 @@ def build(
     with clock("text"):
         zdict, blocks = build_text_blocks(docs, rows)
 
-    meta = {
-        "kb_version": KB_VERSION,
-        "format_version": FORMAT_VERSION,
-        "counts": {"documents": len(docs), "chunks": len(rows), "terms": len(post.terms), "vectors": rep.vectors},
-        "analyzer": analyzer.params(),
-        "bm25": config.bm25.params() | {"avg_length": float(post.lengths.mean()) if len(rows) else 0.0},
-        "embedder": _model_meta(embedder),
-        "reranker": _card(rerank_files),
-        "vectors": {"metric": "cos", **vars(config.vectors)} if embedder is not None else None,
-        "tags": {"names": tag_names, "descriptions": {t: config.tags.get(t, "") for t in tag_names}},
-        "statuses": statuses,
-        "excluded_statuses": [s for s in config.excluded_statuses],
-        "search": config.search,
-        "text_block": L.TEXT_BLOCK,
-        "source": "jsonl" if jsonl and not roots else "files",
-    }
-    manifest = {
-        "root": corpus.root,
-        "kb_version": KB_VERSION,
-        "config": config.to_dict(),
-        "config_file": config.source,
-        "sources": [[s.path, s.size, s.mtime_ns, s.sha256] for s in sorted(corpus.sources, key=lambda s: s.path)],
-        "jsonl": [Path(j).name for j in jsonl],
-        "skipped": [[s.path, s.reason] for s in corpus.skipped],
-        "excluded": corpus.excluded,
-        "include": list(include),
-        "exclude": list(exclude),
-        "models": {"embedder": _model_meta(embedder), "reranker": _card(rerank_files)},
-        "analyzer": analyzer.params(),
-    }
-    sections = assemble(meta, manifest, docs, rows, post, statuses, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
+    embed_card = None if embedder is None else _card(embedder.files())
+    rerank_card = _card(rerank_files)
+    meta = R.Meta(
+        kb_version=KB_VERSION,
+        format_version=FORMAT_VERSION,
+        counts=R.Counts(len(docs), len(rows), len(post.terms), rep.vectors),
+        analyzer=analyzer.params(),
+        bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if len(rows) else 0.0},
+        embedder=embed_card,
+        reranker=rerank_card,
+        vectors={"metric": "cos", **vars(config.vectors)} if embedder is not None else None,
+        tag_names=tuple(tag_names),
+        tag_descriptions={t: config.tags.get(t, "") for t in tag_names},
+        statuses=tuple(statuses),
+        excluded_statuses=tuple(config.excluded_statuses),
+        search=config.search,
+        text_block=L.TEXT_BLOCK,
+        source="jsonl" if jsonl and not roots else "files",
+    )
+    manifest = R.Manifest(
+        root=corpus.root,
+        kb_version=KB_VERSION,
+        config=config.to_dict(),
+        config_file=config.source,
+        sources=tuple(R.Source(s.path, s.size, s.mtime_ns, s.sha256) for s in sorted(corpus.sources, key=lambda s: s.path)),
+        jsonl=tuple(Path(j).name for j in jsonl),
+        skipped=tuple((s.path, s.reason) for s in corpus.skipped),
+        excluded=corpus.excluded,
+        include=tuple(include),
+        exclude=tuple(exclude),
+        models={"embedder": embed_card, "reranker": rerank_card},
+        analyzer=analyzer.params(),
+        file_types=tuple(sorted(SOURCE_EXTENSIONS)),
+    )
+    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
     if rerank_files is not None:
-        sections.append(SectionData(L.MODEL_RERANK, pack_model_files(rerank_files)))
+        sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
     with clock("write"):
         rep.artifact_bytes = write_artifact(out, sections)
     rep.section_bytes = {s.name: len(s.data) for s in sections}
@@ -253,48 +258,9 @@ def chunk_and_analyze(docs, count, opts, analyzer, jobs: int, seconds: dict, pro
     return rows, fields
 
 
-def make_embedder(config: BuildConfig):
-    name = config.embedding_model
-    if name == "none":
-        return None
-    if name.startswith("hash"):
-        from kb.runtime.embed import HashEmbedder
-
-        return HashEmbedder()
-    if name == "all-MiniLM-L6-v2":
-        from kb.runtime.embed import load_embedder
-
-        from .models import default_embedder_files
-
-        return load_embedder(default_embedder_files(quantization=config.quantization), device="cpu")
-    raise BuildError(f"unknown embedding model {name!r}; use all-MiniLM-L6-v2, or none for a BM25-only artifact")
-
-
-def reranker_files_for(config: BuildConfig) -> dict[str, bytes] | None:
-    """The cross-encoder to pack: the shipped default, a user's folder, or none."""
-    choice = config.reranker
-    if choice == "none":
-        return None
-    from .models import reranker_files
-
-    if choice == "default":
-        from kb.models import SHIPPED_RERANKER
-
-        if not (SHIPPED_RERANKER / "kb_model.json").is_file():
-            return None  # this checkout ships no reranker (yet): artifacts are built without one
-        return reranker_files(SHIPPED_RERANKER)
-    return reranker_files(Path(choice))
-
-
 def _card(files: dict[str, bytes] | None) -> dict | None:
-    if files is None:
-        return None
-    card = json.loads(files["kb_model.json"])
-    return {k: card[k] for k in sorted(card)}
-
-
-def _model_meta(embedder) -> dict | None:
-    return None if embedder is None else _card(embedder.files())
+    """The model card of converted ``files`` as meta stores it."""
+    return None if files is None else R.ModelCard.from_json(files[R.CARD_FILE]).to_dict()
 
 
 BODY, SECTION, TITLE = 0, 1, 2  # field codes of Fields.use_field
@@ -527,20 +493,11 @@ def build_filters(docs: list[Document], rows: list[ChunkRow], config: BuildConfi
     return statuses, status_bitmaps, tag_names, tag_bitmaps, unknown
 
 
-def chunk_record(doc: Document, chunk: Chunk) -> list:
-    """One chunk as stored in a text block: [text, section, title, doc_id, tags]."""
-    return [chunk.text, chunk.section, doc.title, doc.doc_id, list(doc.tags)]
-
-
 def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes, list[bytes]]:
     import zstandard
 
-    records = [msgpack.packb(chunk_record(docs[r.doc], r.chunk)) for r in rows]
-    # A block is a msgpack array of records: its header, then the packed records as they are.
-    header = msgpack.Packer().pack_array_header
-    raw_blocks = [
-        header(len(block)) + b"".join(block) for block in (records[i : i + L.TEXT_BLOCK] for i in range(0, len(records), L.TEXT_BLOCK))
-    ]
+    records = [R.pack_chunk_record(R.ChunkRecord(r.chunk.text, r.chunk.section, docs[r.doc].title, docs[r.doc].doc_id, docs[r.doc].tags)) for r in rows]
+    raw_blocks = [R.pack_text_block(records[i : i + L.TEXT_BLOCK]) for i in range(0, len(records), L.TEXT_BLOCK)]
     zdict = b""
     total = sum(map(len, records))
     dict_bytes = min(ZSTD_DICT_BYTES, total // 10)
@@ -558,27 +515,18 @@ def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes
     return zdict, [cctx.compress(b) for b in raw_blocks]
 
 
-def pack_model_files(files: dict[str, bytes]) -> bytes:
-    names = ["kb_model.json"] + sorted(n for n in files if n != "kb_model.json")
-    return L.pack_blobs([msgpack.packb(names)] + [files[n] for n in names])
-
-
-def assemble(meta, manifest, docs, rows, post, statuses, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder):
-    import zstandard
-
+def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder) -> list[SectionData]:
     table = np.zeros(len(rows), dtype=L.CHUNK_DTYPE)
-    status_index = {s: i for i, s in enumerate(statuses)}
+    status_index = {s: i for i, s in enumerate(meta.statuses)}
     first_chunk = np.zeros(len(docs) + 1, dtype="<u4")
-    default_status = manifest["config"]["default_status"]
     for cid, r in enumerate(rows):
         d = docs[r.doc]
         table[cid] = (r.doc, r.chunk.start_line, r.chunk.end_line, status_index[d.status or default_status], 0)
         first_chunk[r.doc + 1] = cid + 1
     np.maximum.accumulate(first_chunk, out=first_chunk)
-    manifest_raw = msgpack.packb(manifest)
     sections = [
-        SectionData(L.META, msgpack.packb(meta)),
-        SectionData(L.MANIFEST, zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(manifest_raw), CODEC_ZSTD, len(manifest_raw)),
+        SectionData(L.META, R.pack_meta(meta)),
+        R.manifest_section(manifest),
         SectionData(L.CHUNKS, table.tobytes()),
         SectionData(L.CHUNK_LENGTHS, post.lengths.tobytes()),
         SectionData(L.DOC_PATHS, L.pack_blobs([d.path.encode("utf-8") for d in docs])),
@@ -595,5 +543,5 @@ def assemble(meta, manifest, docs, rows, post, statuses, status_bitmaps, tag_bit
     ]
     if vectors_bytes is not None:
         sections.append(SectionData(L.VECTORS, vectors_bytes))
-        sections.append(SectionData(L.MODEL_EMBED, pack_model_files(embedder.files())))
+        sections.append(SectionData(L.MODEL_EMBED, R.pack_model_files(embedder.files())))
     return sections

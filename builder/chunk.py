@@ -22,6 +22,8 @@ from typing import Callable, Sequence
 
 from kb.formats.analyzer import CJK_RANGES
 
+from kb.common.settings import setting
+
 from .ingest import Document
 
 # Token counts of texts. They must add up over whitespace: a text's count is the sum of its
@@ -31,9 +33,11 @@ TokenCounter = Callable[[Sequence[str]], list[float]]
 
 @dataclass(frozen=True)
 class ChunkOptions:
-    max_tokens: int = 200  # body budget in model tokens; title and section path are prepended within the 256 window
-    overlap_tokens: int = 32
-    exact_tokens: bool = False  # count with the model's tokenizer instead of estimate_tokens (slower)
+    """kb.toml [chunking]."""
+
+    max_tokens: int = setting(200, "Body budget of a chunk in the embedding model's tokens (title and section path are prepended within its 256-token window).", minimum=16, maximum=8192)
+    overlap_tokens: int = setting(32, "Tokens a size-split chunk repeats from the end of the one before it.", minimum=0, maximum=4096)
+    exact_tokens: bool = setting(False, "Count tokens with the model's tokenizer instead of the estimate (slower; one process).")
 
 
 _PUNCT = re.compile(r"[^\w\s]")

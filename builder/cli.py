@@ -12,11 +12,9 @@ from pathlib import Path
 
 import click
 
+from kb.common.errors import EXIT_USAGE, KbError, UsageError
+from kb.common.usage import Command, debug_option, debugging, error_line
 from kb.formats.version import KB_VERSION
-from kb.runtime.usage import Command
-
-EXIT_FAIL = 1
-EXIT_USAGE = 2
 
 
 class _Bar:
@@ -82,41 +80,33 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--no-reranker", is_flag=True, help="Pack no reranker (kb search then cannot rerank).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help="Processes for chunking and analysis (default: one per core, at most 8). The artifact is the same for any N.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@debug_option
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, jobs, as_json, debug):
+def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, jobs, as_json):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
-    from .build import BuildError, build
-    from .config import ConfigError, load_config
-    from .ingest import InputError
-    from kb.runtime.models import ModelError  # the base of builder.models.ModelError too
+    from dataclasses import replace
+
+    from .build import build
+    from .config import load_config
 
     if not corpus and not jsonl:
-        _fail("give at least one CORPUS folder or --jsonl FILE", EXIT_USAGE)
+        _fail(UsageError("give at least one CORPUS folder or --jsonl FILE"))
     if reranker and no_reranker:
-        _fail("--reranker and --no-reranker are exclusive", EXIT_USAGE)
+        _fail(UsageError("--reranker and --no-reranker are exclusive"))
     if config is None:
         guess = [Path(c) / "kb.toml" for c in corpus if Path(c).is_dir()]
         config = next((g for g in guess if g.is_file()), None)
     bar = _Bar(sys.stderr.isatty() and not quiet)
     try:
         cfg = load_config(config)
-        from dataclasses import replace
-
         if embedder:
             cfg = replace(cfg, embedding_model=embedder)
         if reranker or no_reranker:
             cfg = replace(cfg, reranker="none" if no_reranker else reranker)
         rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs)
-    except (ConfigError, InputError) as e:
+    except Exception as e:  # noqa: BLE001 - the CLI's boundary: every error becomes one line and an exit code
         bar.close()
-        _fail(str(e), EXIT_USAGE, debug)
-    except (BuildError, ModelError) as e:
-        bar.close()
-        _fail(f"build failed, {out} left as it was: {e}", EXIT_FAIL, debug)
-    except OSError as e:
-        bar.close()
-        _fail(f"build failed, {out} left as it was: {e}", EXIT_FAIL, debug)
+        _fail(e, out)
     bar.close()
     if as_json:
         click.echo(json.dumps(asdict(rep), indent=2))
@@ -128,8 +118,14 @@ def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, 
 main.prog = "kb-build"
 
 
-def _fail(msg: str, code: int, debug: bool = False):
-    if debug and sys.exc_info()[0] is not None:
-        raise
-    click.echo(f"kb-build: error: {msg}", err=True)
+def _fail(e: BaseException, out: Path | None = None):
+    """Print ``e`` as one line and exit with its code (with --debug, raise it instead). A failure
+    that is not a usage error says that ``out`` was left as it was."""
+    if debugging() and sys.exc_info()[1] is e:
+        raise e
+    if isinstance(e, OSError):
+        e = KbError(str(e))
+    usage = isinstance(e, KbError) and e.exit_code == EXIT_USAGE
+    line, code = error_line("kb-build", e, "" if out is None or usage else f"build failed, {out} left as it was: ")
+    click.echo(line, err=True)
     sys.exit(code)

@@ -1,65 +1,76 @@
-"""kb.toml: the corpus's configuration, read once into one options value (``BuildConfig``).
+"""kb.toml: the corpus's configuration, read and validated once into one options value (``BuildConfig``).
 
     [tags]        tag = "one-line context returned with results"
-    [statuses]    known = [...], exclude_by_default = [...], default = "live"
-    [search]      runtime defaults (default_limit, semantic_weight, rrf_k, ...), stored as given
-    [chunking]    max_tokens, overlap_tokens
-    [bm25]        k1, b, title_weight, section_weight
-    [embedding]   model = "all-MiniLM-L6-v2" | "hash" (tests only), quantization = "int8" | "float32"
-    [vectors]     connectivity, expansion_add, expansion_search, dtype = "f16" | "bf16" | "f32"
+    [statuses]    known, exclude_by_default, default                        (StatusOptions, below)
+    [search]      the runtime defaults, kb.common.options.SearchOptions; stored in the artifact as given
+    [chunking]    builder/chunk.py ChunkOptions
+    [bm25]        formats/bm25.py BM25Params
+    [embedding]   model, quantization                                       (EmbeddingOptions, below)
+    [vectors]     the HNSW graph                                            (VectorOptions, below)
+
+Every key of every section is declared once, as a ``setting`` field with its type, range,
+default and doc (kb.common.settings). A wrong type, an out-of-range value or an unknown key
+anywhere is a ConfigError naming the file, the section and the key (kb-build exits 2 and writes
+nothing), so every value a search later reads from the artifact is known to be valid.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kb.common.errors import ConfigError
+from kb.common.options import SearchOptions
+from kb.common.settings import from_table, setting
 from kb.formats.bm25 import BM25Params
 
 from .chunk import ChunkOptions
 
-DEFAULT_STATUSES = ("live-doctrine", "live", "derived", "historical", "superseded")
-DEFAULT_EXCLUDED = ("historical", "superseded")
-SEARCH_KEYS = {
-    "default_limit",
-    "semantic_weight",
-    "rrf_k",
-    "rank1_bonus",
-    "rank23_bonus",
-    "rewrite_weight",
-    "tag_weight",
-    "rerank",
-    "rerank_top",
-    "rerank_weight",
-    "blend",
-    "low_confidence_floor",
-}
+__all__ = ["BuildConfig", "ConfigError", "load_config"]
 
 
-class ConfigError(Exception):
-    pass
+@dataclass(frozen=True)
+class StatusOptions:
+    """kb.toml [statuses]."""
+
+    known: tuple[str, ...] = setting(("live-doctrine", "live", "derived", "historical", "superseded"), "Statuses a document may have, in the order kb lists them; any other is kept with a warning.")
+    exclude_by_default: tuple[str, ...] = setting(("historical", "superseded"), "Statuses a search leaves out unless asked (--status, --all-statuses).")
+    default: str = setting("live", "Status of a document that gives none.")
+
+
+@dataclass(frozen=True)
+class EmbeddingOptions:
+    """kb.toml [embedding]."""
+
+    model: str = setting("all-MiniLM-L6-v2", "Embedding model (builder/embedders.py), or none for a BM25-only artifact.")
+    quantization: str = setting("int8", "Weights of the packed embedding model.", choices=("int8", "float32"))
 
 
 @dataclass(frozen=True)
 class VectorOptions:
-    connectivity: int = 16  # HNSW M
-    expansion_add: int = 128  # ef at construction
-    expansion_search: int = 64  # ef at query time (stored in the index)
-    dtype: str = "f16"
+    """kb.toml [vectors]: the usearch HNSW graph."""
+
+    connectivity: int = setting(16, "HNSW M: links per node; more = better recall, bigger index.", minimum=2, maximum=256)
+    expansion_add: int = setting(128, "HNSW ef at construction; more = better graph, slower build.", minimum=1, maximum=4096)
+    expansion_search: int = setting(64, "HNSW ef at query time (stored in the index); more = better recall, slower search.", minimum=1, maximum=4096)
+    dtype: str = setting("f16", "Stored vector precision.", choices=("f16", "bf16", "f32"))
+
+
+SECTIONS = {"statuses": StatusOptions, "search": SearchOptions, "chunking": ChunkOptions, "bm25": BM25Params, "embedding": EmbeddingOptions, "vectors": VectorOptions}
 
 
 @dataclass(frozen=True)
 class BuildConfig:
     tags: dict = field(default_factory=dict)
-    statuses: tuple[str, ...] = DEFAULT_STATUSES
-    excluded_statuses: tuple[str, ...] = DEFAULT_EXCLUDED
-    default_status: str = "live"
-    search: dict = field(default_factory=dict)
+    statuses: tuple[str, ...] = StatusOptions.known
+    excluded_statuses: tuple[str, ...] = StatusOptions.exclude_by_default
+    default_status: str = StatusOptions.default
+    search: dict = field(default_factory=dict)  # [search] as given (validated), stored in the artifact
     chunking: ChunkOptions = ChunkOptions()
     bm25: BM25Params = BM25Params()
-    embedding_model: str = "all-MiniLM-L6-v2"
-    quantization: str = "int8"
+    embedding_model: str = EmbeddingOptions.model
+    quantization: str = EmbeddingOptions.quantization
     vectors: VectorOptions = VectorOptions()
     reranker: str = "default"  # "default" (the shipped model), "none", or a model folder
     source: str | None = None  # the kb.toml read, if any
@@ -72,20 +83,6 @@ class BuildConfig:
         return d
 
 
-def _section(data: dict, name: str, cls, path: str):
-    raw = data.get(name, {})
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: [{name}] must be a table")
-    known = {f.name: f.type for f in fields(cls)}
-    unknown = set(raw) - set(known)
-    if unknown:
-        raise ConfigError(f"{path}: [{name}] has unknown keys: {', '.join(sorted(unknown))}")
-    try:
-        return cls(**raw)
-    except TypeError as e:
-        raise ConfigError(f"{path}: [{name}]: {e}") from None
-
-
 def load_config(path: Path | None) -> BuildConfig:
     if path is None:
         return BuildConfig()
@@ -93,38 +90,36 @@ def load_config(path: Path | None) -> BuildConfig:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as e:
         raise ConfigError(f"{path}: malformed kb.toml: {e}") from None
-    unknown = set(data) - {"tags", "statuses", "search", "chunking", "bm25", "embedding", "vectors"}
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    known = ("tags", *SECTIONS)
+    unknown = [k for k in data if k not in known]
     if unknown:
-        raise ConfigError(f"{path}: unknown sections: {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{path}: [{unknown[0]}]: unknown section; known: {', '.join(known)}")
     tags = data.get("tags", {})
-    if not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values()):
-        raise ConfigError(f'{path}: [tags] must map tag names to one-line descriptions, e.g. ops = "Runbooks"')
-    search = data.get("search", {})
-    bad = set(search) - SEARCH_KEYS - {"reranker"}
-    if bad:
-        raise ConfigError(f"{path}: [search] has unknown keys: {', '.join(sorted(bad))}")
-    st = data.get("statuses", {})
-    emb = data.get("embedding", {})
-    if set(emb) - {"model", "quantization"}:
-        raise ConfigError(f"{path}: [embedding] knows only model and quantization")
-    quant = emb.get("quantization", "int8")
-    if quant not in ("int8", "float32"):
-        raise ConfigError(f"{path}: [embedding] quantization must be int8 or float32")
-    vec = _section(data, "vectors", VectorOptions, path)
-    if vec.dtype not in ("f16", "bf16", "f32"):
-        raise ConfigError(f"{path}: [vectors] dtype must be f16, bf16 or f32")
+    if not isinstance(tags, dict):
+        raise ConfigError(f"{path}: [tags] must be a table")
+    for k, v in tags.items():
+        if not isinstance(v, str):
+            raise ConfigError(f'{path}: [tags] {k}: must be a one-line description (a string), e.g. ops = "Runbooks"')
+    t = {name: from_table(cls, data.get(name, {}), f"{path}: [{name}]") for name, cls in SECTIONS.items()}
+    from .embedders import EMBEDDERS
+
+    model = t["embedding"].model
+    if model != "none" and model not in EMBEDDERS:
+        raise ConfigError(f"{path}: [embedding] model: must be one of {', '.join(sorted(EMBEDDERS))}, none, got {model!r}")
     return BuildConfig(
         tags={k.casefold(): v.strip() for k, v in sorted(tags.items())},
-        statuses=tuple(st.get("known", DEFAULT_STATUSES)),
-        excluded_statuses=tuple(st.get("exclude_by_default", DEFAULT_EXCLUDED)),
-        default_status=st.get("default", "live"),
-        search=dict(search),
-        chunking=_section(data, "chunking", ChunkOptions, path),
-        bm25=_section(data, "bm25", BM25Params, path),
-        embedding_model=emb.get("model", "all-MiniLM-L6-v2"),
-        quantization=quant,
-        vectors=vec,
+        statuses=t["statuses"].known,
+        excluded_statuses=t["statuses"].exclude_by_default,
+        default_status=t["statuses"].default,
+        search=dict(data.get("search", {})),
+        chunking=t["chunking"],
+        bm25=t["bm25"],
+        embedding_model=model,
+        quantization=t["embedding"].quantization,
+        vectors=t["vectors"],
         source=str(path),
     )

@@ -16,13 +16,15 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb.formats.layout import CONFIG_NAME
-from kb.formats.layout import JSON_EXTENSIONS as JSON
-from kb.formats.layout import MARKDOWN_EXTENSIONS as MARKDOWN
-from kb.formats.layout import SOURCE_EXTENSIONS as SUPPORTED
-from kb.formats.layout import TEXT_EXTENSIONS as TEXT
-from kb.formats.layout import TOML_EXTENSIONS as TOML
-from kb.formats.layout import YAML_EXTENSIONS as YAML
+from kb.common.errors import UsageError
+
+from .filetypes import CONFIG_NAME
+from .filetypes import JSON_EXTENSIONS as JSON
+from .filetypes import MARKDOWN_EXTENSIONS as MARKDOWN
+from .filetypes import SOURCE_EXTENSIONS as SUPPORTED
+from .filetypes import TEXT_EXTENSIONS as TEXT
+from .filetypes import TOML_EXTENSIONS as TOML
+from .filetypes import YAML_EXTENSIONS as YAML
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 _BINARY_SNIFF = 8192
 _MINIFIED_LINE = 400  # a JSON file with a line this long is treated as minified and pretty-printed
@@ -64,7 +66,7 @@ class Corpus:
     excluded: int = 0  # files left out by --include/--exclude, on purpose
 
 
-class InputError(Exception):
+class InputError(UsageError):
     """A corpus argument or JSON Lines file that cannot be read at all (exit 2)."""
 
 

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from kb.common.errors import ArtifactError, UnsupportedVersion
+
+__all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "NotAnArtifact", "SectionData", "UnsupportedVersion", "write_artifact"]
+
 MAGIC = b"\x89KBA\r\n\x1a\n"
 FOOTER_MAGIC = b"KBA-END\n"
 FORMAT_VERSION = 1
@@ -46,22 +50,12 @@ assert ENTRY.size == ENTRY_SIZE
 assert FOOTER.size == FOOTER_SIZE
 
 
-class ArtifactError(Exception):
-    """The file cannot be used as an artifact. ``exit_code`` is what the CLIs exit with."""
-
-    exit_code = 3
-
-
 class NotAnArtifact(ArtifactError):
-    pass
+    """The file is not a kb artifact at all (exit 3)."""
 
 
 class CorruptArtifact(ArtifactError):
-    pass
-
-
-class UnsupportedVersion(ArtifactError):
-    exit_code = 4
+    """The file is an artifact, but damaged or truncated (exit 3)."""
 
 
 @dataclass(frozen=True)
@@ -163,13 +157,13 @@ def serialize(sections: list[SectionData]) -> Iterable[bytes]:
 def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
     """Write atomically: a temporary file beside the target, fsync, rename, fsync the folder.
 
-    A failed or killed write leaves whatever was at ``path`` untouched. Returns the size.
+    A failed or killed write leaves whatever was at ``path`` untouched. The new file keeps the
+    mode of the one it replaces, else gets 0666 less the umask, like any file ``open`` creates
+    (the kernel applies the umask; the process's umask is never changed). Returns the size.
     """
-    import tempfile  # the runtime never writes: keep its import off the query path
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path)
     size = 0
     try:
         with os.fdopen(fd, "wb") as f:
@@ -178,7 +172,10 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
                 size += len(part)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600; an artifact is meant to be shared
+        try:
+            os.chmod(tmp, os.stat(path).st_mode & 0o777)
+        except FileNotFoundError:
+            pass
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -197,14 +194,18 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
     return size
 
 
-def _file_mode(path: Path) -> int:
-    """Keep the mode of the file being replaced, else 0666 less the umask (like open())."""
-    try:
-        return os.stat(path).st_mode & 0o777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new file ``.NAME.XXXXXXXX.tmp`` beside ``path``, created exclusively with mode 0666 less
+    the umask. (tempfile.mkstemp would make it 0600, and reading the umask means setting it.)"""
+    import secrets  # the runtime never writes: keep the import off the query path
+
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temporary file beside {path}")
 
 
 class Artifact:

@@ -20,13 +20,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from kb.common.settings import setting
+
 
 @dataclass(frozen=True)
 class BM25Params:
-    k1: float = 1.2  # term-frequency saturation: 0 = presence only, larger = counts matter longer
-    b: float = 0.75  # length normalisation: 0 = none, 1 = full
-    title_weight: float = 2.0  # a title term counts as this many body terms
-    section_weight: float = 1.5  # a section-path term counts as this many body terms
+    """kb.toml [bm25]; stored in the artifact's meta."""
+
+    k1: float = setting(1.2, "Term-frequency saturation: 0 = presence only, larger = repeated terms keep counting longer.", minimum=0.0, maximum=10.0)
+    b: float = setting(0.75, "Length normalisation: 0 = none, 1 = full.", minimum=0.0, maximum=1.0)
+    title_weight: float = setting(2.0, "A title term counts as this many body terms (0 = titles are not indexed).", minimum=0.0, maximum=100.0)
+    section_weight: float = setting(1.5, "A section-path term counts as this many body terms (0 = headings are not indexed).", minimum=0.0, maximum=100.0)
 
     def params(self) -> dict:
         return asdict(self)
@@ -43,8 +47,3 @@ def tf_component(tf, length, avg_length: float, k1: float, b: float):
     tf = np.asarray(tf, dtype=np.float64)
     norm = k1 * (1.0 - b + b * np.asarray(length, dtype=np.float64) / avg_length)
     return tf / (tf + norm)
-
-
-def weighted(body: float, title: float, section: float, p: BM25Params) -> float:
-    """BM25F-style field blend used for both term frequencies and lengths."""
-    return body + p.title_weight * title + p.section_weight * section

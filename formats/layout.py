@@ -40,16 +40,6 @@ MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder
 
 TEXT_BLOCK = 16  # chunks per compressed text block
 
-# File types kb-build reads from corpus folders (the builder ingests them; `kb status` looks for
-# new ones). The corpus's own config file is not content.
-MARKDOWN_EXTENSIONS = frozenset({".md", ".markdown"})
-TEXT_EXTENSIONS = frozenset({".txt"})
-JSON_EXTENSIONS = frozenset({".json"})
-YAML_EXTENSIONS = frozenset({".yaml", ".yml"})
-TOML_EXTENSIONS = frozenset({".toml"})
-SOURCE_EXTENSIONS = MARKDOWN_EXTENSIONS | TEXT_EXTENSIONS | JSON_EXTENSIONS | YAML_EXTENSIONS | TOML_EXTENSIONS
-CONFIG_NAME = "kb.toml"
-
 CHUNK_DTYPE = np.dtype(
     [
         ("doc", "<u4"),  # document index (into docs.paths)

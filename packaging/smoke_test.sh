@@ -10,10 +10,13 @@
 # structurally by packaging/jsoncmp.py, ignoring timings_ms / latency_ms; text byte for byte)
 # and, for the error cases, the same stderr. Exit status: number of failed cases (0 = pass).
 #
-# Cases: tests/golden/tiny-v1.kb (hash stand-in embedder, no model needed): search in every
-# mode and output format, filters, entities, rewrites, a CJK query, explain, info, list,
-# status, bench, an MCP stdio session, the HTTP server (curl), error exits; bench/out/hugo.kb when present (real MiniLM model inside):
-# hybrid, BM25-only and vector searches, info. Also: HOME unset (falls back to /tmp/kb-$UID).
+# Cases: the sample corpus (examples/kb-sample) built here by the reference kb-build with the
+# real MiniLM and the shipped reranker: search in every mode and output format, filters,
+# entities, rewrites, a CJK query, explain, rerank, an MCP stdio session, the HTTP server (curl);
+# tests/golden/tiny-v1.kb (a golden artifact of format 1, built with the tests' hash stand-in
+# embedder, which only the tests can load): BM25 search, info, list, status, bench, error exits;
+# bench/out/hugo.kb when present: hybrid, BM25-only and vector searches, info. Also: HOME unset
+# (falls back to /tmp/kb-$UID).
 #
 # Environment: KB_FROZEN (default dist/kb), KB_REF (default .venv/bin/kb).
 set -u
@@ -30,7 +33,7 @@ FIXTURE="$ROOT/tests/data/tiny-fixture.json"
 [ -x "$KB_FROZEN" ] || { echo "smoke: no frozen kb at $KB_FROZEN (run packaging/build.sh)" >&2; exit 99; }
 [ -x "$KB_REF" ] || { echo "smoke: no reference kb at $KB_REF" >&2; exit 99; }
 
-newer=$(find "$ROOT/runtime" "$ROOT/formats" -name '*.py' -newer "$KB_FROZEN" 2>/dev/null | head -3)
+newer=$(find "$ROOT/runtime" "$ROOT/formats" "$ROOT/common" -name '*.py' -newer "$KB_FROZEN" 2>/dev/null | head -3)
 [ -n "$newer" ] && echo "smoke: warning: sources changed after $KB_FROZEN was built (e.g. $(echo $newer | tr ' ' ',')); differences may just mean: rebuild" >&2
 
 TMP=$(mktemp -d /tmp/kb-smoke.XXXXXX)
@@ -42,6 +45,9 @@ if env -i PATH="$TMP/emptybin" /bin/sh -c 'command -v python3 || command -v pyth
     echo "smoke: python is reachable from the clean environment" >&2
     exit 99
 fi
+
+SAMPLE="$TMP/sample.kb"
+"$(dirname "$KB_REF")/kb-build" "$ROOT/examples/kb-sample" -o "$SAMPLE" -q || { echo "smoke: cannot build the sample artifact" >&2; exit 99; }
 
 frozen() { env -i HOME="$TMP/home" PATH="$TMP/emptybin" "$KB_FROZEN" "$@"; }
 ref() { "$KB_REF" "$@"; }
@@ -89,25 +95,30 @@ check version --version
 check help --help
 check search-help search --help
 
-# --- golden artifact (hash embedder) -----------------------------------------------------------
-Q="restore the newest snapshot"
-check tiny-hybrid-json search "$Q" -i "$TINY" --json --no-stale-check
-check tiny-hybrid-stalecheck search "$Q" -i "$TINY" --json
-check tiny-bm25-json search "$Q" -i "$TINY" --mode bm25 --no-rerank --json --no-stale-check
-check tiny-vector-json search "who is on call first" -i "$TINY" --mode vector --json --no-stale-check
-check tiny-explain search "gateway firewall rules" -i "$TINY" --explain --json --no-stale-check
-check tiny-jsonl-full-doc search "gateway firewall rules" -i "$TINY" --jsonl --full --group doc --no-stale-check
-check tiny-filters search "$Q" -i "$TINY" --all-statuses --path notes -n 3 --json --no-stale-check
-check tiny-entity-rewrite search "$Q" -i "$TINY" -e backups --rewrite "recover from backup" --json --no-stale-check
-check tiny-cjk search "日本語の検索 テスト café" -i "$TINY" --json --no-stale-check
-check tiny-negative search "quantum chromodynamics lattice" -i "$TINY" --json --no-stale-check
-check tiny-human search "$Q" -i "$TINY" --no-stale-check
+# --- the sample artifact (MiniLM and the shipped reranker inside) -------------------------------
+Q="the shared drive is out of space, what should I do"
+check sample-hybrid-json search "$Q" -i "$SAMPLE" --json --no-stale-check
+check sample-hybrid-stalecheck search "$Q" -i "$SAMPLE" --json
+check sample-bm25-json search "$Q" -i "$SAMPLE" --mode bm25 --json --no-stale-check
+check sample-vector-json search "who is on call first" -i "$SAMPLE" --mode vector --json --no-stale-check
+check sample-explain search "postgres failover" -i "$SAMPLE" --explain --json --no-stale-check
+check sample-rerank search "$Q" -i "$SAMPLE" --rerank --explain --json --no-stale-check
+check sample-jsonl-full-doc search "postgres failover" -i "$SAMPLE" --jsonl --full --group doc --no-stale-check
+check sample-filters search "$Q" -i "$SAMPLE" --all-statuses --path runbooks -n 3 --json --no-stale-check
+check sample-entity-rewrite search "$Q" -i "$SAMPLE" -e storage --rewrite "free disk space on the NAS" --json --no-stale-check
+check sample-cjk search "日本語の検索 テスト café" -i "$SAMPLE" --json --no-stale-check
+check sample-negative search "quantum chromodynamics lattice" -i "$SAMPLE" --json --no-stale-check
+check sample-human search "$Q" -i "$SAMPLE" --no-stale-check
+
+# --- golden artifact of format 1 (hash stand-in embedder: BM25 only here) ---------------------
+check tiny-bm25-json search "restore the newest snapshot" -i "$TINY" --mode bm25 --json --no-stale-check
 check tiny-info-json info -i "$TINY" --json
 check tiny-info-verify info -i "$TINY" --json --verify
 check tiny-info-text info -i "$TINY"
 check tiny-list list -i "$TINY" --json
 check tiny-status status -i "$TINY" --json
-[ -f "$FIXTURE" ] && check tiny-bench bench "$FIXTURE" -i "$TINY" --json
+[ -f "$FIXTURE" ] && check tiny-bench bench "$FIXTURE" -i "$TINY" --backend bm25 --json
+STDERR_TOO=1 check tiny-hybrid-needs-the-stand-in search "restore the newest snapshot" -i "$TINY" --json --no-stale-check
 
 # MCP over stdio: initialize, list tools, one search, then EOF ends the server.
 cat > "$TMP/mcp.in" <<'EOF'
@@ -116,16 +127,16 @@ cat > "$TMP/mcp.in" <<'EOF'
 {"jsonrpc":"2.0","id":2,"method":"tools/list"}
 {"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search","arguments":{"query":"restore the newest snapshot"}}}
 EOF
-STDIN="$TMP/mcp.in" check tiny-mcp-stdio mcp -i "$TINY" --no-stale-check
+STDIN="$TMP/mcp.in" check sample-mcp-stdio mcp -i "$SAMPLE" --no-stale-check
 
 # HTTP: the same requests to a reference and a frozen `kb serve` on free loopback ports.
 serve_get() { # serve_get ref|frozen OUTFILE : start, GET three URLs into OUTFILE, stop
     err="$2.err"
     # exec in a subshell: $! is then the server itself, so the kill below reaches it
     if [ "$1" = ref ]; then
-        (exec "$KB_REF" serve -i "$TINY" --port 0 --no-stale-check < /dev/null > "$2.out" 2> "$err") &
+        (exec "$KB_REF" serve -i "$SAMPLE" --port 0 --no-stale-check < /dev/null > "$2.out" 2> "$err") &
     else
-        (exec env -i HOME="$TMP/home" PATH="$TMP/emptybin" "$KB_FROZEN" serve -i "$TINY" --port 0 --no-stale-check < /dev/null > "$2.out" 2> "$err") &
+        (exec env -i HOME="$TMP/home" PATH="$TMP/emptybin" "$KB_FROZEN" serve -i "$SAMPLE" --port 0 --no-stale-check < /dev/null > "$2.out" 2> "$err") &
     fi
     pid=$!
     url=""
@@ -136,7 +147,7 @@ serve_get() { # serve_get ref|frozen OUTFILE : start, GET three URLs into OUTFIL
         i=$((i + 1))
     done
     if [ -n "$url" ]; then
-        { curl -s "$url/search?query=restore+the+newest+snapshot&top_k=3"; echo
+        { curl -s "$url/search?query=the+shared+drive+is+out+of+space&top_k=3"; echo
           curl -s "$url/info"; echo
           curl -s "$url/health"; echo; } > "$2"
     fi
@@ -149,10 +160,10 @@ if ! command -v curl >/dev/null 2>&1; then
     n=$((n - 1))
     echo "skip serve (no curl)"
 elif serve_get ref "$TMP/out/serve.ref" && serve_get frozen "$TMP/out/serve.frz" && why=$("$PY" "$CMP" "$TMP/out/serve.ref" "$TMP/out/serve.frz"); then
-    printf 'ok   %-28s (%s bytes)\n' "tiny-serve-http" "$(wc -c < "$TMP/out/serve.frz")"
+    printf 'ok   %-28s (%s bytes)\n' "sample-serve-http" "$(wc -c < "$TMP/out/serve.frz")"
 else
     failed=$((failed + 1))
-    printf 'FAIL %-28s %s %s\n' "tiny-serve-http" "${why:-server did not start}" "$(head -c 300 "$TMP/out/serve.frz.err" 2>/dev/null)"
+    printf 'FAIL %-28s %s %s\n' "sample-serve-http" "${why:-server did not start}" "$(head -c 300 "$TMP/out/serve.frz.err" 2>/dev/null)"
 fi
 
 # --- errors: same exit code and same message ---------------------------------------------------

@@ -16,17 +16,20 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from kb.common.errors import UsageError
+from kb.common.options import SearchOptions
 
 from .search import Query, Searcher
 
 DEPTH = 100  # documents retrieved per query (recall@100)
 
 
-class BenchError(Exception):
+class BenchError(UsageError):
     pass
 
 
@@ -130,15 +133,17 @@ def _mean(rows: list[dict]) -> dict:
     return {m: round(float(np.mean([r[m] for r in rows])), 4) for m in rows[0]}
 
 
-BACKENDS = {
-    "bm25": {"mode": "bm25", "rerank": False},
-    "vector": {"mode": "vector", "rerank": False},
-    "hybrid": {"mode": "hybrid", "rerank": False},
-    "hybrid+rerank": {"mode": "hybrid", "rerank": True},
+BACKENDS = {  # backend -> (mode, rerank)
+    "bm25": ("bm25", False),
+    "vector": ("vector", False),
+    "hybrid": ("hybrid", False),
+    "hybrid+rerank": ("hybrid", True),
 }
 
 
-def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[str] | None = None, progress=None) -> dict:
+def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[str] | None = None, progress=None, options: SearchOptions | None = None) -> dict:
+    """Quality and latency of each backend on ``bset``, with ``options`` (default: the artifact's)
+    apart from the mode and rerank each backend sets."""
     ix = searcher.ix
     names = backends or [b for b in BACKENDS if b != "hybrid+rerank" or searcher.reranker() is not None]
     if not ix.has_vectors:
@@ -147,7 +152,8 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
     negatives = [q for q in bset.queries if not q.relevant]
     out["negatives"] = len(negatives)
     for name in names:
-        spec = BACKENDS[name]
+        mode, rerank = BACKENDS[name]
+        opts = replace(options or searcher.defaults, rerank=rerank)
         per_kind: dict[str, list[dict]] = {}
         rows, lat = [], []
         fired = {"negative": 0, "positive": 0}
@@ -155,18 +161,18 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
             if not q.text.strip():  # an empty query (a few exist in the sets) retrieves nothing: scored as such
                 results, notices = [], []
             else:
-                query = Query(q.text, top_k=DEPTH, group="doc", all_statuses=True, mode=spec["mode"], rerank=spec["rerank"])
+                query = Query(q.text, top_k=DEPTH, group="doc", all_statuses=True, mode=mode)
                 t = time.perf_counter()
-                resp = searcher.search(query)
+                resp = searcher.search(query, opts)
                 lat.append((time.perf_counter() - t) * 1000)
                 results, notices = resp.results, resp.notices
             # the floor part of the notice (fewer than top_k results is expected at depth 100)
-            low = any(n["kind"] == "low_confidence" and "below the floor" in n.get("reason", "") for n in notices)
+            low = any(n.kind == "low_confidence" and "below the floor" in (n.reason or "") for n in notices)
             if not q.relevant:
                 fired["negative"] += low
                 continue
             fired["positive"] += low
-            ranked = [r[bset.key] for r in results]
+            ranked = [getattr(r, bset.key) for r in results]
             m = query_metrics(ranked, q.relevant, k)
             rows.append(m)
             per_kind.setdefault(q.kind, []).append(m)

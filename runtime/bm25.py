@@ -22,7 +22,7 @@ def analyzer_of(ix) -> Analyzer:
     """The artifact's own analyzer, built once per open index."""
     analyzer = ix.leg_cache.get("analyzer")
     if analyzer is None:
-        analyzer = ix.leg_cache["analyzer"] = Analyzer.from_params(ix.meta["analyzer"])
+        analyzer = ix.leg_cache["analyzer"] = Analyzer.from_params(ix.meta.analyzer)
     return analyzer
 
 
@@ -36,7 +36,7 @@ def impacts(ix, tid: int) -> tuple[np.ndarray, np.ndarray]:
     hit = cache.get(tid)
     if hit is not None:
         return hit
-    p = ix.meta["bm25"]
+    p = ix.meta.bm25
     ids, tf = ix.posting(tid)
     out = (ids, idf(len(ids), ix.n_chunks) * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"]))
     if len(cache) >= IMPACT_CACHE:

@@ -147,14 +147,15 @@ def _phase_timers() -> None:
     import kb.runtime.cli  # noqa: F401
     spans.append(("import kb.runtime.cli (click)", t - t0, time.perf_counter() - t))
     t = time.perf_counter()
-    from kb.runtime import embed, index, output, search
+    from kb.common import encoders
+    from kb.runtime import index, legs, output, search
 
     spans.append(("import search/index/output (numpy)", t - t0, time.perf_counter() - t))
     timed(index.Index, "__init__", "open artifact")
     timed(index.Index, "model_files", "model section -> bytes")
-    timed(embed, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
+    timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
     timed(search.Searcher, "search", "Searcher.search (all legs)")
-    timed(search, "top_vector", "vector leg: usearch")
+    timed(legs, "top_vector", "vector leg: usearch")
     timed(output, "render_json", "render JSON")
 
     def report():

@@ -11,11 +11,29 @@ from functools import cached_property
 
 import numpy as np
 
+from dataclasses import dataclass
+
 from kb.formats import layout as L
+from kb.formats import records as R
 from kb.formats.artifact import Artifact, CorruptArtifact
 
 BLOCK_CACHE = 256  # decoded text blocks kept (16 chunks each)
 TERM_CACHE = 65536  # term -> term id lookups kept
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk as the artifact holds it: text, document, place in the source file, filters."""
+
+    chunk_id: int
+    doc_id: str
+    path: str
+    title: str
+    section: str
+    lines: tuple[int, int]  # 1-based, inclusive
+    status: str
+    tags: tuple[str, ...]
+    text: str
 
 
 REQUIRED = (
@@ -73,14 +91,12 @@ class Index:
         missing = [n for n in REQUIRED if n not in secs]
         if missing:
             raise self._corrupt(f"missing sections: {', '.join(missing)}")
-        import msgpack
-
         try:
-            self.meta = msgpack.unpackb(self.artifact.section(L.META))
-            counts = self.meta["counts"]
-            n_chunks, n_docs, n_terms = int(counts["chunks"]), int(counts["documents"]), int(counts["terms"])
-        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
-            raise self._corrupt(f"unreadable meta section ({e.__class__.__name__})") from None
+            self.meta = R.unpack_meta(self.artifact.section(L.META))
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None
+        c = self.meta.counts
+        n_chunks, n_docs, n_terms = c.chunks, c.documents, c.terms
         expect = {
             L.CHUNKS: n_chunks * L.CHUNK_DTYPE.itemsize,
             L.CHUNK_LENGTHS: n_chunks * 4,
@@ -97,7 +113,7 @@ class Index:
     @cached_property
     def chunks(self) -> np.ndarray:
         t = np.frombuffer(self.artifact.section(L.CHUNKS), dtype=L.CHUNK_DTYPE)
-        if len(t) and (t["doc"].max() >= self.n_docs or t["status"].max() >= len(self.meta["statuses"])):
+        if len(t) and (t["doc"].max() >= self.n_docs or t["status"].max() >= len(self.meta.statuses)):
             raise self._corrupt("chunk table points past the document or status tables")
         return t
 
@@ -193,36 +209,55 @@ class Index:
     def status_bitmap(self, status: str):
         from pyroaring import BitMap
 
-        names = self.meta["statuses"]
+        names = self.meta.statuses
         return self._bitmap(L.STATUS_BITMAPS, names.index(status)) if status in names else BitMap()
 
     def tag_bitmap(self, tag: str):
         from pyroaring import BitMap
 
-        names = self.meta["tags"]["names"]
+        names = self.meta.tag_names
         return self._bitmap(L.TAG_BITMAPS, names.index(tag)) if tag in names else BitMap()
 
-    def path_range(self, prefix: str) -> tuple[int, int]:
-        """Chunk id range [a, b) of documents whose path starts with ``prefix`` (paths are sorted)."""
+    def _first_path_at_or_after(self, want: bytes) -> int:
+        """Index of the first document path >= ``want`` (paths are sorted bytewise)."""
         paths = self.doc_paths
-        want = prefix.encode("utf-8")
         lo, hi = 0, len(paths)
-        while lo < hi:  # first path >= prefix
+        while lo < hi:
             mid = (lo + hi) // 2
             if bytes(paths[mid]) < want:
                 lo = mid + 1
             else:
                 hi = mid
-        end = lo
+        return lo
+
+    def path_range(self, prefix: str) -> tuple[int, int]:
+        """Chunk id range [a, b) of documents whose path starts with ``prefix`` (paths are sorted)."""
+        paths, want = self.doc_paths, prefix.encode("utf-8")
+        lo = end = self._first_path_at_or_after(want)
         while end < len(paths) and bytes(paths[end]).startswith(want):
             end += 1
         return int(self.first_chunk[lo]), int(self.first_chunk[end])
 
+    def doc_by_path(self, path: str) -> int | None:
+        """The document index of exactly ``path``, else None."""
+        want = path.encode("utf-8")
+        d = self._first_path_at_or_after(want)
+        return d if d < self.n_docs and bytes(self.doc_paths[d]) == want else None
+
+    def doc_path(self, d: int) -> str:
+        return bytes(self.doc_paths[d]).decode("utf-8")
+
+    def doc_chunks(self, d: int) -> range:
+        """Chunk ids of document ``d``, in order."""
+        return range(int(self.first_chunk[d]), int(self.first_chunk[d + 1]))
+
+    def doc_of(self, cid: int) -> int:
+        return int(self.chunks["doc"][cid])
+
     # --- chunk text ----------------------------------------------------------------------------
     @cached_property
     def _text_blocks(self) -> L.BlobTable:
-        expect = -(-self.n_chunks // int(self.meta["text_block"]))
-        return self._blobs(L.TEXT_BLOCKS, expect)
+        return self._blobs(L.TEXT_BLOCKS, -(-self.n_chunks // self.meta.text_block))
 
     @cached_property
     def _dctx(self):
@@ -231,30 +266,27 @@ class Index:
         zdict = bytes(self.artifact.section(L.TEXT_DICT))
         return zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(zdict)) if zdict else zstandard.ZstdDecompressor()
 
-    def chunk_record(self, cid: int) -> dict:
-        import msgpack
-        import zstandard
-
-        per = int(self.meta["text_block"])
+    def chunk(self, cid: int) -> StoredChunk:
+        """Chunk ``cid`` with its text and where it comes from."""
+        per = self.meta.text_block
         block = self._block(cid // per)
-        try:
-            text, section, title, doc_id, tags = block[cid % per]
-        except (IndexError, ValueError, TypeError):
-            raise self._corrupt(f"text block of chunk {cid} is malformed") from None
+        if cid % per >= len(block):
+            raise self._corrupt(f"text block of chunk {cid} is malformed")
+        rec = block[cid % per]
         row = self.chunks[cid]
-        return {
-            "chunk_id": int(cid),
-            "doc_id": doc_id,
-            "path": bytes(self.doc_paths[int(row["doc"])]).decode("utf-8"),
-            "title": title,
-            "section": section,
-            "lines": [int(row["start_line"]), int(row["end_line"])],
-            "status": self.meta["statuses"][int(row["status"])],
-            "tags": list(tags),
-            "text": text,
-        }
+        return StoredChunk(
+            chunk_id=int(cid),
+            doc_id=rec.doc_id,
+            path=self.doc_path(int(row["doc"])),
+            title=rec.title,
+            section=rec.section,
+            lines=(int(row["start_line"]), int(row["end_line"])),
+            status=self.meta.statuses[int(row["status"])],
+            tags=rec.tags,
+            text=rec.text,
+        )
 
-    def _block(self, b: int) -> list:
+    def _block(self, b: int) -> list[R.ChunkRecord]:
         """Decoded text block ``b``, from a small LRU cache. Thread-safe: a zstd decompression
         context must not be used by two threads at once (kb serve shares one Index)."""
         with self._block_lock:
@@ -262,23 +294,26 @@ class Index:
             if b in cache:
                 cache.move_to_end(b)
                 return cache[b]
-            import msgpack
             import zstandard
 
             try:
                 raw = self._dctx.decompress(bytes(self._text_blocks[b]))
-                block = msgpack.unpackb(raw)
-            except (zstandard.ZstdError, ValueError, msgpack.UnpackException):
+            except zstandard.ZstdError:
                 raise self._corrupt(f"text block {b} does not decode") from None
+            try:
+                block = R.unpack_text_block(raw, f"text block {b}")
+            except CorruptArtifact as e:
+                raise CorruptArtifact(f"{self.path}: {e}") from None
             cache[b] = block
             if len(cache) > BLOCK_CACHE:
                 cache.popitem(last=False)
             return block
 
-    def manifest(self) -> dict:
-        import msgpack
-
-        return msgpack.unpackb(self.artifact.section(L.MANIFEST))
+    def manifest(self) -> R.Manifest:
+        try:
+            return R.unpack_manifest(self.artifact.section(L.MANIFEST))
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None
 
     # --- vectors and models --------------------------------------------------------------------
     @property
@@ -305,10 +340,8 @@ class Index:
         return idx
 
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
-        import msgpack
-
-        t = self._blobs(name)
-        names = msgpack.unpackb(bytes(t[0]))
-        if len(names) != len(t) - 1:
-            raise self._corrupt(f"model section {name!r} is inconsistent")
-        return {n: bytes(t[i + 1]) for i, n in enumerate(names)}
+        """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""
+        try:
+            return R.unpack_model_files(self.artifact.section(name), f"model section {name!r}")
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from kb.formats.artifact import CODECS
 
 
@@ -12,28 +14,28 @@ def describe(ix) -> dict:
         "artifact": str(ix.path),
         "bytes": ix.artifact.size,
         "format_version": ix.artifact.version,
-        "kb_version": m["kb_version"],
-        "counts": m["counts"],
+        "kb_version": m.kb_version,
+        "counts": asdict(m.counts),
         "sections": [
             {"name": s.name, "offset": s.offset, "bytes": s.length, "raw_bytes": s.raw_length, "codec": CODECS[s.codec], "crc32": f"{s.crc32:08x}"}
             for s in ix.artifact.sections.values()
         ],
-        "models": {"embedder": m.get("embedder"), "reranker": m.get("reranker")},
-        "analyzer": m["analyzer"],
-        "bm25": m["bm25"],
-        "vectors": m.get("vectors"),
-        "statuses": m["statuses"],
-        "excluded_statuses": m["excluded_statuses"],
-        "tags": m["tags"]["descriptions"],
-        "search": m["search"],
+        "models": {"embedder": m.embedder, "reranker": m.reranker},
+        "analyzer": m.analyzer,
+        "bm25": m.bm25,
+        "vectors": m.vectors,
+        "statuses": list(m.statuses),
+        "excluded_statuses": list(m.excluded_statuses),
+        "tags": m.tag_descriptions,
+        "search": m.search,
         "manifest": {
-            "root": man["root"],
-            "config_file": man.get("config_file"),
-            "sources": len(man["sources"]),
-            "source_bytes": sum(s[1] for s in man["sources"]),
-            "skipped": len(man["skipped"]),
-            "excluded": man.get("excluded", 0),
-            "jsonl": man.get("jsonl", []),
+            "root": man.root,
+            "config_file": man.config_file,
+            "sources": len(man.sources),
+            "source_bytes": sum(s.size for s in man.sources),
+            "skipped": len(man.skipped),
+            "excluded": man.excluded,
+            "jsonl": list(man.jsonl),
         },
     }
 

@@ -1,10 +1,39 @@
-"""Rendering a search Response: one versioned JSON object, JSON Lines, or text for people."""
+"""The one place search results become output: a versioned JSON object, JSON Lines, or text."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, fields
 
-from .search import SCHEMA_VERSION, Response
+from .results import Notice, Response, Result
+from .search import SCHEMA_VERSION
+
+
+def _present(record) -> dict:
+    """A record as a dict in field order, without the fields it does not have (None)."""
+    return {f.name: _plain(getattr(record, f.name)) for f in fields(record) if getattr(record, f.name) is not None}
+
+
+def _plain(v):
+    if isinstance(v, tuple):
+        return list(v)
+    if hasattr(v, "__dataclass_fields__"):
+        return asdict(v)
+    return v
+
+
+def result_dict(r: Result) -> dict:
+    return _present(r)
+
+
+def notice_dict(n: Notice) -> dict:
+    d = {"kind": n.kind}
+    if n.reason is not None:
+        d["reason"] = n.reason
+    if n.files is not None:
+        d["files"] = list(n.files)
+    d["message"] = n.message
+    return d
 
 
 def response_dict(resp: Response, artifact: dict) -> dict:
@@ -19,11 +48,11 @@ def response_dict(resp: Response, artifact: dict) -> dict:
         "filters": {"statuses": list(q.statuses), "all_statuses": q.all_statuses, "tags": list(q.tags), "path": q.path},
         "group": q.group,
         "reranked": resp.reranked,
-        "rerank": resp.rerank,
+        "rerank": None if resp.rerank is None else asdict(resp.rerank),
         "artifact": artifact,
-        "results": resp.results,
+        "results": [result_dict(r) for r in resp.results],
         "tag_contexts": resp.tag_contexts,
-        "notices": resp.notices,
+        "notices": [notice_dict(n) for n in resp.notices],
         **({"timings_ms": resp.timings_ms} if q.explain else {}),
     }
 
@@ -33,11 +62,11 @@ def render_json(resp: Response, artifact: dict) -> str:
 
 
 def render_jsonl(resp: Response, artifact: dict) -> str:
-    return "\n".join(json.dumps(r, ensure_ascii=False) for r in resp.results)
+    return "\n".join(json.dumps(result_dict(r), ensure_ascii=False) for r in resp.results)
 
 
-def _score(r: dict) -> str:
-    return f"{r['score']:.4f}" if r["score_kind"] == "rrf" else f"{r['score']:.2f}"
+def _score(r: Result) -> str:
+    return f"{r.score:.4f}" if r.score_kind == "rrf" else f"{r.score:.2f}"
 
 
 def render_human(resp: Response) -> str:
@@ -45,25 +74,26 @@ def render_human(resp: Response) -> str:
     scope = "all statuses" if q.all_statuses else ("status " + ", ".join(q.statuses) if q.statuses else "historical/superseded filtered")
     out = [f'KB Search Results for: "{q.text or " ".join(q.rewrites + q.entities)}"', f"Showing top {len(resp.results)} results ({scope})", ""]
     for r in resp.results:
-        where = f'{r["path"]} § "{r["section"]}"' if r["section"] else r["path"]
-        out.append(f"{r['rank']}. [score: {_score(r)}] {where}")
-        body = r.get("text", r.get("snippet", ""))
-        for line in (body.split("\n") if "text" in r else [body]):
-            out.append(f'   > "{line}"' if "text" not in r else f"   > {line}")
-        extra = f" · lines {r['lines'][0]}-{r['lines'][1]}"
-        if r.get("also_matched"):
-            extra += f" · {r['also_matched']} more matching chunk(s) in this document"
-        out.append(f"   Status: {r['status']}{extra}")
-        if "explain" in r:
-            e = r["explain"]
-            legs = ", ".join(f"{n} #{v['rank']} ({v['raw_score']:.3f}) +{v['rrf']:.4f}" for n, v in e["legs"].items())
-            out.append(f"   Explain: {legs}; bonus +{e['bonus']:.2f}; rrf {e['rrf']:.4f}")
-            if e["rerank"]:
-                rr = e["rerank"]
-                out.append(f"   Rerank: logit {rr['logit']:.3f}, p {rr['probability']:.3f}, weights retrieval {rr['retrieval_weight']:.2f} / rerank {rr['rerank_weight']:.2f}")
+        where = f'{r.path} § "{r.section}"' if r.section else r.path
+        out.append(f"{r.rank}. [score: {_score(r)}] {where}")
+        if r.text is not None:
+            out.extend(f"   > {line}" for line in r.text.split("\n"))
+        else:
+            out.append(f'   > "{r.snippet}"')
+        extra = f" · lines {r.lines[0]}-{r.lines[1]}"
+        if r.also_matched:
+            extra += f" · {r.also_matched} more matching chunk(s) in this document"
+        out.append(f"   Status: {r.status}{extra}")
+        if r.explain is not None:
+            e = r.explain
+            legs = ", ".join(f"{n} #{v['rank']} ({v['raw_score']:.3f}) +{v['rrf']:.4f}" for n, v in e.legs.items())
+            out.append(f"   Explain: {legs}; bonus +{e.bonus:.2f}; rrf {e.rrf:.4f}")
+            if e.rerank:
+                rr = e.rerank
+                out.append(f"   Rerank: logit {rr.logit:.3f}, p {rr.probability:.3f}, weights retrieval {rr.retrieval_weight:.2f} / rerank {rr.rerank_weight:.2f}")
         out.append("")
     if resp.tag_contexts:
         out.append("Tags: " + "; ".join(f"{t}: {d}" if d else t for t, d in resp.tag_contexts.items()))
     for n in resp.notices:
-        out.append(f"⚠️  {n['message']}" + (f" ({n['reason']})" if n.get("reason") else ""))
+        out.append(f"⚠️  {n.message}" + (f" ({n.reason})" if n.reason else ""))
     return "\n".join(out).rstrip("\n")

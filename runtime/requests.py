@@ -1,42 +1,26 @@
-"""Requests from the servers (``kb serve``, ``kb mcp``): one parser, one validator, one service.
+"""Requests to the servers (``kb serve``, ``kb mcp``): one field table, one parser, one validator.
 
 Both servers hand a decoded JSON object to ``parse_search`` or ``parse_get`` and get back a typed
-request or a ``RequestError`` naming the field at fault; ``Service`` then answers it with the
-same Searcher and the same JSON as ``kb search --json`` (runtime/output.py). The field table
-``SEARCH_FIELDS`` is the single description of the inputs: the parser, the HTTP query-string
-decoder and the MCP tool schema are all derived from it.
-
-Thread safety (a Service is shared by every request thread):
-
-- The Index's lazy views (numpy tables, blob tables, the usearch view) are created once by
-  ``Service.warm`` before the first request, so no two threads race to create them; after that
-  they are read-only. Concurrent usearch ``search``/``get`` on one view were checked to give
-  the serial results (8 threads).
-- CTranslate2 ``Encoder.forward_batch`` is thread-safe: calls are queued to the model's worker
-  pool (``inter_threads``, 1 by default) and run one at a time, so no lock is needed around
-  inference; the embedder and reranker are loaded once, in ``warm``.
-- A zstandard ``ZstdDecompressor`` must not be used by two threads at once (python-zstandard's
-  documented rule); ``Index._block`` holds a lock around its shared decompressor and its
-  bounded cache of decoded blocks.
+request or a ``RequestError`` naming the field at fault; runtime/service.py answers it. The field
+tables are the single description of the inputs: the parser, the HTTP query-string decoder and
+the MCP tool schema are all derived from them, and the search options' fields from
+kb.common.options.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import threading
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from .search import BLENDS, MODES, Query, SearchError
+from kb.common.options import GROUPS, MAX_TOP_K, MODES
+from kb.common.options import SETTINGS as OPTION_SETTINGS
+
+from .search import Query
 
 MAX_QUERY_CHARS = 8192  # a query or rewrite longer than this is refused (the models truncate far earlier)
-MAX_TOP_K = 200  # results per request; also bounds the legs' depth (search.LEG_DEPTH is 50)
-MAX_RERANK_TOP = 200  # candidates the cross-encoder rescores; its cost is linear in this
 MAX_CONTEXT = 10  # neighbouring chunks on each side that ``get`` returns
 MAX_DOC_CHUNKS = 1000  # chunks of one document that ``get`` returns
 DEFAULT_DOC_CHUNKS = 200
-STALE_TTL_S = 30.0  # how long a staleness check (one stat per corpus file) is reused
 
 
 class RequestError(Exception):
@@ -100,6 +84,17 @@ class Field:
         return s
 
 
+def _knob_field(s) -> Field:
+    """The request field of a search option (kb.common.options): same name, type, bounds, doc."""
+    kind = {int: "int", float: "float", bool: "bool", str: "str", tuple: "strs"}[s.kind]
+    default = "off" if s.default is False else "on" if s.default is True else s.default
+    doc = f"{s.spec.doc} Default: the artifact's [search] {s.name}, else {default}."
+    return Field(s.name, kind, doc, choices=s.spec.choices, minimum=s.spec.minimum, maximum=s.spec.maximum)
+
+
+# The search options a request may override: every knob but default_limit (top_k says how many).
+OPTION_FIELDS = tuple(name for name in OPTION_SETTINGS if name != "default_limit")
+
 SEARCH_FIELDS: dict[str, Field] = {
     f.name: f
     for f in (
@@ -124,24 +119,18 @@ SEARCH_FIELDS: dict[str, Field] = {
         Field("all_statuses", "bool", "Include every status, the excluded ones (historical, superseded) too.", default=False),
         Field("tag", "strs", "Only chunks carrying every one of these tags (a hard filter).", max_items=32, max_chars=256, aliases=("tags",)),
         Field("path", "str", "Only documents whose path starts with this prefix, e.g. 'docs/ops/'.", max_chars=4096),
-        Field("top_k", "int", "Number of results. Default: the artifact's [search] default_limit, else 10.", minimum=1, maximum=MAX_TOP_K),
+        Field("top_k", "int", f"Number of results. Default: the artifact's [search] default_limit, else {OPTION_SETTINGS['default_limit'].default}.", minimum=1, maximum=MAX_TOP_K),
         Field("mode", "str", "Which legs run: hybrid (BM25 + dense, fused), bm25 (exact words only) or vector (meaning only).", choices=MODES, default="hybrid"),
-        Field("rerank", "bool", "Rescore the top candidates with the artifact's cross-encoder (hybrid mode only; no effect when the artifact has no reranker). Default: the artifact's [search] rerank setting (off unless kb.toml turned it on).", default=None),
-        Field("rerank_top", "int", "How many fused candidates the reranker rescores (default 40).", minimum=0, maximum=MAX_RERANK_TOP),
         Field("budget_ms", "float", "Shrink the rerank depth to fit this many milliseconds (the response's rerank.skipped says how many were not rescored).", minimum=0.0, maximum=600000.0),
         Field("explain", "bool", "Per result: each leg's rank and raw score, the RRF parts and bonus, the rerank logit and blend weights; plus timings_ms.", default=False),
         Field("full", "bool", "Return each chunk's full text instead of a snippet.", default=False),
-        Field("group", "str", "chunk: one result per chunk; doc: the best chunk per document (also_matched counts the others).", choices=("chunk", "doc"), default="chunk"),
-        Field("semantic_weight", "float", "Dense share of the fusion, 0..1 (default 0.7).", minimum=0.0, maximum=1.0),
-        Field("rrf_k", "float", "RRF rank offset k (default 60).", minimum=0.0, maximum=10000.0),
-        Field("blend", "str", "Rerank blend rule (default position).", choices=BLENDS),
-        Field("rerank_weight", "float", "Sigmoid blend: weight of the reranker, 0..1 (default 1.0).", minimum=0.0, maximum=1.0),
+        Field("group", "str", "chunk: one result per chunk; doc: the best chunk per document (also_matched counts the others).", choices=GROUPS, default="chunk"),
+        *(_knob_field(OPTION_SETTINGS[name]) for name in OPTION_FIELDS),
     )
 }
 
 # What the MCP `search` tool offers: the inputs an agent needs, without the ranking knobs.
 MCP_SEARCH_FIELDS = ("query", "rewrites", "entities", "status", "all_statuses", "tag", "path", "top_k", "mode", "rerank", "full", "group")
-OPTION_FIELDS = ("semantic_weight", "rrf_k", "blend", "rerank_weight")
 
 GET_FIELDS: dict[str, Field] = {
     f.name: f
@@ -234,7 +223,7 @@ def _fields_of(data, fields: dict[str, Field], allowed) -> dict:
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """A validated search: the Query, and SearchOptions overrides (empty: the artifact's)."""
+    """A validated search: the Query, and the search options it overrides (empty: the artifact's)."""
 
     query: Query
     options: dict = field(default_factory=dict)
@@ -259,8 +248,6 @@ def parse_search(data, allowed=None) -> SearchRequest:
         tags=v.get("tag", ()),
         path=v.get("path") or None,
         mode=v.get("mode", "hybrid"),
-        rerank=v.get("rerank"),
-        rerank_top=v.get("rerank_top"),
         budget_ms=v.get("budget_ms"),
         explain=v.get("explain", False),
         group=v.get("group", "chunk"),
@@ -324,161 +311,3 @@ def from_query_string(params: dict[str, list[str]], fields: dict[str, Field]) ->
             want = {"int": "an integer", "float": "a number", "bool": "true or false"}[f.kind]
             raise RequestError("bad_type", f"{f.name} must be {want}, got {_short(s)}", f.name) from None
     return out
-
-
-# --- get: a chunk with its neighbours, or a whole document -----------------------------------
-def _doc_range(ix, d: int) -> tuple[int, int]:
-    return int(ix.first_chunk[d]), int(ix.first_chunk[d + 1])
-
-
-def _doc_summary(ix, d: int) -> dict:
-    a, b = _doc_range(ix, d)
-    path = bytes(ix.doc_paths[d]).decode("utf-8")
-    if a == b:
-        return {"doc_id": None, "path": path, "title": None, "status": None, "tags": [], "n_chunks": 0, "first_chunk_id": a}
-    r = ix.chunk_record(a)
-    return {"doc_id": r["doc_id"], "path": path, "title": r["title"], "status": r["status"], "tags": r["tags"], "n_chunks": b - a, "first_chunk_id": a}
-
-
-def get_chunk(ix, chunk_id: int, context: int = 1) -> dict:
-    """The chunk (full text) and up to ``context`` chunks before and after it in its document."""
-    if not 0 <= chunk_id < ix.n_chunks:
-        raise RequestError("not_found", f"no chunk {chunk_id}; this artifact has chunk ids 0..{ix.n_chunks - 1}", "chunk_id")
-    d = int(ix.chunks["doc"][chunk_id])
-    a, b = _doc_range(ix, d)
-    return {
-        "chunk": ix.chunk_record(chunk_id),
-        "previous": [ix.chunk_record(c) for c in range(max(a, chunk_id - context), chunk_id)],
-        "next": [ix.chunk_record(c) for c in range(chunk_id + 1, min(b, chunk_id + 1 + context))],
-        "document": _doc_summary(ix, d),
-    }
-
-
-def get_document(ix, d: int, max_chunks: int = DEFAULT_DOC_CHUNKS) -> dict:
-    """Document ``d``'s chunks in order (at most ``max_chunks``; ``truncated`` says if more exist)."""
-    a, b = _doc_range(ix, d)
-    keep = ("chunk_id", "section", "lines", "text")
-    return {
-        "document": _doc_summary(ix, d),
-        "chunks": [{k: r[k] for k in keep} for r in map(ix.chunk_record, range(a, min(b, a + max_chunks)))],
-        "truncated": b - a > max_chunks,
-    }
-
-
-def doc_by_path(ix, path: str) -> int | None:
-    """The document index of exactly ``path`` (paths are sorted), else None."""
-    paths, want = ix.doc_paths, path.encode("utf-8")
-    lo, hi = 0, len(paths)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if bytes(paths[mid]) < want:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo if lo < len(paths) and bytes(paths[lo]) == want else None
-
-
-# --- the service both servers share ----------------------------------------------------------
-class Service:
-    """One open Index and Searcher answering search/get/info requests from many threads."""
-
-    def __init__(self, ix, searcher=None, *, stale_check: bool = True, stale_ttl: float = STALE_TTL_S):
-        from .search import Searcher
-
-        self.ix = ix
-        self.searcher = searcher or Searcher(ix)
-        self.artifact = {"id": ix.artifact.id, "path": str(ix.path)}
-        self.stale_check, self.stale_ttl = stale_check, stale_ttl
-        self._stale: tuple[float, dict | None] | None = None
-        self._stale_lock = threading.Lock()
-        self._doc_ids: dict[str, int] | None = None
-        self._doc_ids_lock = threading.Lock()
-        self._info: dict | None = None
-
-    def warm(self) -> Service:
-        """Create every lazy view and load the models now, once, before requests share them."""
-        ix = self.ix
-        for name in ("chunks", "lengths", "first_chunk", "doc_paths", "term_hashes", "term_strings", "postings", "tf_offsets", "tf", "_text_blocks", "_dctx"):
-            getattr(ix, name, None)
-        if ix.has_vectors:
-            getattr(ix, "vectors")  # noqa: B009 - a cached property: creating it is the point
-            getattr(self.searcher, "embedder")  # noqa: B009
-        self.searcher.reranker()
-        if ix.n_chunks:
-            self.searcher.search(Query("warm up", top_k=1, all_statuses=True, rerank_top=1))  # first-call costs, not the first client's
-        self.info()
-        if self.stale_check:
-            self.stale_notice()
-        return self
-
-    # --- search --------------------------------------------------------------------------------
-    def search(self, req: SearchRequest) -> dict:
-        from .output import response_dict
-
-        searcher = self.searcher
-        if req.options:
-            try:
-                opts = replace(searcher.options, **req.options)
-                opts.validate()
-            except SearchError as e:
-                raise RequestError("bad_value", str(e)) from None
-            searcher = copy.copy(searcher)  # shares the loaded models; only the options differ
-            searcher.options = opts
-        try:
-            resp = searcher.search(req.query)
-        except SearchError as e:
-            raise RequestError("bad_value", str(e)) from None
-        notice = self.stale_notice()
-        if notice:
-            resp.notices.append(notice)
-        return response_dict(resp, self.artifact)
-
-    def stale_notice(self) -> dict | None:
-        """The stale-index notice, rechecked at most every ``stale_ttl`` seconds."""
-        if not self.stale_check:
-            return None
-        with self._stale_lock:
-            now = time.monotonic()
-            if self._stale is None or now - self._stale[0] > self.stale_ttl:
-                from .stale import stale_notice
-
-                self._stale = (now, stale_notice(self.ix.manifest()))
-            return self._stale[1]
-
-    # --- get -----------------------------------------------------------------------------------
-    def get(self, req: GetRequest) -> dict:
-        ix = self.ix
-        if req.chunk_id is not None:
-            out = get_chunk(ix, req.chunk_id, req.context)
-        else:
-            d = doc_by_path(ix, req.path) if req.path is not None else self._doc_by_id(req.doc_id)
-            if d is None:
-                what, val = ("path", req.path) if req.path is not None else ("doc_id", req.doc_id)
-                raise RequestError("not_found", f"no document with {what} {val!r}", what)
-            out = get_document(ix, d, req.max_chunks)
-        out["artifact"] = self.artifact
-        return out
-
-    def _doc_by_id(self, doc_id: str) -> int | None:
-        d = doc_by_path(self.ix, doc_id)  # a file's doc_id is its path: try that first
-        if d is not None and _doc_summary(self.ix, d)["doc_id"] == doc_id:
-            return d
-        with self._doc_ids_lock:  # JSON Lines ids: one pass over the documents, kept
-            if self._doc_ids is None:
-                self._doc_ids = {}
-                for d in range(self.ix.n_docs):
-                    a, b = _doc_range(self.ix, d)
-                    if a < b:
-                        self._doc_ids.setdefault(self.ix.chunk_record(a)["doc_id"], d)
-            return self._doc_ids.get(doc_id)
-
-    # --- info and health -----------------------------------------------------------------------
-    def info(self) -> dict:
-        if self._info is None:
-            from .info import describe
-
-            self._info = describe(self.ix)
-        return self._info
-
-    def health(self) -> dict:
-        return {"status": "ok", "artifact": self.artifact, "chunks": self.ix.n_chunks, "documents": self.ix.n_docs}

@@ -13,41 +13,33 @@ import sys
 
 import click
 
-_index = click.option("-i", "--index", "index_path", metavar="PATH", help="Artifact (default: $KB_INDEX, else ./kb.kb).")
-_device = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where models run.")
-_compute = click.option("--compute-type", default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
+from kb.common.errors import KbError, ModelError
+from kb.common.usage import debug_option
+
+from .clikit import compute_option, device_option, index_option, open_index
+
 _stale = click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk (otherwise rechecked at most every 30 s).")
-_debug = click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 
 
 def _open_service(index_path, device, compute_type, stale_check):
-    """The warmed Service, or KbError with the exit code of ``kb search`` for the same failure."""
-    from .cli import EXIT_FAIL, KbError, _search_options, open_index
-    from .requests import Service
+    """The warmed Service; a model that does not load fails as it would for ``kb search``."""
     from .search import Searcher
+    from .service import Service
 
     ix = open_index(index_path)
     try:
-        svc = Service(ix, Searcher(ix, _search_options(ix), device, compute_type), stale_check=stale_check)
+        svc = Service(ix, Searcher(ix, device, compute_type), stale_check=stale_check)
         try:
             return svc.warm()
-        except Exception as e:
-            from kb.formats.artifact import ArtifactError
-
-            from .models import ModelError
-
-            if isinstance(e, (ArtifactError, KbError)):
-                raise
-            if isinstance(e, ModelError):
-                raise KbError(f"cannot load the artifact's models: {e}", EXIT_FAIL) from None
-            raise
+        except ModelError as e:
+            raise ModelError(f"cannot load the artifact's models: {e}") from None
     except BaseException:
         ix.close()
         raise
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@_index
+@index_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on. Loopback by default; anything else exposes the artifact to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="Port; 0 picks a free one (printed on the first stderr line).")
 @click.option("--allow-host", multiple=True, metavar="NAME", help="Another Host name clients use for this server (e.g. a LAN name when --host is 0.0.0.0). Repeatable.")
@@ -58,12 +50,11 @@ def _open_service(index_path, device, compute_type, stale_check):
 @click.option("--max-body", type=click.IntRange(1024, 16 * 1024 * 1024), default=64 * 1024, show_default=True, help="Largest request body in bytes; more gets 413.")
 @click.option("--access-log", is_flag=True, help="Log one line per request to stderr.")
 @_stale
-@_device
-@_compute
-@_debug
-def serve(index_path, host, port, allow_host, max_concurrent, queue_wait, timeout_s, max_connections, max_body, access_log, no_stale_check, device, compute_type, debug):
+@device_option
+@compute_option
+@debug_option
+def serve(index_path, host, port, allow_host, max_concurrent, queue_wait, timeout_s, max_connections, max_body, access_log, no_stale_check, device, compute_type):
     """Serve search over HTTP: GET|POST /search, /get; GET /info, /health (JSON)."""
-    from .cli import EXIT_FAIL, KbError
     from .serve import LOOPBACK, host_port, make_server
     from .serve import serve as serve_forever
 
@@ -72,7 +63,7 @@ def serve(index_path, host, port, allow_host, max_concurrent, queue_wait, timeou
         try:
             server = make_server(svc, host, port, max_body=max_body, max_concurrent=max_concurrent, timeout=timeout_s, queue_wait=queue_wait, max_connections=max_connections, extra_hosts=allow_host, access_log=access_log)
         except OSError as e:
-            raise KbError(f"cannot listen on {host_port(host, port)}: {e.strerror or e}", EXIT_FAIL) from None
+            raise KbError(f"cannot listen on {host_port(host, port)}: {e.strerror or e}") from None
         click.echo(f"kb serve: listening on {server.url}", err=True)
         if host.strip("[]") not in LOOPBACK:
             click.echo(f"kb serve: warning: {host} is not a loopback address; anyone who can reach it can search {svc.artifact['path']}", err=True)
@@ -83,12 +74,12 @@ def serve(index_path, host, port, allow_host, max_concurrent, queue_wait, timeou
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@_index
+@index_option
 @_stale
-@_device
-@_compute
-@_debug
-def mcp(index_path, no_stale_check, device, compute_type, debug):
+@device_option
+@compute_option
+@debug_option
+def mcp(index_path, no_stale_check, device, compute_type):
     """Serve search to an MCP client over stdio (tools: search, get, info)."""
     from .mcp_server import protect_stdout, run_stdio
 
@@ -105,9 +96,9 @@ def mcp(index_path, no_stale_check, device, compute_type, debug):
 
 def _standalone():
     """``python -m kb.runtime.serve_cli``: the two commands under the kb group's error handling."""
-    from .cli import _Group
+    from .clikit import Group
 
-    group = _Group(name="kb", commands={"serve": serve, "mcp": mcp}, context_settings={"help_option_names": ["-h", "--help"]})
+    group = Group(name="kb", commands={"serve": serve, "mcp": mcp}, context_settings={"help_option_names": ["-h", "--help"]})
     group(prog_name="kb")
 
 

@@ -11,33 +11,37 @@ import hashlib
 import os
 from pathlib import Path
 
-from kb.formats.layout import CONFIG_NAME, SOURCE_EXTENSIONS
+from kb.formats.records import CONFIG_NAME
+
+from .results import Notice
 
 
-def stale_report(manifest: dict) -> dict:
-    root = Path(manifest["root"])
+def stale_report(manifest) -> dict:
+    """Changed, added and removed files of the corpus, against the manifest (formats/records.py)."""
+    root = Path(manifest.root)
     rep = {"root": str(root), "root_exists": root.is_dir(), "changed": [], "added": [], "removed": []}
     if not rep["root_exists"]:
         return rep
-    known = {s[0]: s for s in manifest["sources"]}
-    skipped = {s[0] for s in manifest["skipped"]}
-    for path, (_, size, mtime_ns, sha) in known.items():
+    known = {s.path: s for s in manifest.sources}
+    skipped = {p for p, _ in manifest.skipped}
+    types = set(manifest.file_types)
+    for path, src in known.items():
         p = root / path
         try:
             st = p.stat()
         except OSError:
             rep["removed"].append(path)
             continue
-        if st.st_size == size and st.st_mtime_ns == mtime_ns:
+        if st.st_size == src.size and st.st_mtime_ns == src.mtime_ns:
             continue
-        if st.st_size != size or hashlib.sha256(p.read_bytes()).hexdigest() != sha:
+        if st.st_size != src.size or hashlib.sha256(p.read_bytes()).hexdigest() != src.sha256:
             rep["changed"].append(path)
-    include, exclude = manifest.get("include", []), manifest.get("exclude", [])
-    if not manifest.get("jsonl"):
+    include, exclude = manifest.include, manifest.exclude
+    if not manifest.jsonl:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for f in sorted(filenames):
-                if f.startswith(".") or f == CONFIG_NAME or Path(f).suffix.lower() not in SOURCE_EXTENSIONS:
+                if f.startswith(".") or f == CONFIG_NAME or Path(f).suffix.lower() not in types:
                     continue
                 rel = (Path(dirpath) / f).relative_to(root).as_posix()
                 if include and not any(fnmatch.fnmatch(rel, g) for g in include):
@@ -49,15 +53,11 @@ def stale_report(manifest: dict) -> dict:
     return rep
 
 
-def stale_notice(manifest: dict, limit: int = 5) -> dict | None:
+def stale_notice(manifest, limit: int = 5) -> Notice | None:
     """A search notice naming the changed, added and removed files, or None when fresh."""
     rep = stale_report(manifest)
     diffs = [f"{k} {p}" for k in ("changed", "added", "removed") for p in rep[k]]
     if not diffs:
         return None
     more = f" and {len(diffs) - limit} more" if len(diffs) > limit else ""
-    return {
-        "kind": "stale_index",
-        "files": diffs,
-        "message": f"Index may be stale: {', '.join(diffs[:limit])}{more}; rebuild with kb-build (kb status lists all)",
-    }
+    return Notice("stale_index", f"Index may be stale: {', '.join(diffs[:limit])}{more}; rebuild with kb-build (kb status lists all)", files=tuple(diffs))

@@ -1,8 +1,13 @@
-"""A float64 numpy reference of an HF BERT encoder, shared by the model tests (no torch)."""
+"""A float64 numpy reference of an HF BERT encoder and tiny random BERT folders, shared by the
+model tests (no torch)."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
+
+from kb.common.convert import convert_bert
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -78,3 +83,52 @@ def tiny_wordpiece(words: list[str]):
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
     )
     return tok, vocab
+
+
+# --------------------------------------------------------------------------
+# random BertForSequenceClassification folders (offline)
+
+CE_WORDS = (
+    "the a cat dog sat on mat ran fast slow red blue sky sea fish bird tree house car road "
+    "what is where why who vitamin bone risk study patients"
+).split()
+
+
+def tiny_tokenizer():
+    return tiny_wordpiece(CE_WORDS)[0]
+
+
+def random_cross_encoder(folder: Path, tok_json: str, n_vocab: int, *, hid=32, heads=4, inter=64, layers=2, maxpos=64,
+               num_labels=1, seed=0, std=0.2) -> dict:
+    """Write model.safetensors + config.json + tokenizer.json of a random BertForSequenceClassification."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(tok_json, encoding="utf-8")
+    cfg = {
+        "architectures": ["BertForSequenceClassification"],
+        "model_type": "bert", "hidden_act": "gelu", "hidden_size": hid, "intermediate_size": inter,
+        "num_attention_heads": heads, "num_hidden_layers": layers, "layer_norm_eps": 1e-12,
+        "max_position_embeddings": maxpos, "type_vocab_size": 2, "vocab_size": n_vocab,
+        "position_embedding_type": "absolute", "num_labels": num_labels,
+        "id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
+        "label2id": {f"LABEL_{i}": i for i in range(num_labels)},
+    }
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    rng = np.random.default_rng(seed)
+    r = lambda *s: (rng.standard_normal(s) * std).astype(np.float32)  # noqa: E731
+    ln = lambda: ((1 + rng.standard_normal(hid) * 0.1).astype(np.float32), r(hid))  # noqa: E731
+    w = random_bert_encoder(r, ln, n_vocab, hid, inter, layers, maxpos)
+    w = {"bert." + k: v for k, v in w.items()}
+    w["classifier.weight"], w["classifier.bias"] = r(num_labels, hid) * 5, r(num_labels)
+    save_file(w, str(folder / "model.safetensors"))
+    return {"cfg": cfg, "weights": w}
+
+
+def tiny_cross_encoder(tmp_path: Path, num_labels: int = 1, seed: int = 0, max_tokens: int | None = None):
+    tok = tiny_tokenizer()
+    folder = tmp_path / f"ce{num_labels}-{seed}"
+    tiny = random_cross_encoder(folder, tok.to_str(), tok.get_vocab_size() + 3, num_labels=num_labels, seed=seed)
+    files = convert_bert(folder, None, tmp_path / "cache", name="tiny-ce", max_tokens=max_tokens)
+    tiny.update(folder=folder, files=files, tok=tok)
+    return tiny

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from kb.runtime import bench as B
 from kb.runtime.cli import main as kb
 
-from conftest import GOLDEN, TINY
+from corpora import GOLDEN, TINY
 
 FIXTURE = TINY.parent / "tiny-fixture.json"
 

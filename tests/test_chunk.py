@@ -3,7 +3,7 @@ from hypothesis import given, strategies as st
 
 from kb.builder.chunk import ChunkOptions, chunk_document
 from kb.builder.ingest import Document, parse_file
-from kb.runtime.embed import HashEmbedder
+from fakes import HashEmbedder
 
 count = HashEmbedder().count_tokens
 

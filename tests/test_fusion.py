@@ -1,11 +1,17 @@
-"""Fusion and blending against trivial-but-slow oracles (hypothesis)."""
+"""Fusion (runtime/fusion.py) and rerank blending (runtime/rerank.py) against trivial-but-slow
+oracles (hypothesis)."""
 
 from hypothesis import given, strategies as st
 
+from kb.common.options import SearchOptions
 from kb.runtime import fusion as F
+from kb.runtime import rerank as R
+
+D = SearchOptions()
+DEFAULT = F.FusionParams(D.rrf_k, D.rank1_bonus, D.rank23_bonus)
 
 
-def fuse_trivial_but_slow(legs, k=F.RRF_K, b1=F.RANK1_BONUS, b23=F.RANK23_BONUS):
+def fuse_trivial_but_slow(legs, k=D.rrf_k, b1=D.rank1_bonus, b23=D.rank23_bonus):
     chunks = sorted({h.chunk for lg in legs for h in lg.hits})
     scored = []
     for c in chunks:
@@ -34,7 +40,7 @@ def legs(draw):
 
 @given(legs())
 def test_fuse_rrf_matches_the_oracle(ls):
-    got = [(f.chunk, f.score) for f in F.fuse_rrf(ls)]
+    got = [(f.chunk, f.score) for f in F.fuse_rrf(ls, DEFAULT)]
     want = fuse_trivial_but_slow(ls)
     assert [c for c, _ in got] == [c for c, _ in want]
     assert all(abs(a - b) < 1e-12 for (_, a), (_, b) in zip(got, want))
@@ -44,16 +50,16 @@ def test_fuse_rrf_matches_the_oracle(ls):
 def test_the_order_of_legs_does_not_matter(ls, rnd):
     shuffled = list(ls)
     rnd.shuffle(shuffled)
-    assert [(f.chunk, f.score) for f in F.fuse_rrf(ls)] == [(f.chunk, f.score) for f in F.fuse_rrf(shuffled)]
+    assert [(f.chunk, f.score) for f in F.fuse_rrf(ls, DEFAULT)] == [(f.chunk, f.score) for f in F.fuse_rrf(shuffled, DEFAULT)]
 
 
 def test_ties_are_broken_by_chunk_id():
     a = F.leg_from_ranking("a", "bm25", 1.0, [5], [1.0])
     b = F.leg_from_ranking("b", "cosine", 1.0, [3], [1.0])
-    assert [f.chunk for f in F.fuse_rrf([a, b])] == [3, 5]
+    assert [f.chunk for f in F.fuse_rrf([a, b], DEFAULT)] == [3, 5]
 
 
-SEED = F.FusionParams(F.SEED_RRF_K, F.SEED_RANK1_BONUS, F.SEED_RANK23_BONUS)
+SEED = F.FusionParams(60, 0.05, 0.02)  # the seeds' (and qmd's) constants
 
 
 def test_rank_bonus_is_given_once_for_the_best_rank():
@@ -74,7 +80,7 @@ def test_fuse_rrf_matches_the_oracle_with_the_seed_constants(ls):
 
 
 def test_default_constants_are_the_measured_ones():
-    assert (F.RRF_K, F.RANK1_BONUS, F.RANK23_BONUS, F.SEMANTIC_WEIGHT) == (20, 0.0, 0.0, 0.7)
+    assert (D.rrf_k, D.rank1_bonus, D.rank23_bonus, D.semantic_weight) == (20, 0.0, 0.0, 0.7)
 
 
 probs = st.lists(st.floats(0, 1), min_size=1, max_size=30)
@@ -84,20 +90,20 @@ probs = st.lists(st.floats(0, 1), min_size=1, max_size=30)
 def test_position_aware_blend_keeps_the_documented_weights(data):
     ps = data.draw(probs)
     fused = sorted(data.draw(st.lists(st.floats(0, 1), min_size=len(ps), max_size=len(ps))), reverse=True)
-    out = F.blend_position_aware(fused, ps)
-    norm = F.min_max(fused)
+    out = R.blend_position_aware(fused, ps)
+    norm = R.min_max(fused)
     for i, ((score, w), p, r) in enumerate(zip(out, ps, norm)):
         assert w == (0.75 if i < 3 else 0.60 if i < 10 else 0.40)
         assert abs(score - (w * r + (1 - w) * p)) < 1e-12
 
 
 def test_position_aware_blend_lets_a_confident_reranker_displace_a_near_tie_at_rank_1():
-    out = F.blend_position_aware([0.070, 0.069, 0.020], [0.05, 0.95, 0.5])
+    out = R.blend_position_aware([0.070, 0.069, 0.020], [0.05, 0.95, 0.5])
     assert out[1][0] > out[0][0]
 
 
 def test_position_aware_blend_keeps_a_clear_winner():
-    out = F.blend_position_aware([0.070, 0.030, 0.020], [0.40, 0.95, 0.5])
+    out = R.blend_position_aware([0.070, 0.030, 0.020], [0.40, 0.95, 0.5])
     assert out[0][0] > out[1][0]
 
 
@@ -105,10 +111,10 @@ def test_position_aware_blend_keeps_a_clear_winner():
 def test_sigmoid_blend_is_the_seed_rule(data, rw):
     ps = data.draw(probs)
     fused = data.draw(st.lists(st.floats(0, 1), min_size=len(ps), max_size=len(ps)))
-    norm = F.min_max(fused)
-    for (score, w), p, r in zip(F.blend_sigmoid(fused, ps, rw), ps, norm):
+    norm = R.min_max(fused)
+    for (score, w), p, r in zip(R.blend_sigmoid(fused, ps, rw), ps, norm):
         assert abs(score - (rw * p + (1 - rw) * r)) < 1e-12 and abs(w - (1 - rw)) < 1e-12
 
 
 def test_sigmoid_is_stable_at_the_extremes():
-    assert F.sigmoid(1000) == 1.0 and F.sigmoid(-1000) == 0.0 and F.sigmoid(0) == 0.5
+    assert R.sigmoid(1000) == 1.0 and R.sigmoid(-1000) == 0.0 and R.sigmoid(0) == 0.5

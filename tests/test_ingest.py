@@ -5,7 +5,7 @@ import pytest
 
 from kb.builder.ingest import InputError, parse_file, read_corpus, split_front_matter, tags_of
 
-from conftest import TINY
+from corpora import TINY
 
 
 def _by_path(corpus):

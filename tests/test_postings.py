@@ -15,7 +15,7 @@ from kb.builder.ingest import Document
 from kb.formats.analyzer import Analyzer
 from kb.formats.bm25 import BM25Params
 
-from conftest import SAMPLE, build_hash
+from corpora import SAMPLE, build_hash
 
 WORDS = ["the", "cell", "Cells", "nas", "backup", "ß", "北京大学", "x" * 70, "e.g.", "café", "the"]
 text = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)

@@ -25,13 +25,11 @@ pytest.importorskip("ctranslate2")
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
 
-from kb.runtime.models import ModelError  # noqa: E402
-from kb.runtime.rerank import CT2CrossEncoder, load_reranker, load_reranker_path  # noqa: E402
+from kb.common import convert as builder_models  # noqa: E402
+from kb.common.errors import ModelError  # noqa: E402
+from kb.runtime.cross_encoder import CT2CrossEncoder, load_reranker, load_reranker_path  # noqa: E402
 
-builder_models = pytest.importorskip("kb.builder.models")
-
-
-from bert_ref import bert_hidden, random_bert_encoder, tiny_wordpiece  # noqa: E402
+from bert_ref import bert_hidden, random_cross_encoder as _random_ce, tiny_cross_encoder as _tiny_ce, tiny_tokenizer as _tiny_tokenizer  # noqa: E402
 
 
 def _ref_logits(w: dict, cfg: dict, ids: list[int], types: list[int]) -> np.ndarray:
@@ -40,55 +38,6 @@ def _ref_logits(w: dict, cfg: dict, ids: list[int], types: list[int]) -> np.ndar
     x = bert_hidden(w, cfg, ids, types)
     pooled = np.tanh(f("bert.pooler.dense.weight") @ x[0] + f("bert.pooler.dense.bias"))
     return f("classifier.weight") @ pooled + f("classifier.bias")
-
-
-# --------------------------------------------------------------------------
-# random BertForSequenceClassification folders (offline)
-
-_WORDS = (
-    "the a cat dog sat on mat ran fast slow red blue sky sea fish bird tree house car road "
-    "what is where why who vitamin bone risk study patients"
-).split()
-
-
-def _tiny_tokenizer():
-    return tiny_wordpiece(_WORDS)[0]
-
-
-def _random_ce(folder: Path, tok_json: str, n_vocab: int, *, hid=32, heads=4, inter=64, layers=2, maxpos=64,
-               num_labels=1, seed=0, std=0.2) -> dict:
-    """Write model.safetensors + config.json + tokenizer.json of a random BertForSequenceClassification."""
-    from safetensors.numpy import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tokenizer.json").write_text(tok_json, encoding="utf-8")
-    cfg = {
-        "architectures": ["BertForSequenceClassification"],
-        "model_type": "bert", "hidden_act": "gelu", "hidden_size": hid, "intermediate_size": inter,
-        "num_attention_heads": heads, "num_hidden_layers": layers, "layer_norm_eps": 1e-12,
-        "max_position_embeddings": maxpos, "type_vocab_size": 2, "vocab_size": n_vocab,
-        "position_embedding_type": "absolute", "num_labels": num_labels,
-        "id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
-        "label2id": {f"LABEL_{i}": i for i in range(num_labels)},
-    }
-    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
-    rng = np.random.default_rng(seed)
-    r = lambda *s: (rng.standard_normal(s) * std).astype(np.float32)  # noqa: E731
-    ln = lambda: ((1 + rng.standard_normal(hid) * 0.1).astype(np.float32), r(hid))  # noqa: E731
-    w = random_bert_encoder(r, ln, n_vocab, hid, inter, layers, maxpos)
-    w = {"bert." + k: v for k, v in w.items()}
-    w["classifier.weight"], w["classifier.bias"] = r(num_labels, hid) * 5, r(num_labels)
-    save_file(w, str(folder / "model.safetensors"))
-    return {"cfg": cfg, "weights": w}
-
-
-def _tiny_ce(tmp_path: Path, num_labels: int = 1, seed: int = 0, max_tokens: int | None = None):
-    tok = _tiny_tokenizer()
-    folder = tmp_path / f"ce{num_labels}-{seed}"
-    tiny = _random_ce(folder, tok.to_str(), tok.get_vocab_size() + 3, num_labels=num_labels, seed=seed)
-    files = builder_models.convert_bert(folder, None, tmp_path / "cache", name="tiny-ce", max_tokens=max_tokens)
-    tiny.update(folder=folder, files=files, tok=tok)
-    return tiny
 
 
 QUERY = "what is the risk of a cat on the road"
@@ -230,7 +179,7 @@ def test_files_and_loaders(tiny1, ce1, tmp_path, monkeypatch):
 
 def test_import_is_lean():
     code = (
-        "import sys, kb.runtime.rerank; "
+        "import sys, kb.runtime.rerank, kb.runtime.cross_encoder; "
         "print(sorted(m for m in ('ctranslate2', 'tokenizers', 'torch', 'transformers', 'kb.builder', 'safetensors') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -323,10 +272,10 @@ def test_load_reranker_path_errors(tiny1, tmp_path, monkeypatch):
     assert _err(load_reranker_path, empty) == (
         f"{empty} is not a reranker folder (need kb_model.json + model.bin, or HF model.safetensors + config.json)"
     )
-    # HF folder but kb.builder not installed
-    monkeypatch.setitem(sys.modules, "kb.builder.models", None)
+    # HF folder where the converter's dependencies are missing (the frozen kb)
+    monkeypatch.setitem(sys.modules, "safetensors", None)
     assert _err(load_reranker_path, tiny1["folder"]) == (
-        f"{tiny1['folder']} is an HF model; convert it with kb-build --reranker first (kb.builder is not installed)"
+        f"{tiny1['folder']} is an HF model; convert it with kb-build --reranker first (this kb cannot convert models)"
     )
     monkeypatch.undo()
     # HF folder that is not a cross-encoder: the converter's or the reranker's one-line error

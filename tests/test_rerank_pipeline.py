@@ -8,14 +8,14 @@ from click.testing import CliRunner
 from kb.builder.cli import main as kb_build
 from kb.runtime.cli import main as kb
 
-from conftest import TINY
-from test_rerank import _tiny_ce
+from bert_ref import tiny_cross_encoder
+from corpora import TINY
 
 
 @pytest.fixture(scope="module")
 def reranked_artifact(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rr")
-    tiny = _tiny_ce(tmp)
+    tiny = tiny_cross_encoder(tmp)
     out = tmp / "rr.kb"
     r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--embedder", "hash", "--reranker", str(tiny["folder"])])
     assert r.exit_code == 0, r.output
@@ -61,7 +61,7 @@ def test_a_missing_reranker_refuses_loudly_at_start(reranked_artifact, tmp_path)
     assert (r.exit_code, r.stderr) == (1, f"kb: error: reranker {tmp_path / 'nope'} not found\n")
     r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(tmp_path / "x.kb"), "--embedder", "none", "--reranker", str(tmp_path / "nope")])
     assert r.exit_code == 1
-    assert r.stderr == f"kb-build: error: build failed, {tmp_path / 'x.kb'} left as it was: reranker {tmp_path / 'nope'}: no such folder\n"
+    assert r.stderr == f"kb-build: error: build failed, {tmp_path / 'x.kb'} left as it was: reranker {tmp_path / 'nope'} not found\n"
 
 
 def test_search_reranker_flag_takes_an_hf_folder(reranked_artifact, tmp_path):

@@ -1,4 +1,5 @@
 import json
+import math
 import shutil
 
 import pytest
@@ -6,9 +7,10 @@ from click.testing import CliRunner
 
 from kb.runtime.cli import main as kb
 from kb.runtime.index import Index
+from kb.common.options import resolve
 from kb.runtime.search import Query, Searcher
 
-from conftest import GOLDEN, TINY, build_hash
+from corpora import GOLDEN, TINY, build_hash
 
 GOLD = GOLDEN / "tiny-v1.kb"
 
@@ -155,8 +157,9 @@ def test_index_comes_from_kb_index_env_var():
         (["search", "x", "-i", GOLD, "--status", "draft"], 2, "kb: error: unknown status 'draft'; this artifact has: live-doctrine, live, derived, historical, superseded"),
         (["search", "", "-i", GOLD], 2, "kb: error: give a query (or --entity/--rewrite); to list a scope use kb list"),
         (["search", "x", "-i", GOLD, "--json", "--jsonl"], 2, "kb: error: --json and --jsonl are exclusive"),
-        (["search", "x", "-i", GOLD, "--semantic-weight", "1.5"], 2, "kb: error: bad search settings: semantic_weight must be within 0..1, got 1.5"),
-        (["search", "x", "-i", GOLD, "-n", "0"], 2, "kb: error: --top-k must be at least 1, got 0"),
+        (["search", "x", "-i", GOLD, "--semantic-weight", "1.5"], 2, "kb: error: Invalid value for '--semantic-weight': 1.5 is not in the range 0.0<=x<=1.0. (see 'kb search --help')"),
+        (["search", "x", "-i", GOLD, "-n", "0"], 2, "kb: error: Invalid value for '-n' / '--top-k': 0 is not in the range 1<=x<=200. (see 'kb search --help')"),
+        (["search", "x", "-i", GOLD, "--blend", "max"], 2, "kb: error: Invalid value for '--blend': 'max' is not one of 'position', 'sigmoid'. (see 'kb search --help')"),
     ],
 )
 def test_errors_are_one_line_with_distinct_exit_codes(args, code, line):
@@ -168,7 +171,7 @@ def test_errors_are_one_line_with_distinct_exit_codes(args, code, line):
     "args, line",
     [
         (("search", "x", "--mode", "fuzzy"), "kb: error: Invalid value for '--mode': 'fuzzy' is not one of 'hybrid', 'bm25', 'vector'. (see 'kb search --help')"),
-        (("search", "x", "-n", "abc"), "kb: error: Invalid value for '-n' / '--top-k': 'abc' is not a valid integer. (see 'kb search --help')"),
+        (("search", "x", "-n", "abc"), "kb: error: Invalid value for '-n' / '--top-k': 'abc' is not a valid integer range. (see 'kb search --help')"),
         (("nosuch",), "kb: error: No such command 'nosuch'. (see 'kb --help')"),
         (("--bogus",), "kb: error: No such option '--bogus'. (see 'kb --help')"),
         (("serve", "--port", "x"), "kb: error: Invalid value for '--port': 'x' is not a valid integer range. (see 'kb serve --help')"),
@@ -204,21 +207,44 @@ def test_stale_index_notice_names_changed_added_and_removed_files(tmp_path):
     ]
 
 
-def test_searcher_reranks_the_top_and_keeps_the_rest_in_fused_order():
-    class Fake:
-        """Scores passages by length: longer = more relevant. Deterministic plumbing check only."""
+class LengthReranker:
+    """Scores passages by length: longer = more relevant. Deterministic plumbing check only."""
 
-        def score(self, query, passages, **kw):
-            return [len(p) / 10.0 - 3 for p in passages]
+    name = "length"
 
+    def score(self, query, passages, **kw):
+        return [len(p) / 10.0 - 3 for p in passages]
+
+
+def _reranked(blend: str):
+    q = Query("backup snapshot", top_k=6, all_statuses=True, explain=True)
     with Index(GOLD) as ix:
-        base = Searcher(ix).search(Query("backup snapshot", top_k=6, all_statuses=True, explain=True))
-        rr = Searcher(ix, reranker=Fake()).search(Query("backup snapshot", top_k=6, all_statuses=True, rerank=True, rerank_top=3, explain=True))
+        base = Searcher(ix).search(q)
+        rr = Searcher(ix, reranker=LengthReranker()).search(q, resolve({}, {"rerank": True, "rerank_top": 3, "blend": blend}))
+        lengths = {r.chunk_id: len(ix.chunk(r.chunk_id).text) for r in base.results}
+    return base, rr, lengths
+
+
+def test_the_sigmoid_blend_at_weight_1_orders_the_head_by_the_reranker_alone():
+    base, rr, lengths = _reranked("sigmoid")
     assert rr.reranked and not base.reranked
-    assert {r["chunk_id"] for r in rr.results[:3]} == {r["chunk_id"] for r in base.results[:3]}
-    assert [r["chunk_id"] for r in rr.results[3:]] == [r["chunk_id"] for r in base.results[3:]]
-    assert [r["score_kind"] for r in rr.results] == ["rerank"] * 3 + ["rrf"] * 3
-    assert rr.results[0]["explain"]["rerank"]["retrieval_weight"] == 0.75
+    assert [r.chunk_id for r in base.results] == [1, 3, 5, 2, 6, 9]
+    assert [lengths[c] for c in (1, 3, 5)] == [27, 137, 60]
+    assert [r.chunk_id for r in rr.results] == [3, 5, 1, 2, 6, 9]  # head by length, the rest in fused order
+    assert [r.score for r in rr.results[:3]] == [round(1 / (1 + math.exp(-(lengths[c] / 10.0 - 3))), 6) for c in (3, 5, 1)]
+    assert [r.score_kind for r in rr.results] == ["rerank"] * 3 + ["rrf"] * 3
+    assert {r.explain.rerank.retrieval_weight for r in rr.results[:3]} == {0.0}
+
+
+def test_the_position_blend_keeps_a_clear_retrieval_order_in_the_head():
+    base, rr, lengths = _reranked("position")
+    # 0.75 * minmax(fused) + 0.25 * sigmoid(logit): fused 1.0, 0.57, 0.0 outweigh any probability gap
+    fused = [r.explain.rrf for r in base.results[:3]]
+    lo, hi = min(fused), max(fused)
+    blended = {r.chunk_id: 0.75 * (f - lo) / (hi - lo) + 0.25 / (1 + math.exp(-(lengths[r.chunk_id] / 10.0 - 3))) for r, f in zip(base.results[:3], fused)}
+    assert [r.chunk_id for r in rr.results] == [1, 3, 5, 2, 6, 9]
+    assert [r.score for r in rr.results[:3]] == pytest.approx([blended[c] for c in (1, 3, 5)], abs=1e-3)  # explain rounds rrf
+    assert {r.explain.rerank.retrieval_weight for r in rr.results[:3]} == {0.75}
 
 
 def test_cjk_queries_skip_a_dense_leg_whose_model_never_saw_the_script(monkeypatch):
@@ -233,7 +259,7 @@ def test_cjk_queries_skip_a_dense_leg_whose_model_never_saw_the_script(monkeypat
 
 
 def test_every_command_has_help_and_appears_in_the_readme():
-    from conftest import REPO
+    from corpora import REPO
 
     readme = (REPO / "README.md").read_text()
     for name, cmd in kb.commands.items():

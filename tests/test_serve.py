@@ -19,18 +19,18 @@ import pytest
 from click.testing import CliRunner
 from kb.runtime.cli import main as kb
 from kb.runtime.index import Index
-from kb.runtime.requests import Service
+from kb.runtime.service import Service
 from kb.runtime.search import Searcher
 from kb.runtime.serve import make_server
 
-from conftest import GOLDEN, REPO
+from corpora import GOLDEN, REPO, SERVE_CLI
 
 GOLD = GOLDEN / "tiny-v1.kb"
 
 
 def start_server(*args, timeout=20.0):
     """Start ``kb serve`` on a free port; return (process, port) once it says where it listens."""
-    cmd = [sys.executable, "-m", "kb.runtime.serve_cli", "serve", "--port", "0", *map(str, args)]
+    cmd = [*SERVE_CLI, "serve", "--port", "0", *map(str, args)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     line = read_line(proc.stderr, timeout)
     if not line.startswith("kb serve: listening on http://127.0.0.1:"):
@@ -179,7 +179,7 @@ def error_of(port, method, path, body=None, headers=None):
         (b"\xff\xfe", "bad_json", None, "the body is not UTF-8 (invalid start byte at byte 0)"),
         (b"[" * 30000 + b"]" * 30000, "bad_json", None, "the body nests too deeply"),
         (b'["backup"]', "bad_type", None, "the request must be a JSON object, got array"),
-        ({"query": "backup", "colour": "red", "size": 1}, "unknown_field", "colour", "unknown fields 'colour', 'size'; known: all_statuses, blend, budget_ms, entities, explain, full, group, mode, path, query, rerank, rerank_top, rerank_weight, rewrites, rrf_k, semantic_weight, status, tag, top_k"),
+        ({"query": "backup", "colour": "red", "size": 1}, "unknown_field", "colour", "unknown fields 'colour', 'size'; known: all_statuses, blend, budget_ms, entities, explain, full, group, low_confidence_floor, mode, path, query, rank1_bonus, rank23_bonus, rerank, rerank_passage_tokens, rerank_top, rerank_weight, rewrite_weight, rewrites, rrf_k, semantic_weight, status, tag, tag_weight, top_k"),
         ({"query": 42}, "bad_type", "query", "query must be a string, got integer 42"),
         ({"query": "backup", "top_k": "5"}, "bad_type", "top_k", 'top_k must be an integer, got string "5"'),
         ({"query": "backup", "top_k": 2.5}, "bad_type", "top_k", "top_k must be an integer, got number 2.5"),
@@ -273,7 +273,7 @@ def test_get_parameters_are_checked_like_json(server):
 
 # --- the command line ------------------------------------------------------------------------
 def test_a_missing_artifact_exits_3_with_one_line():
-    r = subprocess.run([sys.executable, "-m", "kb.runtime.serve_cli", "serve", "-i", "/nonexistent.kb"], cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
+    r = subprocess.run([*SERVE_CLI, "serve", "-i", "/nonexistent.kb"], cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
     assert (r.returncode, r.stderr) == (3, "kb: error: no artifact at /nonexistent.kb (from -i); build one with kb-build or pass -i PATH\n")
 
 
@@ -283,7 +283,7 @@ def test_a_busy_port_exits_1_with_one_line():
     s.listen(1)
     port = s.getsockname()[1]
     try:
-        r = subprocess.run([sys.executable, "-m", "kb.runtime.serve_cli", "serve", "-i", str(GOLD), "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
+        r = subprocess.run([*SERVE_CLI, "serve", "-i", str(GOLD), "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
     finally:
         s.close()
     assert r.returncode == 1 and r.stderr.startswith(f"kb: error: cannot listen on 127.0.0.1:{port}: ")
@@ -400,10 +400,10 @@ def test_connections_past_the_limit_get_503_and_are_closed(gated_server):
 
 
 def test_the_commands_plug_into_the_kb_group():
-    from kb.runtime.cli import _Group
+    from kb.runtime.clikit import Group
     from kb.runtime.serve_cli import mcp, serve
 
-    group = _Group(name="kb", commands={"serve": serve, "mcp": mcp})
+    group = Group(name="kb", commands={"serve": serve, "mcp": mcp})
     r = CliRunner().invoke(group, ["serve", "--help"])
     assert r.exit_code == 0 and "--port" in r.stdout and "--allow-host" in r.stdout
     r = CliRunner().invoke(group, ["mcp", "--help"])
@@ -419,7 +419,7 @@ def test_the_stale_index_notice_is_added_and_rechecked_after_its_ttl(tmp_path):
 
     from kb.runtime.requests import parse_search
 
-    from conftest import TINY, build_hash
+    from corpora import TINY, build_hash
 
     corpus = tmp_path / "c"
     shutil.copytree(TINY, corpus)

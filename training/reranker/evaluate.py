@@ -71,8 +71,8 @@ def latency(searcher, rr, queries: list[str], n: int = 40) -> dict:
 
     ts = []
     for q in queries:
-        resp = searcher.search(Query(q, top_k=n, mode="hybrid", all_statuses=True, rerank=False))
-        passages = [searcher.ix.chunk_record(r["chunk_id"])["text"] for r in resp.results]
+        resp = searcher.search(Query(q, top_k=n, mode="hybrid", all_statuses=True), replace(searcher.defaults, rerank=False))
+        passages = [searcher.ix.chunk(r.chunk_id).text for r in resp.results]
         t = time.perf_counter()
         rr.score(q, passages)
         ts.append((time.perf_counter() - t) * 1000)
@@ -94,8 +94,8 @@ def main(argv=None):
 
     from kb.runtime.bench import run_bench
     from kb.runtime.index import Index
-    from kb.runtime.rerank import load_reranker_path
-    from kb.runtime.search import SearchOptions, Searcher
+    from kb.runtime.cross_encoder import load_reranker_path
+    from kb.runtime.search import Searcher
 
     trained = {s for s in a.trained_on_queries.split(",") if s}
     rr = load_reranker_path(a.model)
@@ -103,20 +103,19 @@ def main(argv=None):
     for name in a.sets.split(","):
         bset = load_set(name, a.data, a.fixtures)
         ix = Index(a.art_dir / f"{name}.kb")
-        base = SearchOptions.from_config(ix.meta.get("search", {}))
+        base = Searcher(ix).defaults
         cached = CachedReranker(rr)
         res = {"queries": len(bset.queries), "held_out": name not in trained, "configs": {}}
         t0 = time.time()
         for label, over in CONFIGS:
             if over is None:
-                r = run_bench(Searcher(ix, options=base, reranker=None), bset, backends=["hybrid"])["backends"]["hybrid"]
+                r = run_bench(Searcher(ix, reranker=None), bset, backends=["hybrid"], options=base)["backends"]["hybrid"]
             else:
-                s = Searcher(ix, options=replace(base, **over), reranker=cached)
-                r = run_bench(s, bset, backends=["hybrid+rerank"])["backends"]["hybrid+rerank"]
+                r = run_bench(Searcher(ix, reranker=cached), bset, backends=["hybrid+rerank"], options=replace(base, **over))["backends"]["hybrid+rerank"]
             res["configs"][label] = {m: r[m] for m in METRICS} | {"low_confidence": r["low_confidence"], "by_kind": r.get("by_kind", {})}
             print(f"{name} | {label}: " + " ".join(f"{m} {r[m]:.4f}" for m in METRICS) + f" ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
         qs = [q.text for q in bset.queries][: a.latency_queries]
-        res["rerank_latency_40"] = latency(Searcher(ix, options=base), rr, qs)
+        res["rerank_latency_40"] = latency(Searcher(ix), rr, qs)
         print(f"{name} | rerank 40 candidates: {res['rerank_latency_40']}", file=sys.stderr, flush=True)
         out["sets"][name] = res
         ix.close()

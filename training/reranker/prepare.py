@@ -31,6 +31,7 @@ import random
 import re
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 GENERIC_HEADINGS = {
@@ -85,15 +86,15 @@ class Miner:
         self.ix = Index(art)
         self.searcher = Searcher(self.ix, reranker=None)
         self.chunks_of: dict[str, list[int]] = {}
-        self.records = [self.ix.chunk_record(c) for c in range(self.ix.n_chunks)]
+        self.records = [asdict(self.ix.chunk(c)) for c in range(self.ix.n_chunks)]
         for c, r in enumerate(self.records):
             self.chunks_of.setdefault(r["doc_id"], []).append(c)
 
     def hybrid(self, text: str, k: int = 40) -> list[int]:
         from kb.runtime.search import Query
 
-        resp = self.searcher.search(Query(text, top_k=k, mode="hybrid", all_statuses=True, rerank=False))
-        return [r["chunk_id"] for r in resp.results]
+        resp = self.searcher.search(Query(text, top_k=k, mode="hybrid", all_statuses=True), replace(self.searcher.defaults, rerank=False))
+        return [r.chunk_id for r in resp.results]
 
 
 def pick_negatives(rng: random.Random, ranked: list[int], exclude_doc: str, records, n: int, n_top: int, pos_len: int | None = None) -> list[int]:

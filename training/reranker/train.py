@@ -2,11 +2,11 @@
 
 Model: BertForSequenceClassification (num_labels=1) whose embeddings, first --layers encoder
 layers and pooler are all-MiniLM-L6-v2's (Apache-2.0, fetched torch-free by
-kb.builder.models.fetch_minilm); the classifier head is fresh. Word embeddings are frozen (they
+kb.builder.embedders.fetch_minilm); the classifier head is fresh. Word embeddings are frozen (they
 are most of the parameters and most of the optimizer time; the other weights adapt around them).
 
 Input: groups from prepare.py (query, one positive, n negatives). A pair is tokenized exactly as
-kb.runtime.rerank.CT2CrossEncoder does at query time: [CLS] query [SEP] passage [SEP], the query
+kb.runtime.cross_encoder.CT2CrossEncoder does at query time: [CLS] query [SEP] passage [SEP], the query
 capped at half the window, only the passage truncated to --max-len.
 Loss per group: softmax cross-entropy of the positive among the group (ranking) + binary
 cross-entropy of every pair (keeps sigmoid(logit) usable as the probability kb blends with).
@@ -15,7 +15,7 @@ cross-entropy of every pair (keeps sigmoid(logit) usable as the probability kb b
         [--groups-per-batch 6] [--lr 7e-5] [--seed 13] [--export models/reranker]
 
 Writes OUT/hf (model.safetensors, config.json, tokenizer.json), OUT/train_log.json and, with
---export DIR, the int8 CTranslate2 files from kb.builder.models.convert_bert into DIR.
+--export DIR, the int8 CTranslate2 files from kb.common.convert.convert_bert into DIR.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def set_seed(seed: int) -> None:
 
 
 class PairEncoder:
-    """The runtime's pair encoding (kb.runtime.rerank.CT2CrossEncoder._encode_pairs), for training."""
+    """The runtime's pair encoding (kb.runtime.cross_encoder.CT2CrossEncoder._encode_pairs), for training."""
 
     def __init__(self, tokenizer_json: Path, max_len: int):
         from tokenizers import Tokenizer
@@ -157,7 +157,7 @@ def main(argv=None):
     torch.set_num_interop_threads(1)
     set_seed(a.seed)
 
-    from kb.builder.models import fetch_minilm
+    from kb.builder.embedders import fetch_minilm
 
     src = fetch_minilm()
     groups = [json.loads(l) for l in a.pairs.read_text(encoding="utf-8").splitlines() if l.strip()]
@@ -248,14 +248,14 @@ def main(argv=None):
         log["probe_torch_logits"] = [round(float(x), 4) for x in model(**probe).logits.view(-1)]
 
     if a.export:
-        from kb.builder.models import convert_bert
+        from kb.common.convert import convert_bert
 
         files = convert_bert(hf, "int8", name=MODEL_NAME_FMT.format(layers=a.layers), max_tokens=a.max_len)
         a.export.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
             (a.export / name).write_bytes(data)
         log["export"] = {"dir": str(a.export), "bytes": sum(len(v) for v in files.values()), "files": sorted(files)}
-        from kb.runtime.rerank import load_reranker
+        from kb.runtime.cross_encoder import load_reranker
 
         rr = load_reranker(files, device="cpu")
         log["probe_ct2_int8_logits"] = [round(float(x), 4) for x in rr.score(g["query"], [g["pos"]] + g["negs"])]

@@ -1,12 +1,14 @@
-"""Query-time embedding with CTranslate2 (no torch, no transformers).
+"""CTranslate2 encoders (no torch, no transformers): the sentence embedder that kb-build embeds
+chunks with and kb embeds queries with, and the device policy both sides share.
 
-Imports only numpy and the stdlib at module level; ctranslate2 and tokenizers
-are imported when a model is built, so ``import kb.runtime.models`` is cheap.
+Imports only numpy and the stdlib at module level; ctranslate2 and tokenizers are imported when
+a model is built, so ``import kb.common.encoders`` is cheap.
 
-A model is a dict {filename: bytes} as produced by kb.builder.models
-(convert_bert): the CTranslate2 files (model.bin, config.json,
-vocabulary.json), tokenizer.json and kb_model.json. ctranslate2.Encoder is
-loaded from memory (``files=``), so the runtime never writes the model to disk.
+A model is a dict {filename: bytes} as produced by kb.common.convert.convert_bert: the
+CTranslate2 files (model.bin, config.json, vocabulary.json), tokenizer.json and kb_model.json.
+ctranslate2.Encoder is loaded from memory (``files=``), so the runtime never writes the model to
+disk. ``load_embedder`` picks the implementation by the card's ``backend``: "ctranslate2" (the
+default) or one registered with ``register_backend`` (tests register a deterministic stand-in).
 """
 
 from __future__ import annotations
@@ -16,14 +18,12 @@ import os
 
 import numpy as np
 
-__all__ = ["ModelError", "CT2Embedder", "physical_cores"]
+from .errors import ModelError
+
+__all__ = ["ModelError", "CT2Embedder", "physical_cores", "load_embedder", "register_backend"]
 
 # Files in the model dict that are kb's, not CTranslate2's.
 _KB_FILES = ("tokenizer.json", "kb_model.json", "head.npz")
-
-
-class ModelError(Exception):
-    """The model is missing or invalid (one-line message)."""
 
 
 def physical_cores() -> int:
@@ -237,3 +237,28 @@ class CT2Embedder:
 
     def __repr__(self) -> str:
         return f"CT2Embedder({self.name!r}, dim={self.dim}, device={self.device!r}, compute_type={self.compute_type!r}, threads={self.threads})"
+
+
+# Embedder implementations by the model card's "backend"; tests register a stand-in.
+_BACKENDS: dict = {}
+
+
+def register_backend(name: str, factory) -> None:
+    """Make ``load_embedder`` build cards with ``backend: name`` by ``factory(files, card, device,
+    compute_type)``. kb registers none besides CTranslate2; tests register a hash stand-in."""
+    _BACKENDS[name] = factory
+
+
+def load_embedder(files: dict[str, bytes], device: str = "auto", compute_type: str = "auto"):
+    """The embedder a model section (or a converted folder) holds."""
+    try:
+        card = json.loads(bytes(files["kb_model.json"]))
+        backend = card.get("backend", "ctranslate2")
+    except (KeyError, ValueError, AttributeError):
+        raise ModelError("kb_model.json is missing or invalid; rebuild the index with kb-build") from None
+    if backend == "ctranslate2":
+        return CT2Embedder(files, device=device, compute_type=compute_type)
+    factory = _BACKENDS.get(backend)
+    if factory is None:
+        raise ModelError(f"embedder backend {backend!r} is not available in this kb; rebuild the index with kb-build")
+    return factory(files, card, device, compute_type)

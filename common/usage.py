@@ -1,4 +1,5 @@
-"""click's usage errors as one line on stderr, like every other kb error.
+"""The CLIs' shared edges: click's usage errors as one line on stderr, like every other kb error,
+``--debug``, and the line an error becomes (kb.common.errors gives its exit code).
 
 click prints a usage block, a "Try --help" line and then the error. kb and kb-build print
 ``PROG: error: MESSAGE (see 'COMMAND --help')`` and exit 2: the commands' ``parse_args`` (and
@@ -48,3 +49,30 @@ class OneLineUsage:
 
 class Command(OneLineUsage, click.Command):
     pass
+
+
+def _remember_debug(ctx: click.Context, _param, value: bool) -> None:
+    if value:
+        ctx.meta["kb.debug"] = True  # ctx.meta is shared by a context and all its parents and children
+
+
+debug_option = click.option(
+    "--debug", is_flag=True, expose_value=False, is_eager=True, callback=_remember_debug, help="Show the traceback of an error instead of one line."
+)
+
+
+def debugging(ctx: click.Context | None = None) -> bool:
+    """Whether ``--debug`` was given to the running command."""
+    ctx = ctx or click.get_current_context(silent=True)
+    return bool(ctx and ctx.meta.get("kb.debug"))
+
+
+def error_line(prog: str, e: BaseException, context: str = "") -> tuple[str, int]:
+    """The one stderr line and the exit status for an error that reached a CLI's boundary: a
+    KbError's own message and code; anything else is unexpected (exit 1) and says how to see more.
+    ``context`` goes before the message ("build failed, OUT left as it was: ")."""
+    from .errors import KbError, exit_code
+
+    if isinstance(e, KbError):
+        return f"{prog}: error: {context}{e}", exit_code(e)
+    return f"{prog}: error: {context}{e.__class__.__name__}: {e} (rerun with --debug for the traceback)", exit_code(e)

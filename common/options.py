@@ -1,0 +1,72 @@
+"""The search options: every ranking knob declared once, here.
+
+Each field is one knob: its kb.toml key under ``[search]``, its type, range, default and a
+one-line description. kb-build validates ``[search]`` against it (and stores the table in the
+artifact as given); kb's ``search`` flags, the HTTP and MCP request fields and their
+descriptions, and README.md's table are all derived from it. At query time the options are
+resolved once: these defaults, then the artifact's ``[search]``, then the request's overrides.
+
+Why the defaults are what they are: bench/RESULTS.md ("fusion", "rerank"). The seeds' RRF k = 60
+with qmd's top-rank bonus (+0.05 / +0.02) left hybrid below its dense leg on the Hugo fixture
+and CISI; k = 20 without the bonus put hybrid at or above both legs on all four English sets.
+The shipped cross-encoder did not improve nDCG@10 on the sets it did not train on, so rerank is
+off unless asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .errors import UsageError
+from .settings import check, setting, settings_of
+
+MODES = ("hybrid", "bm25", "vector")  # a search's mode: which legs run (not a [search] setting)
+GROUPS = ("chunk", "doc")  # a search's grouping: one result per chunk, or the best chunk per document
+MAX_TOP_K = 200  # results per search; also bounds the legs' depth
+MAX_RERANK_TOP = 200  # candidates the cross-encoder rescores; its cost is linear in this
+BLENDS = ("position", "sigmoid")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    default_limit: int = setting(10, "Results a search returns when it gives no -n/--top-k (top_k).", minimum=1, maximum=MAX_TOP_K, flag="")
+    semantic_weight: float = setting(0.7, "Share of the dense legs in the fusion; the BM25 legs get the rest: 1.0 = meaning only, 0.0 = exact words only.", minimum=0.0, maximum=1.0)
+    rrf_k: float = setting(20.0, "RRF rank offset k in weight / (k + rank): smaller lets each leg's top ranks dominate, larger rewards chunks found by many legs.", minimum=0.0, maximum=10000.0)
+    rank1_bonus: float = setting(0.0, "Added once to a chunk ranked first in any leg (qmd and the seeds: 0.05).", minimum=0.0, maximum=1.0)
+    rank23_bonus: float = setting(0.0, "Added once to a chunk whose best rank in any leg is 2 or 3 (qmd and the seeds: 0.02).", minimum=0.0, maximum=1.0)
+    rewrite_weight: float = setting(0.5, "Weight of each --rewrite's legs, relative to the query's own legs.", minimum=0.0, maximum=10.0)
+    tag_weight: float = setting(0.3, "Weight of the tag (entity) leg.", minimum=0.0, maximum=10.0)
+    rerank: bool = setting(False, "Rescore the top fused candidates with the artifact's cross-encoder (hybrid mode only).", flag="--rerank/--no-rerank")
+    rerank_top: int = setting(40, "How many fused candidates the reranker rescores; the rest keep their fused order after them.", minimum=0, maximum=MAX_RERANK_TOP)
+    rerank_passage_tokens: int = setting(192, "Tokens of each candidate passage the reranker reads (its cost grows with this).", minimum=1, maximum=512)
+    blend: str = setting("position", "How rerank scores mix with retrieval: position (ranks 1-3 keep 75% retrieval, 4-10 60%, the rest 40%) or sigmoid (rerank_weight).", choices=BLENDS)
+    rerank_weight: float = setting(1.0, "Sigmoid blend only: the reranker's share; 1.0 = the reranker alone orders the reranked top.", minimum=0.0, maximum=1.0)
+    low_confidence_floor: float | None = setting(None, "Overrides the floors under which a low-confidence notice is given (top rerank probability 0.3, top cosine 0.3).", minimum=0.0, maximum=1.0)
+
+
+SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
+
+
+def resolve(stored: dict | None, overrides: dict | None = None) -> SearchOptions:
+    """The options for a search: defaults, then the artifact's stored ``[search]`` table, then
+    ``overrides`` (None values mean "not given"). A bad value is a UsageError naming its key.
+    Keys the stored table holds that this kb does not know are ignored (an artifact from a newer
+    kb-build); an unknown override is a programming error (KeyError)."""
+    values = {}
+    for key, value in (stored or {}).items():
+        s = SETTINGS.get(key)
+        if s is None:
+            continue
+        try:
+            values[key] = check(s, value)
+        except ValueError as e:
+            raise UsageError(f"the artifact's [search] {key} {e}; rebuild it with a valid kb.toml") from None
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        try:
+            values[key] = check(SETTINGS[key], value)
+        except ValueError as e:
+            raise UsageError(f"{key} {e}") from None
+    return dataclasses.replace(SearchOptions(), **values)

@@ -1,0 +1,339 @@
+"""What is inside the sections that hold records: one frozen type and one pack/unpack pair each.
+
+    meta          Meta (msgpack map)                       pack_meta / unpack_meta
+    manifest      Manifest (zstd msgpack map)              manifest_section / unpack_manifest
+    text.blocks   ChunkRecord lists (zstd msgpack arrays)  pack_chunk_record, pack_text_block / unpack_text_block
+    model.*       model files + ModelCard (kb_model.json)  pack_model_files / unpack_model_files, ModelCard
+
+The builder writes these sections only through the pack side and the runtime reads them only
+through the unpack side; nothing else knows a record's layout. SPEC.md describes every field.
+Unpacking validates types before anything is trusted: a malformed record is CorruptArtifact.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+
+import msgpack
+
+from kb.common.errors import ModelError
+
+from .artifact import CODEC_ZSTD, CorruptArtifact, SectionData
+from .layout import MANIFEST, BlobTable, pack_blobs
+
+ZSTD_LEVEL = 10
+
+
+def _corrupt(what: str) -> CorruptArtifact:
+    return CorruptArtifact(f"corrupt artifact: {what}")
+
+
+def _unpack_map(buf, what: str) -> dict:
+    try:
+        d = msgpack.unpackb(bytes(buf))
+    except (ValueError, msgpack.UnpackException) as e:
+        raise _corrupt(f"{what} is not msgpack ({e.__class__.__name__})") from None
+    if not isinstance(d, dict):
+        raise _corrupt(f"{what} is not a map")
+    return d
+
+
+def _typed(d: dict, key: str, kind: type, what: str):
+    if key not in d:
+        raise _corrupt(f"{what} lacks {key!r}")
+    v = d[key]
+    if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+        raise _corrupt(f"{what} {key!r} has the wrong type")
+    return v
+
+
+def _strs(v, what: str) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise _corrupt(f"{what} is not a list of strings")
+    return tuple(v)
+
+
+# --- kb_model.json -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelCard:
+    """kb_model.json: what a packed model is and how to run it (SPEC.md, "Model cards").
+    Absent fields are None; fields this kb does not know are kept in ``extra``."""
+
+    kind: str  # "embedder" or "cross-encoder"
+    name: str
+    dim: int | None = None  # hidden size (embedding dimension)
+    max_tokens: int | None = None  # the model's window in tokens
+    backend: str | None = None  # absent: ctranslate2
+    pooling: str | None = None  # "mean" (embedders) or "cls" (cross-encoders)
+    normalize: bool | None = None  # L2-normalise embeddings
+    quantization: str | None = None  # weights as stored: int8, float32, ...
+    num_labels: int | None = None  # cross-encoders: 1 (a relevance logit) or 2 (not relevant, relevant)
+    source_sha256: str | None = None  # sha256 of the weights it was converted from
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The card as a map with sorted keys, absent fields left out (as stored in meta)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra" and getattr(self, f.name) is not None}
+        d.update(self.extra)
+        return {k: d[k] for k in sorted(d)}
+
+    @classmethod
+    def from_dict(cls, d) -> ModelCard:
+        """A card from its map; ModelError (one line) when it is not a valid card."""
+        if not isinstance(d, dict):
+            raise ModelError("kb_model.json is not an object")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        try:
+            card = cls(**{k: v for k, v in d.items() if k in known}, extra={k: v for k, v in d.items() if k not in known})
+        except TypeError:
+            raise ModelError("kb_model.json lacks kind or name") from None
+        checks = {"kind": str, "name": str, "dim": int, "max_tokens": int, "backend": str, "pooling": str, "normalize": bool, "quantization": str, "num_labels": int, "source_sha256": str}
+        for k, t in checks.items():
+            v = getattr(card, k)
+            if v is not None and (not isinstance(v, t) or (t is int and isinstance(v, bool))):
+                raise ModelError(f"kb_model.json field {k!r} must be {t.__name__}, got {v!r}")
+        return card
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> ModelCard:
+        try:
+            d = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ModelError(f"kb_model.json is not JSON ({e.__class__.__name__})") from None
+        return cls.from_dict(d)
+
+
+CARD_FILE = "kb_model.json"
+
+
+def pack_model_files(files: dict[str, bytes]) -> bytes:
+    """A model section: blob table whose item 0 is the msgpack list of file names (kb_model.json
+    first, then the rest sorted) and items 1.. those files' bytes."""
+    names = [CARD_FILE] + sorted(n for n in files if n != CARD_FILE)
+    return pack_blobs([msgpack.packb(names)] + [bytes(files[n]) for n in names])
+
+
+def unpack_model_files(buf, what: str) -> dict[str, bytes]:
+    t = BlobTable(buf, what)
+    if len(t) < 1:
+        raise _corrupt(f"{what} is empty")
+    try:
+        names = msgpack.unpackb(bytes(t[0]))
+    except (ValueError, msgpack.UnpackException):
+        names = None
+    if not isinstance(names, list) or len(names) != len(t) - 1 or not all(isinstance(n, str) for n in names) or CARD_FILE not in names:
+        raise _corrupt(f"{what} is inconsistent")
+    return {n: bytes(t[i + 1]) for i, n in enumerate(names)}
+
+
+# --- meta ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Counts:
+    documents: int
+    chunks: int
+    terms: int
+    vectors: int
+
+
+@dataclass(frozen=True)
+class Meta:
+    """The ``meta`` section: read at open, small. SPEC.md, "meta"."""
+
+    kb_version: str
+    format_version: int
+    counts: Counts
+    analyzer: dict  # the analyzer's params (formats/analyzer.py)
+    bm25: dict  # k1, b, title_weight, section_weight, avg_length
+    embedder: dict | None  # the query model's card (ModelCard.to_dict), None: no vectors
+    reranker: dict | None  # the cross-encoder's card, None: none packed
+    vectors: dict | None  # metric, connectivity, expansion_add, expansion_search, dtype
+    tag_names: tuple[str, ...]  # sorted; order of tags.bitmaps
+    tag_descriptions: dict  # tag -> one-line context from kb.toml [tags]
+    statuses: tuple[str, ...]  # order of status.bitmaps and of the chunk table's status codes
+    excluded_statuses: tuple[str, ...]  # left out of searches by default
+    search: dict  # kb.toml [search] as given (validated by kb-build)
+    text_block: int  # chunks per text block
+    source: str  # "files" or "jsonl"
+
+
+def pack_meta(m: Meta) -> bytes:
+    return msgpack.packb(
+        {
+            "kb_version": m.kb_version,
+            "format_version": m.format_version,
+            "counts": {"documents": m.counts.documents, "chunks": m.counts.chunks, "terms": m.counts.terms, "vectors": m.counts.vectors},
+            "analyzer": m.analyzer,
+            "bm25": m.bm25,
+            "embedder": m.embedder,
+            "reranker": m.reranker,
+            "vectors": m.vectors,
+            "tags": {"names": list(m.tag_names), "descriptions": m.tag_descriptions},
+            "statuses": list(m.statuses),
+            "excluded_statuses": list(m.excluded_statuses),
+            "search": m.search,
+            "text_block": m.text_block,
+            "source": m.source,
+        }
+    )
+
+
+def unpack_meta(buf) -> Meta:
+    d = _unpack_map(buf, "meta")
+    what = "meta"
+    c = _typed(d, "counts", dict, what)
+    try:
+        counts = Counts(*(int(c[k]) for k in ("documents", "chunks", "terms", "vectors")))
+    except (KeyError, TypeError, ValueError):
+        raise _corrupt("meta counts are unreadable") from None
+    if min(counts.documents, counts.chunks, counts.terms, counts.vectors) < 0:
+        raise _corrupt("meta counts are negative")
+    tags = _typed(d, "tags", dict, what)
+    names = _strs(tags.get("names"), "meta tag names")
+    descriptions = tags.get("descriptions")
+    if not isinstance(descriptions, dict):
+        raise _corrupt("meta tag descriptions are not a map")
+    text_block = _typed(d, "text_block", int, what)
+    if text_block < 1:
+        raise _corrupt("meta text_block must be at least 1")
+    bm25 = _typed(d, "bm25", dict, what)
+    for k in ("k1", "b", "avg_length"):
+        if not isinstance(bm25.get(k), (int, float)) or isinstance(bm25.get(k), bool):
+            raise _corrupt(f"meta bm25 {k!r} is not a number")
+    optional = {k: d.get(k) for k in ("embedder", "reranker", "vectors")}
+    for k, v in optional.items():
+        if v is not None and not isinstance(v, dict):
+            raise _corrupt(f"meta {k!r} is not a map")
+    return Meta(
+        kb_version=str(d.get("kb_version", "")),
+        format_version=int(_typed(d, "format_version", int, what)),
+        counts=counts,
+        analyzer=_typed(d, "analyzer", dict, what),
+        bm25=bm25,
+        embedder=optional["embedder"],
+        reranker=optional["reranker"],
+        vectors=optional["vectors"],
+        tag_names=names,
+        tag_descriptions=descriptions,
+        statuses=_strs(d.get("statuses"), "meta statuses"),
+        excluded_statuses=_strs(d.get("excluded_statuses"), "meta excluded_statuses"),
+        search=_typed(d, "search", dict, what),
+        text_block=text_block,
+        source=str(d.get("source", "files")),
+    )
+
+
+# --- manifest ------------------------------------------------------------------------------------
+# The extensions kb-build read from folders before it recorded them (artifacts without
+# ``file_types``): the policy of that time, so `kb status` of an old artifact looks for the same.
+LEGACY_FILE_TYPES = (".json", ".markdown", ".md", ".toml", ".txt", ".yaml", ".yml")
+CONFIG_NAME = "kb.toml"  # a corpus's config file: never a source, wherever it is in the corpus
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str  # relative to the corpus root, "/"-separated
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The ``manifest`` section: how the artifact was built (SPEC.md, "manifest")."""
+
+    root: str  # absolute corpus root
+    kb_version: str
+    config: dict  # the BuildConfig, as a map
+    config_file: str | None
+    sources: tuple[Source, ...]  # sorted by path
+    jsonl: tuple[str, ...]  # JSON Lines file names
+    skipped: tuple[tuple[str, str], ...]  # (path, reason)
+    excluded: int  # files left out by --include/--exclude
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    models: dict  # {"embedder": card or None, "reranker": card or None}
+    analyzer: dict
+    file_types: tuple[str, ...] = LEGACY_FILE_TYPES  # extensions read from folders, sorted
+
+
+def manifest_section(m: Manifest) -> SectionData:
+    import zstandard
+
+    raw = msgpack.packb(
+        {
+            "root": m.root,
+            "kb_version": m.kb_version,
+            "config": m.config,
+            "config_file": m.config_file,
+            "sources": [[s.path, s.size, s.mtime_ns, s.sha256] for s in m.sources],
+            "jsonl": list(m.jsonl),
+            "skipped": [list(s) for s in m.skipped],
+            "excluded": m.excluded,
+            "include": list(m.include),
+            "exclude": list(m.exclude),
+            "models": m.models,
+            "analyzer": m.analyzer,
+            "file_types": list(m.file_types),
+        }
+    )
+    return SectionData(MANIFEST, zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw), CODEC_ZSTD, len(raw))
+
+
+def unpack_manifest(buf) -> Manifest:
+    d = _unpack_map(buf, "manifest")
+    try:
+        sources = tuple(Source(str(p), int(size), int(mtime), str(sha)) for p, size, mtime, sha in d["sources"])
+        skipped = tuple((str(p), str(r)) for p, r in d["skipped"])
+        return Manifest(
+            root=str(d["root"]),
+            kb_version=str(d.get("kb_version", "")),
+            config=d.get("config") or {},
+            config_file=d.get("config_file"),
+            sources=sources,
+            jsonl=tuple(d.get("jsonl") or ()),
+            skipped=skipped,
+            excluded=int(d.get("excluded") or 0),
+            include=tuple(d.get("include") or ()),
+            exclude=tuple(d.get("exclude") or ()),
+            models=d.get("models") or {},
+            analyzer=d.get("analyzer") or {},
+            file_types=tuple(d["file_types"]) if "file_types" in d else LEGACY_FILE_TYPES,
+        )
+    except (KeyError, TypeError, ValueError):
+        raise _corrupt("manifest is malformed") from None
+
+
+# --- text blocks ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkRecord:
+    """A chunk's text and what a result shows with it, as stored in a text block."""
+
+    text: str
+    section: str  # heading path, " > "-joined; "" when none
+    title: str  # the document's title
+    doc_id: str
+    tags: tuple[str, ...]
+
+
+def pack_chunk_record(r: ChunkRecord) -> bytes:
+    """One record: the msgpack array [text, section, title, doc_id, tags]."""
+    return msgpack.packb([r.text, r.section, r.title, r.doc_id, list(r.tags)])
+
+
+def pack_text_block(records: list[bytes]) -> bytes:
+    """A block's uncompressed bytes: a msgpack array header, then the packed records as they are."""
+    return msgpack.Packer().pack_array_header(len(records)) + b"".join(records)
+
+
+def unpack_text_block(raw: bytes, what: str) -> list[ChunkRecord]:
+    try:
+        items = msgpack.unpackb(raw)
+    except (ValueError, msgpack.UnpackException):
+        raise _corrupt(f"{what} does not decode") from None
+    out = []
+    for it in items if isinstance(items, list) else [None]:
+        if not (isinstance(it, list) and len(it) == 5 and all(isinstance(x, str) for x in it[:4]) and isinstance(it[4], list)):
+            raise _corrupt(f"{what} is malformed")
+        out.append(ChunkRecord(it[0], it[1], it[2], it[3], tuple(it[4])))
+    return out

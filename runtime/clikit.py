@@ -1,0 +1,98 @@
+"""What kb's commands share: opening the artifact, the error boundary, common options, and the
+``kb search`` flags derived from the search options (kb.common.options).
+
+runtime/cli.py (the kb group and its commands) and runtime/serve_cli.py (serve, mcp) both import
+this module and not each other.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from kb.common.errors import ArtifactError
+from kb.common.options import SETTINGS
+from kb.common.usage import OneLineUsage, debugging, error_line, one_line
+
+DEFAULT_INDEX = "kb.kb"
+
+
+def resolve_index(path: str | None) -> str:
+    """-i/--index, else $KB_INDEX, else ./kb.kb."""
+    chosen = path or os.environ.get("KB_INDEX") or DEFAULT_INDEX
+    if not os.path.exists(chosen):
+        how = "-i" if path else ("$KB_INDEX" if os.environ.get("KB_INDEX") else f"default ./{DEFAULT_INDEX}")
+        raise ArtifactError(f"no artifact at {chosen} (from {how}); build one with kb-build or pass -i PATH")
+    return chosen
+
+
+def open_index(path: str | None):
+    from .index import Index
+
+    return Index(resolve_index(path))
+
+
+class Group(OneLineUsage, click.Group):
+    """The error boundary: every error below becomes one stderr line and its exit code
+    (kb.common.errors); click's usage errors become one line too (kb.common.usage)."""
+
+    prog = "kb"
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:  # an unknown subcommand, or a subcommand's own usage error
+            raise one_line(e, ctx) from None
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own exits keep their codes
+        except Exception as e:  # noqa: BLE001 - the one boundary where anything becomes an exit code
+            if debugging(ctx):
+                raise
+            line, code = error_line(self.prog, e)
+            click.echo(line, err=True)
+            ctx.exit(code)
+
+
+def command_group(**attrs):
+    """A kb command group with the shared settings."""
+    return click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]}, **attrs)
+
+
+index_option = click.option("-i", "--index", "index_path", metavar="PATH", help="Artifact (default: $KB_INDEX, else ./kb.kb).")
+device_option = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where models run.")
+compute_option = click.option("--compute-type", default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
+
+
+def _click_option(s):
+    """The kb search flag of one search option: its type, bounds, doc and default say the same
+    as kb.toml's [search] key does."""
+    default = "on" if s.default is True else "off" if s.default is False else "none" if s.default is None else s.default
+    help_ = f"{s.spec.doc} (default: the artifact's [search] {s.name}, else {default})"
+    dest = f"opt_{s.name}"
+    if s.kind is bool:
+        return click.option(s.flag, dest, default=None, help=help_)
+    if s.spec.choices:
+        kind = click.Choice(list(s.spec.choices))
+    elif s.kind is int:
+        kind = click.IntRange(s.spec.minimum, s.spec.maximum)
+    elif s.kind is float:
+        kind = click.FloatRange(s.spec.minimum, s.spec.maximum)
+    else:
+        kind = s.kind
+    return click.option(s.flag, dest, type=kind, default=None, help=help_)
+
+
+def search_option_flags(fn):
+    """Add a flag per search option (all but those declared without one); the command receives
+    them as one ``overrides`` dict of the flags given."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        overrides = {name: kwargs.pop(f"opt_{name}") for name in SETTINGS if f"opt_{name}" in kwargs}
+        return fn(*args, overrides={k: v for k, v in overrides.items() if v is not None}, **kwargs)
+
+    for s in reversed([s for s in SETTINGS.values() if s.flag]):
+        run = _click_option(s)(run)
+    return run

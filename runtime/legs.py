@@ -1,0 +1,79 @@
+"""The retrieval legs: each ranks the allowed chunks by one signal and returns a fusion.Leg.
+
+- BM25 (exact words): runtime/bm25.py scores postings viewed in place.
+- Dense (meaning): cosine between the query's embedding and the chunks' vectors, through the
+  HNSW index, or exactly over a small filtered subset.
+- Tag (entities): chunks ranked by how many of the given entities match one of their tags.
+
+``allowed`` is a boolean mask over chunk ids (runtime/filters.py), applied before ranking, so
+every leg draws its candidates from the allowed set only.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .bm25 import query_terms, top_bm25
+from .fusion import Leg, leg_from_ranking
+
+EXACT_VECTOR_MAX = 4096  # a filtered subset this small is scanned exactly, not through HNSW
+
+
+def bm25_leg(ix, name: str, text: str, weight: float, depth: int, allowed: np.ndarray) -> Leg:
+    ids, scores = top_bm25(ix, query_terms(ix, text), depth, allowed)
+    return leg_from_ranking(name, "bm25", weight, ids, scores)
+
+
+def vector_leg(ix, name: str, query_vector: np.ndarray, weight: float, depth: int, allowed: np.ndarray) -> Leg:
+    ids, sims = top_vector(ix, query_vector, depth, allowed)
+    return leg_from_ranking(name, "cosine", weight, ids, sims)
+
+
+def tag_leg(ix, entities, weight: float, depth: int, allowed: np.ndarray, tiebreak: dict[int, float]) -> Leg:
+    """Chunks ranked by how many entities match one of their tags; ties by the text legs' fused
+    score (``tiebreak``), then chunk id."""
+    norm = {tag_key(n): n for n in ix.meta.tag_names}
+    matched = [norm[tag_key(e)] for e in dict.fromkeys(entities) if tag_key(e) in norm]
+    if not matched:
+        return Leg("tag", "tag", weight, ())
+    counts = np.zeros(ix.n_chunks, dtype=np.int32)
+    for t in matched:
+        counts[np.frombuffer(ix.tag_bitmap(t).to_array(), dtype=np.uint32)] += 1
+    counts[~allowed] = 0
+    ids = np.flatnonzero(counts)
+    order = sorted(ids.tolist(), key=lambda c: (-counts[c], -tiebreak.get(c, 0.0), c))[:depth]
+    return leg_from_ranking("tag", "tag", weight, order, [float(counts[c]) for c in order])
+
+
+def tag_key(s: str) -> str:
+    """Entities and tags compare casefolded, with runs of spaces, _ and - as one -."""
+    return re.sub(r"[\s_\-]+", "-", s.strip().casefold())
+
+
+def top_vector(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` chunks by cosine among ``allowed``: exact over a small subset, else HNSW with
+    the search widened until ``k`` allowed hits are found (or the index is exhausted)."""
+    n_allowed = int(allowed.sum())
+    if n_allowed == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
+    index = ix.vectors
+    if n_allowed <= EXACT_VECTOR_MAX and n_allowed < ix.n_chunks:
+        ids = np.flatnonzero(allowed)
+        vecs = np.asarray(index.get(ids.astype(np.uint64)), dtype=np.float32).reshape(len(ids), -1)
+        norms = np.linalg.norm(vecs, axis=1)
+        sims = vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)
+        order = np.lexsort((ids, -sims))[:k]
+        return ids[order], sims[order].astype(np.float64)
+    count = min(ix.n_chunks, max(k, int(k * ix.n_chunks / n_allowed * 1.5)))
+    while True:
+        m = index.search(qv, count)
+        keys = np.asarray(m.keys, dtype=np.int64)
+        sims = 1.0 - np.asarray(m.distances, dtype=np.float64)
+        keep = allowed[keys]
+        if keep.sum() >= k or count >= ix.n_chunks:
+            keys, sims = keys[keep], sims[keep]
+            order = np.lexsort((keys, -sims))[:k]
+            return keys[order], sims[order]
+        count = min(ix.n_chunks, count * 4)

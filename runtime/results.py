@@ -1,0 +1,90 @@
+"""What a search produces, as frozen records: candidates between the stages, then results.
+
+After fusion each candidate is a ``Candidate``; the rerank stage returns new candidates, never
+changes old ones. ``Response`` holds the final ``Result``s and ``Notice``s; runtime/output.py is
+the one place they become JSON or text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .fusion import Fused
+
+
+@dataclass(frozen=True)
+class RerankScore:
+    logit: float
+    probability: float
+    retrieval_weight: float  # share of the (min-max normalised) fused score in the final score
+    rerank_weight: float
+
+
+@dataclass(frozen=True)
+class RerankInfo:
+    model: str
+    candidates: int  # how many fused candidates were to be rescored
+    scored: int
+    skipped: int  # left unscored by --budget-ms
+    budget_ms: float | None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    chunk: int
+    score: float
+    score_kind: str  # rrf | rerank | bm25 | cosine
+    fused: Fused
+    rerank: RerankScore | None = None
+    also_matched: int | None = None  # --group doc: other matching chunks of the document
+
+
+@dataclass(frozen=True)
+class Notice:
+    kind: str  # low_confidence | no_vectors | dense_skipped | no_reranker | no_tag_match | stale_index
+    message: str
+    reason: str | None = None
+    files: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Explain:
+    legs: dict  # leg name -> {"rank", "raw_score", "rrf"}
+    bonus: float
+    rrf: float
+    rerank: RerankScore | None
+
+
+@dataclass(frozen=True)
+class Result:
+    rank: int
+    score: float
+    score_kind: str
+    path: str
+    section: str
+    lines: tuple[int, int]
+    status: str
+    tags: tuple[str, ...]
+    chunk_id: int
+    doc_id: str
+    title: str
+    text: str | None = None  # --full
+    snippet: str | None = None  # otherwise
+    also_matched: int | None = None
+    explain: Explain | None = None
+
+
+@dataclass(frozen=True)
+class Response:
+    query: object  # the Query answered (runtime/search.py)
+    results: tuple[Result, ...]
+    notices: tuple[Notice, ...]
+    tag_contexts: dict
+    reranked: bool
+    timings_ms: dict = field(default_factory=dict)
+    rerank: RerankInfo | None = None
+
+    def with_notice(self, notice: Notice | None) -> Response:
+        from dataclasses import replace
+
+        return self if notice is None else replace(self, notices=self.notices + (notice,))

@@ -1,0 +1,71 @@
+"""kb.toml is validated whole at build time: a wrong type, an out-of-range value or an unknown key in
+any section is one line naming the file, the section and the key, exit 2, and no artifact."""
+
+import pytest
+from click.testing import CliRunner
+
+from kb.builder.cli import main as kb_build
+from kb.builder.config import load_config
+from kb.common.options import SearchOptions, resolve
+from kb.common.errors import UsageError
+
+from corpora import TINY
+
+
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ('[search]\nrrf_k = "twenty"\n', '[search] rrf_k: must be a number, got "twenty"'),
+        ('[search]\nreranker = "x"\n', "[search] reranker: unknown key; known: default_limit, semantic_weight, rrf_k, rank1_bonus, rank23_bonus, rewrite_weight, tag_weight, rerank, rerank_top, rerank_passage_tokens, blend, rerank_weight, low_confidence_floor"),
+        ("[search]\nsemantic_weight = 1.5\n", "[search] semantic_weight: must be within 0..1, got 1.5"),
+        ('[search]\nblend = "max"\n', '[search] blend: must be one of position, sigmoid, got "max"'),
+        ('[search]\nrerank = "yes"\n', '[search] rerank: must be true or false, got "yes"'),
+        ("[search]\ndefault_limit = 0\n", "[search] default_limit: must be within 1..200, got 0"),
+        ("[search]\nrerank_top = 2.5\n", "[search] rerank_top: must be an integer, got 2.5"),
+        ("[bm25]\nk3 = 1\n", "[bm25] k3: unknown key; known: k1, b, title_weight, section_weight"),
+        ("[bm25]\nb = 2\n", "[bm25] b: must be within 0..1, got 2"),
+        ('[chunking]\nmax_tokens = "200"\n', '[chunking] max_tokens: must be an integer, got "200"'),
+        ('[embedding]\nquantization = "int4"\n', '[embedding] quantization: must be one of int8, float32, got "int4"'),
+        ('[embedding]\nmodel = "bert-huge"\n', "[embedding] model: must be one of all-MiniLM-L6-v2, hash, none, got 'bert-huge'"),
+        ('[vectors]\ndtype = "i8"\n', '[vectors] dtype: must be one of f16, bf16, f32, got "i8"'),
+        ("[vectors]\nconnectivity = 1\n", "[vectors] connectivity: must be within 2..256, got 1"),
+        ('[statuses]\nknown = "live"\n', '[statuses] known: must be an array of strings, got "live"'),
+        ("[statuses]\ndefault = 3\n", "[statuses] default: must be a string, got 3"),
+        ("[tags]\nops = 3\n", '[tags] ops: must be a one-line description (a string), e.g. ops = "Runbooks"'),
+        ("search = 3\n", "[search] must be a table"),
+        ("[colours]\nred = 1\n", "[colours]: unknown section; known: tags, statuses, search, chunking, bm25, embedding, vectors"),
+    ],
+)
+def test_a_bad_kb_toml_fails_the_build_with_one_line_naming_the_key(tmp_path, toml, message):
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text(toml)
+    out = tmp_path / "x.kb"
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--config", str(cfg), "--embedder", "none", "--no-reranker"])
+    assert (r.exit_code, r.stderr) == (2, f"kb-build: error: {cfg}: {message}\n")
+    assert not out.exists()
+
+
+def test_a_malformed_kb_toml_is_one_line_too(tmp_path):
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text("[search\n")
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(tmp_path / "x.kb"), "--config", str(cfg), "--embedder", "none"])
+    assert r.exit_code == 2 and r.stderr.startswith(f"kb-build: error: {cfg}: malformed kb.toml: ") and r.stderr.count("\n") == 1
+
+
+def test_a_valid_kb_toml_is_read_into_the_build_config(tmp_path):
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text('[search]\nrrf_k = 60\nrerank = true\n[bm25]\nk1 = 0.9\n[vectors]\ndtype = "f32"\n[tags]\nOps = " Runbooks "\n')
+    c = load_config(cfg)
+    assert c.search == {"rrf_k": 60, "rerank": True}  # stored in the artifact as given
+    assert (c.bm25.k1, c.bm25.b, c.vectors.dtype, c.tags) == (0.9, 0.75, "f32", {"ops": "Runbooks"})
+
+
+def test_search_options_resolve_defaults_then_the_artifact_then_overrides():
+    o = resolve({"rrf_k": 60, "blend": "sigmoid", "from_a_newer_kb": 1}, {"rrf_k": 5, "rerank": None})
+    assert (o.rrf_k, o.blend, o.rerank, o.semantic_weight) == (5.0, "sigmoid", False, SearchOptions().semantic_weight)
+    with pytest.raises(UsageError) as e:
+        resolve({"rrf_k": "twenty"})
+    assert str(e.value) == "the artifact's [search] rrf_k must be a number, got \"twenty\"; rebuild it with a valid kb.toml"
+    with pytest.raises(UsageError) as e:
+        resolve({}, {"semantic_weight": 2})
+    assert str(e.value) == "semantic_weight must be within 0..1, got 2"
