@@ -69,3 +69,39 @@ def test_search_options_resolve_defaults_then_the_artifact_then_overrides():
     with pytest.raises(UsageError) as e:
         resolve({}, {"semantic_weight": 2})
     assert str(e.value) == "semantic_weight must be within 0..1, got 2"
+
+
+def test_the_readme_tables_are_the_settings_declared_in_the_code():
+    from kb.builder.chunk import ChunkOptions
+    from kb.builder.config import EmbeddingOptions, StatusOptions, VectorOptions
+    from kb.common.settings import markdown_table
+    from kb.formats.bm25 import BM25Params
+
+    from corpora import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name, cls in (("search", SearchOptions), ("statuses", StatusOptions), ("chunking", ChunkOptions), ("bm25", BM25Params), ("embedding", EmbeddingOptions), ("vectors", VectorOptions)):
+        assert f"`[{name}]`" in readme and markdown_table(cls, flags=name == "search") in readme, name
+
+
+def test_the_readme_kb_toml_example_is_valid(tmp_path):
+    from corpora import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    example = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "kb.toml").write_text(example)
+    assert load_config(tmp_path / "kb.toml").search == {"rrf_k": 60, "rerank": True}
+
+
+def test_every_search_option_with_a_flag_is_a_kb_search_flag_with_its_default():
+    from kb.common.options import SETTINGS
+    from kb.runtime.cli import main as kb
+
+    params = {p.name: p for p in kb.commands["search"].params}
+    for s in SETTINGS.values():
+        if not s.flag:
+            continue
+        p = params[f"opt_{s.name}"]
+        assert s.flag.split("/")[0] in p.opts and p.default is None  # None: the artifact's [search], else the default
+        default = {True: "on", False: "off", None: "none"}.get(s.default, s.default) if not isinstance(s.default, (int, float)) or isinstance(s.default, bool) else s.default
+        assert p.help.endswith(f"(default: the artifact's [search] {s.name}, else {default})")
