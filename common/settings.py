@@ -51,6 +51,11 @@ class Setting:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-") if self.spec.flag is None else self.spec.flag
 
+    def default_text(self) -> str:
+        """The default as help texts say it: on, off, none, or the value."""
+        d = self.default
+        return "on" if d is True else "off" if d is False else "none" if d is None else _num(d) if isinstance(d, (int, float)) else str(d)
+
     def type_word(self) -> str:
         return _TYPE_WORDS[self.kind]
 

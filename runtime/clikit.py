@@ -67,8 +67,7 @@ compute_option = click.option("--compute-type", default="auto", show_default=Tru
 def _click_option(s):
     """The kb search flag of one search option: its type, bounds, doc and default say the same
     as kb.toml's [search] key does."""
-    default = "on" if s.default is True else "off" if s.default is False else "none" if s.default is None else s.default
-    help_ = f"{s.spec.doc} (default: the artifact's [search] {s.name}, else {default})"
+    help_ = f"{s.spec.doc} (default: the artifact's [search] {s.name}, else {s.default_text()})"
     dest = f"opt_{s.name}"
     if s.kind is bool:
         return click.option(s.flag, dest, default=None, help=help_)

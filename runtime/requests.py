@@ -87,8 +87,7 @@ class Field:
 def _knob_field(s) -> Field:
     """The request field of a search option (kb.common.options): same name, type, bounds, doc."""
     kind = {int: "int", float: "float", bool: "bool", str: "str", tuple: "strs"}[s.kind]
-    default = "off" if s.default is False else "on" if s.default is True else s.default
-    doc = f"{s.spec.doc} Default: the artifact's [search] {s.name}, else {default}."
+    doc = f"{s.spec.doc} Default: the artifact's [search] {s.name}, else {s.default_text()}."
     return Field(s.name, kind, doc, choices=s.spec.choices, minimum=s.spec.minimum, maximum=s.spec.maximum)
 
 

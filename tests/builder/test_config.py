@@ -103,5 +103,17 @@ def test_every_search_option_with_a_flag_is_a_kb_search_flag_with_its_default():
             continue
         p = params[f"opt_{s.name}"]
         assert s.flag.split("/")[0] in p.opts and p.default is None  # None: the artifact's [search], else the default
-        default = {True: "on", False: "off", None: "none"}.get(s.default, s.default) if not isinstance(s.default, (int, float)) or isinstance(s.default, bool) else s.default
-        assert p.help.endswith(f"(default: the artifact's [search] {s.name}, else {default})")
+        assert p.help.endswith(f"(default: the artifact's [search] {s.name}, else {s.default_text()})")
+    assert params["opt_rrf_k"].help.endswith("(default: the artifact's [search] rrf_k, else 20)")
+    assert params["opt_rerank"].help.endswith("(default: the artifact's [search] rerank, else off)")
+
+
+def test_the_http_and_mcp_fields_of_the_search_options_say_the_real_defaults():
+    from kb.runtime.mcp_server import tool_list
+    from kb.runtime.requests import SEARCH_FIELDS
+
+    assert SEARCH_FIELDS["rrf_k"].doc.endswith("Default: the artifact's [search] rrf_k, else 20.")
+    assert (SEARCH_FIELDS["rrf_k"].minimum, SEARCH_FIELDS["rrf_k"].maximum) == (0.0, 10000.0)
+    search_tool = next(t for t in tool_list() if t["name"] == "search")
+    assert search_tool["inputSchema"]["properties"]["rerank"]["description"].endswith("Default: the artifact's [search] rerank, else off.")
+    assert "off unless the artifact's kb.toml turned it on" in search_tool["description"]
