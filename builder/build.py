@@ -122,7 +122,9 @@ def build(
     rep = BuildReport()
     clock = _clock(rep.seconds)
     progress = progress or (lambda stage, done, total: None)
-    rerank_files = reranker_files(config.reranker)  # a bad --reranker fails before any work
+    # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
+    rerank_choice = "none" if config.reranker == "default" and config.embedding_model == "none" else config.reranker
+    rerank_files = reranker_files(rerank_choice)  # a bad --reranker fails before any work
 
     with clock("read"):
         corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)})

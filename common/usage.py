@@ -76,3 +76,62 @@ def error_line(prog: str, e: BaseException, context: str = "") -> tuple[str, int
     if isinstance(e, KbError):
         return f"{prog}: error: {context}{e}", exit_code(e)
     return f"{prog}: error: {context}{e.__class__.__name__}: {e} (rerun with --debug for the traceback)", exit_code(e)
+
+
+EXIT_PIPE = 128 + 13  # 141: what a shell reports for a process ended by SIGPIPE
+
+
+def stdout_closed(ctx: click.Context | None = None):
+    """The reader of stdout went away (``kb list | head -1``): end quietly with 141, as a process
+    killed by SIGPIPE would, and point stdout at /dev/null so the final flush cannot fail again."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test runner's buffer)
+        pass
+    if ctx is not None:
+        ctx.exit(EXIT_PIPE)
+    sys.exit(EXIT_PIPE)
+
+
+class Terminated(BaseException):
+    """A termination signal (SIGTERM, SIGHUP) turned into an exception, so that what is running
+    unwinds (a build removes its temporary file) before the process exits with 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def exit_on_signals() -> None:
+    """SIGTERM and SIGHUP raise Terminated in the main thread (Ctrl-C already raises
+    KeyboardInterrupt); the CLI boundary turns either into exit 128 + N."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def raise_terminated(signum, _frame):
+        raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, raise_terminated)
+        except (OSError, ValueError):
+            pass
+
+
+def signal_exit_code(e: BaseException) -> int:
+    """128 + N for a KeyboardInterrupt (SIGINT) or a Terminated."""
+    import signal
+
+    return 128 + (e.signum if isinstance(e, Terminated) else signal.SIGINT)
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 file', '2 files', '0 files' (``plural`` for irregular nouns)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

@@ -208,6 +208,15 @@ def _create_temp(path: Path) -> tuple[int, str]:
     raise FileExistsError(f"cannot create a temporary file beside {path}")
 
 
+def looks_like_artifact(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` starts with the artifact magic (a kb artifact, maybe damaged)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
 class Artifact:
     """A validated, memory-mapped artifact. Sections are memoryview slices of the map.
 

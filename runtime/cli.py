@@ -8,16 +8,19 @@ unreadable or corrupt, 4 unsupported format version. Errors are one line on stde
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
 
 from kb.common.errors import UsageError
 from kb.common.options import GROUPS, MAX_TOP_K, MODES, SETTINGS
-from kb.common.usage import debug_option
+from kb.runtime.requests import DEFAULT_DOC_CHUNKS, MAX_CONTEXT, MAX_DOC_CHUNKS
+from kb.common.usage import count, debug_option
 from kb.formats.version import KB_VERSION
 
 from .clikit import command_group, compute_option, device_option, index_option, open_index, search_option_flags
+from .output import printable
 from .serve_cli import mcp as mcp_command, serve as serve_command
 
 
@@ -38,8 +41,10 @@ def info(index_path, as_json, verify):
 
     with open_index(index_path) as ix:
         if verify:
-            ix.artifact.verify()
+            ix.artifact.verify()  # CorruptArtifact (exit 3) names the first section whose crc32 differs
         d = describe(ix)
+    if verify:
+        d["verified"] = {"sections": len(d["sections"]), "crc32": "ok"}
     click.echo(json.dumps(d, indent=2, ensure_ascii=False) if as_json else render_info(d))
 
 
@@ -48,22 +53,25 @@ def info(index_path, as_json, verify):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @debug_option
 def status(index_path, as_json):
-    """Compare the artifact's manifest with the corpus on disk: changed, added, removed files."""
+    """Compare the artifact's manifest with the corpus on disk: changed, added, removed files.
+    Exit 0 when the artifact is up to date, 1 when it is stale or the corpus root is not here,
+    so a pipeline can gate a rebuild on it."""
     from .stale import stale_report
 
     with open_index(index_path) as ix:
         rep = stale_report(ix.manifest())
+    n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
+    rep["fresh"] = rep["root_exists"] and n == 0
     if as_json:
         click.echo(json.dumps(rep, indent=2, ensure_ascii=False))
-        return
-    if not rep["root_exists"]:
-        click.echo(f"corpus root {rep['root']} is not on this machine; cannot check staleness")
-        return
-    n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
-    click.echo(f"corpus root {rep['root']}: " + ("up to date" if not n else f"{n} difference(s); rebuild with kb-build"))
-    for k in ("changed", "added", "removed"):
-        for p in rep[k]:
-            click.echo(f"  {k}: {p}")
+    elif not rep["root_exists"]:
+        click.echo(f"corpus root {printable(rep['root'])} is not on this machine; cannot check staleness")
+    else:
+        click.echo(f"corpus root {printable(rep['root'])}: " + ("up to date" if not n else f"{count(n, 'difference')}; rebuild with kb-build"))
+        for k in ("changed", "added", "removed"):
+            for p in rep[k]:
+                click.echo(f"  {k}: {printable(p)}")
+    sys.exit(0 if rep["fresh"] else 1)
 
 
 @main.command()
@@ -93,7 +101,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
     """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked."""
     from kb.common.options import resolve
 
-    from .output import render_human, render_json, render_jsonl
+    from .output import render_human, render_json, render_jsonl, render_notices
     from .search import Query, Searcher
 
     if as_json and as_jsonl:
@@ -116,14 +124,68 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
 
             resp = resp.with_notice(stale_notice(ix.manifest()))
         artifact = {"id": ix.artifact.id, "path": str(ix.path)}
+        notes = []
         if as_json:
             out = render_json(resp, artifact)
         elif as_jsonl:
             out = render_jsonl(resp, artifact)
         else:
-            out = render_human(resp)
+            highlight = None
+            if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+                from .bm25 import analyzer_of, query_terms
+                from .snippets import highlighter
+
+                highlight = highlighter(query_terms(ix, " ".join((query,) + tuple(rewrite))), analyzer_of(ix))
+            out = render_human(resp, show_status=ix.has_statuses, highlight=highlight)
+            notes = render_notices(resp)
     if out:
         click.echo(out)
+    for line in notes:
+        click.echo(line, err=True)
+
+
+@main.command()
+@click.argument("target")
+@index_option
+@click.option("--doc", "whole_doc", is_flag=True, help="The whole document of the chunk TARGET (a path or doc_id always gives the whole document).")
+@click.option("-C", "--context", type=click.IntRange(0, MAX_CONTEXT), default=1, show_default=True, help="With a chunk id: neighbouring chunks to show on each side.")
+@click.option("--max-chunks", type=click.IntRange(1, MAX_DOC_CHUNKS), default=DEFAULT_DOC_CHUNKS, show_default=True, help="With a document: the most chunks to print.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the same record kb serve's /get and the MCP get tool return.")
+@debug_option
+def get(target, index_path, whole_doc, context, max_chunks, as_json):
+    """Read a chunk by its chunk_id (a search result's), with its neighbours, or a whole document
+    by its path or doc_id."""
+    from .requests import GetRequest, RequestError
+    from .service import Service
+
+    with open_index(index_path) as ix:
+        svc = Service(ix, stale_check=False)
+        if target.isdigit() and whole_doc:
+            cid = int(target)
+            if not 0 <= cid < ix.n_chunks:
+                raise UsageError(f"no chunk {cid}; this artifact has chunk ids 0..{ix.n_chunks - 1}")
+            req = GetRequest(path=ix.doc_path(ix.doc_of(cid)), max_chunks=max_chunks)
+        elif target.isdigit():
+            req = GetRequest(chunk_id=int(target), context=context)
+        else:
+            req = GetRequest(doc_id=target, max_chunks=max_chunks) if ix.doc_by_path(target) is None else GetRequest(path=target, max_chunks=max_chunks)
+        try:
+            out = svc.get(req)
+        except RequestError as e:
+            raise UsageError(e.message) from None
+    if as_json:
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    doc = out["document"]
+    chunks = out["previous"] + [out["chunk"]] + out["next"] if "chunk" in out else out["chunks"]
+    click.echo(printable(f"{doc['path']} · {doc['title']} · {count(doc['n_chunks'], 'chunk')}"))
+    for c in chunks:
+        mark = " (asked for)" if "chunk" in out and c["chunk_id"] == out["chunk"]["chunk_id"] else ""
+        where = f" § {c['section']}" if c["section"] else ""
+        click.echo("\n" + printable(f"--- chunk {c['chunk_id']}{where} · lines {c['lines'][0]}-{c['lines'][1]}{mark}"))
+        click.echo(c["text"])
+    if out.get("truncated"):
+        click.echo(f"\n(first {count(max_chunks, 'chunk')} shown; --max-chunks for more)")
 
 
 @main.command(name="list")
@@ -155,9 +217,11 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json)
                 row.update(chunk_id=r.chunk_id, section=r.section, lines=list(r.lines))
             if as_json:
                 click.echo(json.dumps(row, ensure_ascii=False))
+            elif by_chunk:
+                where = f'{row["path"]} § "{row["section"]}"' if row["section"] else row["path"]
+                click.echo(printable(f"{r.chunk_id}\t{where}\tlines {r.lines[0]}-{r.lines[1]}\t{row['status']}\t{','.join(row['tags'])}"))
             else:
-                where = f'{row["path"]} § "{row["section"]}"' if by_chunk and row["section"] else row["path"]
-                click.echo(f"{where}\t{row['status']}\t{','.join(row['tags'])}")
+                click.echo(printable(f"{row['path']}\t{row['status']}\t{','.join(row['tags'])}"))
 
 
 @main.command()

@@ -13,7 +13,7 @@ import click
 
 from kb.common.errors import ArtifactError
 from kb.common.options import SETTINGS
-from kb.common.usage import OneLineUsage, debugging, error_line, one_line
+from kb.common.usage import OneLineUsage, Terminated, debugging, error_line, exit_on_signals, one_line, signal_exit_code, stdout_closed
 
 DEFAULT_INDEX = "kb.kb"
 
@@ -40,12 +40,17 @@ class Group(OneLineUsage, click.Group):
     prog = "kb"
 
     def invoke(self, ctx):
+        exit_on_signals()
         try:
             return super().invoke(ctx)
         except click.UsageError as e:  # an unknown subcommand, or a subcommand's own usage error
             raise one_line(e, ctx) from None
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # click's own exits keep their codes
+        except BrokenPipeError:
+            stdout_closed(ctx)
+        except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM: quietly, 128 + N
+            ctx.exit(signal_exit_code(e))
         except Exception as e:  # noqa: BLE001 - the one boundary where anything becomes an exit code
             if debugging(ctx):
                 raise
@@ -61,7 +66,9 @@ def command_group(**attrs):
 
 index_option = click.option("-i", "--index", "index_path", metavar="PATH", help="Artifact (default: $KB_INDEX, else ./kb.kb).")
 device_option = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where models run.")
-compute_option = click.option("--compute-type", default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
+COMPUTE_TYPES = ("auto", "default", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+compute_option = click.option("--compute-type", type=click.Choice(COMPUTE_TYPES), default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
+
 
 
 def _click_option(s):

@@ -118,6 +118,11 @@ class Index:
         return t
 
     @cached_property
+    def has_statuses(self) -> bool:
+        """Whether the chunks carry more than one status (else a status says nothing)."""
+        return len(np.unique(self.chunks["status"])) > 1
+
+    @cached_property
     def lengths(self) -> np.ndarray:
         return np.frombuffer(self.artifact.section(L.CHUNK_LENGTHS), dtype="<f4")
 

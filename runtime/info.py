@@ -56,6 +56,8 @@ def render_info(d: dict) -> str:
     out.extend(f"  {t}: {desc}" for t, desc in d["tags"].items())
     man = d["manifest"]
     out.append(f"manifest: root {man['root']}, {man['sources']} sources ({man['source_bytes']:,} bytes), {man['skipped']} skipped, {man['excluded']} excluded")
+    if "verified" in d:
+        out.append(f"verified: crc32 of all {d['verified']['sections']} sections ok")
     out.append("sections:")
     out.extend(f"  {s['name']:<22} {s['bytes']:>12,} B  {s['codec']:<4} at {s['offset']}" for s in d["sections"])
     return "\n".join(out)

@@ -69,21 +69,26 @@ def _score(r: Result) -> str:
     return f"{r.score:.4f}" if r.score_kind == "rrf" else f"{r.score:.2f}"
 
 
-def render_human(resp: Response) -> str:
+def render_human(resp: Response, show_status: bool = True, highlight=None) -> str:
+    """Text for people: the results, then tag contexts. Notices go to stderr (render_notices).
+    ``show_status``: print each result's status (pointless when the corpus has one status);
+    ``highlight``: marks the query's words in snippets (runtime/snippets.py, on a terminal)."""
     q = resp.query
+    mark = highlight or (lambda s: s)
     scope = "all statuses" if q.all_statuses else ("status " + ", ".join(q.statuses) if q.statuses else "historical/superseded filtered")
-    out = [f'KB Search Results for: "{q.text or " ".join(q.rewrites + q.entities)}"', f"Showing top {len(resp.results)} results ({scope})", ""]
+    shown = f"{len(resp.results)} result{'' if len(resp.results) == 1 else 's'}"
+    out = [f'KB Search Results for: "{printable(q.text or " ".join(q.rewrites + q.entities))}"', f"Showing top {shown}" + (f" ({scope})" if show_status else ""), ""]
     for r in resp.results:
         where = f'{r.path} § "{r.section}"' if r.section else r.path
-        out.append(f"{r.rank}. [score: {_score(r)}] {where}")
+        out.append(printable(f"{r.rank}. [score: {_score(r)}] {where}"))
         if r.text is not None:
             out.extend(f"   > {line}" for line in r.text.split("\n"))
         else:
-            out.append(f'   > "{r.snippet}"')
-        extra = f" · lines {r.lines[0]}-{r.lines[1]}"
+            out.append(f'   > "{mark(r.snippet)}"')
+        extra = [f"lines {r.lines[0]}-{r.lines[1]}" if r.lines[1] > r.lines[0] else f"line {r.lines[0]}", f"chunk {r.chunk_id}"]
         if r.also_matched:
-            extra += f" · {r.also_matched} more matching chunk(s) in this document"
-        out.append(f"   Status: {r.status}{extra}")
+            extra.append(f"{r.also_matched} more matching chunk{'' if r.also_matched == 1 else 's'} in this document")
+        out.append("   " + (f"Status: {r.status} · " if show_status else "") + " · ".join(extra))
         if r.explain is not None:
             e = r.explain
             legs = ", ".join(f"{n} #{v['rank']} ({v['raw_score']:.3f}) +{v['rrf']:.4f}" for n, v in e.legs.items())
@@ -94,6 +99,15 @@ def render_human(resp: Response) -> str:
         out.append("")
     if resp.tag_contexts:
         out.append("Tags: " + "; ".join(f"{t}: {d}" if d else t for t, d in resp.tag_contexts.items()))
-    for n in resp.notices:
-        out.append(f"⚠️  {n.message}" + (f" ({n.reason})" if n.reason else ""))
     return "\n".join(out).rstrip("\n")
+
+
+def render_notices(resp: Response) -> list[str]:
+    """The notices as lines for stderr."""
+    return [f"kb: note: {n.message}" + (f" ({n.reason})" if n.reason else "") for n in resp.notices]
+
+
+def printable(s: str) -> str:
+    """``s`` with control characters (but tab) escaped: text for a terminal (a file name can
+    hold any byte but / and NUL)."""
+    return "".join(c if c == "\t" or c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)

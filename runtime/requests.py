@@ -97,7 +97,7 @@ OPTION_FIELDS = tuple(name for name in OPTION_SETTINGS if name != "default_limit
 SEARCH_FIELDS: dict[str, Field] = {
     f.name: f
     for f in (
-        Field("query", "str", "The question or topic in natural language, as a person would ask it. Drives the BM25 (exact words) and dense (meaning) legs and the reranker.", max_chars=MAX_QUERY_CHARS),
+        Field("query", "str", "The question or topic in natural language, as a person would ask it. Drives the BM25 (exact words) and dense (meaning) legs and the reranker.", max_chars=MAX_QUERY_CHARS, aliases=("q",)),
         Field(
             "rewrites",
             "strs",
@@ -118,7 +118,7 @@ SEARCH_FIELDS: dict[str, Field] = {
         Field("all_statuses", "bool", "Include every status, the excluded ones (historical, superseded) too.", default=False),
         Field("tag", "strs", "Only chunks carrying every one of these tags (a hard filter).", max_items=32, max_chars=256, aliases=("tags",)),
         Field("path", "str", "Only documents whose path starts with this prefix, e.g. 'docs/ops/'.", max_chars=4096),
-        Field("top_k", "int", f"Number of results. Default: the artifact's [search] default_limit, else {OPTION_SETTINGS['default_limit'].default}.", minimum=1, maximum=MAX_TOP_K),
+        Field("top_k", "int", f"Number of results. Default: the artifact's [search] default_limit, else {OPTION_SETTINGS['default_limit'].default}.", minimum=1, maximum=MAX_TOP_K, aliases=("n",)),
         Field("mode", "str", "Which legs run: hybrid (BM25 + dense, fused), bm25 (exact words only) or vector (meaning only).", choices=MODES, default="hybrid"),
         Field("budget_ms", "float", "Shrink the rerank depth to fit this many milliseconds (the response's rerank.skipped says how many were not rescored).", minimum=0.0, maximum=600000.0),
         Field("explain", "bool", "Per result: each leg's rank and raw score, the RRF parts and bonus, the rerank logit and blend weights; plus timings_ms.", default=False),

@@ -99,6 +99,8 @@ class Searcher:
         use_bm25, use_vectors = self._legs_to_run(q, notices)
         allowed = allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         timings["filter"] = _ms(t0)
+        if not allowed.any():
+            notices.append(self._empty_scope_notice(q))
         legs = self._run_legs(q, o, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else []
         candidates = _candidates(fuse_rrf(legs, _fusion(o)), legs)
 
@@ -128,12 +130,25 @@ class Searcher:
         hit_terms = query_terms(self.ix, " ".join((q.text,) + q.rewrites))  # once, for every snippet
         results = tuple(self._result(i + 1, c, q, hit_terms) for i, c in enumerate(candidates))
         timings["render"] = _ms(t)
-        notices.extend(low_confidence(q, candidates, top_k, o))
+        if allowed.any():
+            notices.extend(low_confidence(q, candidates, top_k, o))
         descr = self.ix.meta.tag_descriptions
         contexts = {t: descr.get(t, "") for t in sorted({t for r in results for t in r.tags})}
         timings["total"] = _ms(t0)
         reranked = rerank_info is not None and rerank_info.scored > 0
         return Response(q, results, tuple(notices), contexts, reranked, timings, rerank_info)
+
+    def _empty_scope_notice(self, q: Query) -> Notice:
+        """The filters are valid but leave no chunk: say which, and what the query finds without them."""
+        scope = [f"status {', '.join(q.statuses)}" if q.statuses else ("all statuses" if q.all_statuses else "the default statuses")]
+        scope += [f"tag {t}" for t in q.tags] + ([f"path {q.path}"] if q.path else [])
+        from .bm25 import bm25_scores
+
+        unfiltered = len(bm25_scores(self.ix, query_terms(self.ix, " ".join((q.text,) + q.rewrites)))[0])
+        return Notice(
+            "empty_scope",
+            f"No chunk matches the filters together ({'; '.join(scope)}); without them the query's words match {unfiltered} chunk{'' if unfiltered == 1 else 's'}.",
+        )
 
     def _validate(self, q: Query, o: SearchOptions) -> int:
         """Check the inputs; returns the effective top_k."""
@@ -154,8 +169,6 @@ class Searcher:
         """(BM25 legs?, dense legs?) for this query and artifact, with a notice for what is skipped."""
         use_bm25 = q.mode in ("hybrid", "bm25")
         use_vectors = q.mode in ("hybrid", "vector") and self.ix.has_vectors
-        if q.mode == "hybrid" and not self.ix.has_vectors:
-            notices.append(Notice("no_vectors", "artifact has no vectors; hybrid search used BM25 only"))
         if use_vectors and q.mode == "hybrid" and not self._embedder_covers(" ".join((q.text,) + q.rewrites)):
             use_vectors = False
             name = (self.ix.meta.embedder or {}).get("name")
@@ -263,10 +276,9 @@ def low_confidence(q: Query, candidates: list[Candidate], top_k: int, o: SearchO
     else none (BM25 and RRF scores have no absolute scale). ``low_confidence_floor``
     overrides both floors.
     """
-    what = q.text or " ".join(q.rewrites + q.entities)
     msg = (
-        f'Low confidence results: no strong match found for "{what}". Consider a broader query, '
-        "rebuilding the index if it is stale, or checking whether the topic is documented at all."
+        "Low confidence: no strong match found. Consider a broader query, rebuilding the index "
+        "if it is stale, or checking whether the topic is documented at all."
     )
     if not candidates:
         return [Notice("low_confidence", msg, reason="no results")]

@@ -1,27 +1,55 @@
-"""Snippets: the line of a chunk that best shows why it matched."""
+"""Snippets: the passage of a chunk that best shows why it matched, and highlighting for a terminal."""
 
 from __future__ import annotations
 
 import re
 
 SNIPPET_CHARS = 240
+_HEADING = re.compile(r"#{1,6}\s")
+_WORD = re.compile(r"\w+")
+BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
 def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -> str:
-    """The line with the most query terms (first line if none), cut to ``width`` around the
-    first hit; lines are analyzed with the artifact's analyzer, as the query was."""
+    """The run of consecutive lines (at most ``width`` characters, joined by spaces) holding the
+    most distinct query terms, the earliest and then the longest on ties (so the first lines
+    when none match). A single
+    line longer than ``width`` is cut around its first hit. Lines are analyzed with the
+    artifact's analyzer, as the query was; headings (already in the section path) and code
+    fences are skipped when there is anything else."""
     lines = [ln.strip() for ln in text.split("\n") if ln.strip() and not ln.strip().startswith("```")]
-    prose = [ln for ln in lines if not re.match(r"#{1,6}\s", ln)]  # headings are already in the section path
-    lines = prose or lines
+    lines = [ln for ln in lines if not _HEADING.match(ln)] or lines
     if not lines:
         return ""
     want = set(terms)
-    best = max(range(len(lines)), key=lambda i: (sum(t in want for t in set(analyzer.terms(lines[i]))), -i)) if want else 0
-    line = lines[best]
-    if len(line) <= width:
-        return line
-    low = line.casefold()
-    pos = min((low.find(t) for t in want if low.find(t) >= 0), default=0)
-    start = max(0, min(pos - width // 4, len(line) - width))
-    cut = line[start : start + width]
-    return ("…" if start else "") + cut + ("…" if start + width < len(line) else "")
+    found = [want.intersection(analyzer.terms(ln)) if want else set() for ln in lines]
+    best, best_score = (0, 1), (-1, 0, 0)
+    for i in [i for i in range(len(lines)) if found[i]] or [0]:  # a passage starts at a hit
+        seen, size, j = set(), -1, i
+        while j < len(lines) and (j == i or size + 1 + len(lines[j]) <= width):
+            size += 1 + len(lines[j])
+            seen |= found[j]
+            j += 1
+            if (len(seen), -i, size) > best_score:
+                best, best_score = (i, j), (len(seen), -i, size)
+    passage = " ".join(lines[best[0] : best[1]])
+    if len(passage) <= width:
+        return passage
+    low = passage.casefold()
+    hits = [low.find(t) for t in want if low.find(t) >= 0]
+    pos = min(hits, default=0)
+    start = max(0, min(pos - width // 4, len(passage) - width))
+    cut = passage[start : start + width]
+    return ("…" if start else "") + cut + ("…" if start + width < len(passage) else "")
+
+
+def highlighter(terms: list[str], analyzer):
+    """A function that wraps the words of a text whose analyzed terms are query terms in bold
+    (ANSI), for human output on a terminal."""
+    want = set(terms)
+
+    def bold(m: re.Match) -> str:
+        w = m.group(0)
+        return f"{BOLD}{w}{RESET}" if want.intersection(analyzer.terms(w)) else w
+
+    return lambda text: _WORD.sub(bold, text) if want else text

@@ -40,12 +40,12 @@ GOLDEN_HUMAN = '''KB Search Results for: "restore the snapshot"
 Showing top 2 results (historical/superseded filtered)
 
 1. [score: 2.62] backups.md § "Backups > Restore"
-   > "Pick the newest snapshot and run the restore script."
-   Status: live-doctrine · lines 11-18
+   > "Pick the newest snapshot and run the restore script. zfs rollback tank/home@latest"
+   Status: live-doctrine · lines 11-18 · chunk 3
 
 2. [score: 0.85] backups.md § "Backups"
    > "Nightly snapshots are sent to the backup host with zfs send."
-   Status: live-doctrine · lines 7-9
+   Status: live-doctrine · lines 7-9 · chunk 2
 
 Tags: ops: Operations runbooks; storage: Disks, pools and backups
 '''
@@ -200,7 +200,7 @@ def test_stale_index_notice_names_changed_added_and_removed_files(tmp_path):
     assert stale[0]["files"] == ["changed gateway.txt", "added new.md", "removed rotation.yaml"]
     r = run("status", "-i", out)
     assert r.stdout.splitlines() == [
-        f"corpus root {corpus}: 3 difference(s); rebuild with kb-build",
+        f"corpus root {corpus}: 3 differences; rebuild with kb-build",
         "  changed: gateway.txt",
         "  added: new.md",
         "  removed: rotation.yaml",
@@ -266,3 +266,25 @@ def test_every_command_has_help_and_appears_in_the_readme():
         assert cmd.help and cmd.help.strip(), name
         assert f"kb {name}" in readme, name
     assert "kb-build" in readme
+
+
+def test_the_defaults_the_readme_shows_in_its_usage_are_the_commands_defaults():
+    import re
+
+    from kb.common.options import SETTINGS
+
+    from corpora import REPO
+
+    readme = (REPO / "README.md").read_text()
+    usage = readme.split("## Using it", 1)[1].split("```", 2)[1]
+    checked = 0
+    for line in usage.splitlines():
+        m = re.match(r"kb (\w+)", line.strip())
+        if not m:
+            continue
+        params = {o: p for p in kb.commands[m.group(1)].params for o in p.opts}
+        for flag, value in re.findall(r"\[(-{1,2}[\w-]+) ([a-z0-9.]+)\]", line):
+            assert str(params[flag].default) == value, (m.group(1), flag)
+            checked += 1
+    assert checked >= 3  # --host, --port, -k
+    assert f"`--rerank-top` ({SETTINGS['rerank_top'].default})" in readme

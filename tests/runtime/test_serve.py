@@ -118,8 +118,10 @@ def test_get_search_takes_the_same_inputs_as_query_parameters(server):
     _, _, post = call(server, "POST", "/search", {"query": "backup", "tag": ["storage"], "all_statuses": True, "mode": "bm25", "top_k": 2})
     status, _, got = call(server, "GET", "/search?query=backup&tag=storage&all_statuses=true&mode=bm25&top_k=2")
     assert status == 200 and got == post
-    status, _, got = call(server, "GET", "/search?q=backup")
-    assert (status, got["error"]["code"], got["error"]["field"]) == (400, "unknown_field", "q")
+    status, _, got = call(server, "GET", "/search?q=backup&tag=storage&all_statuses=true&mode=bm25&n=2")  # q and n: aliases
+    assert status == 200 and got == post
+    status, _, got = call(server, "GET", "/search?q=backup&query=backup")
+    assert (status, got["error"]["code"], got["error"]["field"]) == (400, "bad_request", "query")
 
 
 def test_rerank_input_is_a_boolean_that_defaults_to_the_artifacts_setting(server):
