@@ -166,6 +166,17 @@ else
     printf 'FAIL %-28s %s %s\n' "sample-serve-http" "${why:-server did not start}" "$(head -c 300 "$TMP/out/serve.frz.err" 2>/dev/null)"
 fi
 
+# --- a closed stdout (`kb list | head -0`): exit 0 or 141, nothing on stderr -----------------
+n=$((n + 1))
+{ frozen list -i "$TINY" 2> "$TMP/out/pipe.err"; echo $? > "$TMP/out/pipe.rc"; } | head -c 0
+rc=$(cat "$TMP/out/pipe.rc")
+if { [ "$rc" = 141 ] || [ "$rc" = 0 ]; } && [ ! -s "$TMP/out/pipe.err" ]; then
+    printf 'ok   %-28s exit %s\n' "closed-stdout" "$rc"
+else
+    failed=$((failed + 1))
+    printf 'FAIL %-28s exit %s: %s\n' "closed-stdout" "$rc" "$(head -c 300 "$TMP/out/pipe.err")"
+fi
+
 # --- errors: same exit code and same message ---------------------------------------------------
 STDERR_TOO=1 check err-missing-artifact search x -i "$TMP/none.kb" --json
 STDERR_TOO=1 check err-no-query search -i "$TINY" --json
