@@ -116,6 +116,22 @@ def ndcg_at(ranked: list, rel: dict, k: int = 10) -> float:
     return dcg / idcg if idcg else 0.0
 
 
+def calibration(conf, rel, bins: int = 10) -> dict:
+    """Expected calibration error over ``bins`` equal-width confidence bins, and the bins as
+    [mean confidence, fraction relevant, count] (empty bins left out)."""
+    conf, rel = np.asarray(conf, dtype=np.float64), np.asarray(rel, dtype=np.float64)
+    if not len(conf):
+        return {"ece": None, "bins": []}
+    idx = np.minimum((conf * bins).astype(int), bins - 1)
+    out, total = [], 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            out.append([round(float(conf[m].mean()), 4), round(float(rel[m].mean()), 4), int(m.sum())])
+            total += m.sum() / len(conf) * abs(conf[m].mean() - rel[m].mean())
+    return {"ece": round(float(total), 4), "bins": out}
+
+
 def query_metrics(ranked: list, rel: dict, k: int) -> dict:
     return {
         "ndcg@10": ndcg_at(ranked, rel, 10),
@@ -157,6 +173,7 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
         per_kind: dict[str, list[dict]] = {}
         rows, lat = [], []
         fired = {"negative": 0, "positive": 0}
+        conf, judged = [], []  # the top 10 results of every query: confidence, relevant?
         for i, q in enumerate(bset.queries):
             if not q.text.strip():  # an empty query (a few exist in the sets) retrieves nothing: scored as such
                 results, notices = [], []
@@ -168,6 +185,9 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
                 results, notices = resp.results, resp.notices
             # the floor part of the notice (fewer than top_k results is expected at depth 100)
             low = any(n.kind == "low_confidence" and "below the floor" in (n.reason or "") for n in notices)
+            for r in results[:10]:
+                conf.append(r.confidence)
+                judged.append(q.relevant.get(getattr(r, bset.key), 0) > 0)
             if not q.relevant:
                 fired["negative"] += low
                 continue
@@ -187,6 +207,7 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
                 "negatives_flagged": f"{fired['negative']}/{len(negatives)}",
                 "positives_flagged": f"{fired['positive']}/{positives}",
             },
+            "calibration": calibration(conf, judged),
         }
     return out
 
@@ -195,12 +216,13 @@ def render_table(res: dict) -> str:
     k = res["k"]
     cols = ["ndcg@10", "mrr@10", f"p@{k}", "recall@10", "recall@100", "hit@10"]
     lines = [f"{res['set']}: {res['queries']} queries ({res['negatives']} negative)", ""]
-    lines.append("| backend | " + " | ".join(cols) + " | p50 ms | p95 ms | low-conf (neg / pos) |")
-    lines.append("|---" * (len(cols) + 4) + "|")
+    lines.append("| backend | " + " | ".join(cols) + " | p50 ms | p95 ms | low-conf (neg / pos) | ECE |")
+    lines.append("|---" * (len(cols) + 5) + "|")
     for name, b in res["backends"].items():
         vals = " | ".join(f"{b.get(c, 0):.3f}" for c in cols)
         lc = b["low_confidence"]
-        lines.append(f"| {name} | {vals} | {b['latency_ms']['p50']:.1f} | {b['latency_ms']['p95']:.1f} | {lc['negatives_flagged']} / {lc['positives_flagged']} |")
+        ece = b["calibration"]["ece"]
+        lines.append(f"| {name} | {vals} | {b['latency_ms']['p50']:.1f} | {b['latency_ms']['p95']:.1f} | {lc['negatives_flagged']} / {lc['positives_flagged']} | {'-' if ece is None else f'{ece:.3f}'} |")
     kinds = sorted({kd for b in res["backends"].values() for kd in b["by_kind"]})
     if kinds:
         lines += ["", "hit@10 / nDCG@10 by query kind:", "", "| backend | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]

@@ -79,3 +79,20 @@ def top_bm25(ix, terms: list[str], k: int, allowed: np.ndarray | None = None) ->
         keep = allowed[ids]
         ids, scores = ids[keep], scores[keep]
     return top_k(ids, scores, k)
+
+
+def query_ceiling(ix, terms: list[str]) -> tuple[float, float]:
+    """(the highest BM25 score any chunk could get for ``terms``, the share of them the index
+    knows). Each term's saturated tf stays below 1 (formats/bm25.py), so the ceiling is the sum
+    of the known terms' idf: a leg's top score over it says how completely the best chunk
+    matches, on a scale that means the same for every query."""
+    if not terms:
+        return 0.0, 0.0
+    ceiling, known = 0.0, 0
+    for t in terms:
+        tid = ix.term_id(t)
+        if tid is None:
+            continue
+        known += 1
+        ceiling += float(idf(int(ix.tf_offsets[tid + 1] - ix.tf_offsets[tid]), ix.n_chunks))
+    return ceiling, known / len(terms)

@@ -34,6 +34,21 @@ class Leg:
     kind: str  # "bm25" | "cosine" | "tag"
     weight: float
     hits: tuple[LegHit, ...]
+    ceiling: float | None = None  # bm25: the highest score any chunk could get for this query
+    known: float | None = None  # bm25: the share of the query's terms the index knows
+    terms: int | None = None  # bm25: the number of distinct query terms
+
+    @property
+    def strength(self) -> float:
+        """How well the leg's best hit matches, 0..1, comparable across queries: a BM25 leg's top
+        score over its ceiling, a dense leg's top cosine; 0 for no hits (tag legs: 1)."""
+        if not self.hits:
+            return 0.0
+        if self.kind == "bm25":
+            return self.hits[0].score / self.ceiling if self.ceiling else 0.0
+        if self.kind == "cosine":
+            return max(0.0, self.hits[0].score)
+        return 1.0
 
 
 @dataclass(frozen=True)
@@ -79,3 +94,34 @@ def rank_bonus(best_rank: int, p: FusionParams) -> float:
     if best_rank <= 3:
         return p.rank23_bonus
     return 0.0
+
+
+# Query-adaptive fusion: a dense leg's weight is scaled by how strongly its best hit matches (its
+# top cosine), so a weak dense leg (a top cosine near what unrelated text gets, as for the
+# one-word query `where`) does not bury an exact lexical match. Measured on the dev sets with
+# bench/calibrate.py grid (bench/RESULTS.md, "confidence"): scaling the dense leg between
+# cosines 0.2 and 0.4 lifts the Hugo fixture +0.05 nDCG@10 and costs no set anything; scaling
+# the BM25 leg by its top score over its ceiling as well cost CISI and Cranfield 0.004-0.005 (their
+# long queries never come near the ceiling), so the lexical leg is not scaled: the dense-heavy
+# default (semantic_weight 0.7) already keeps a clear semantic match on top of a weak BM25 leg.
+COS_WEAK = 0.2  # a dense leg whose top cosine is at most this keeps STRENGTH_FLOOR of its weight
+COS_STRONG = 0.4  # ... at least this, all of it (all-MiniLM-L6-v2: unrelated text scores 0.0-0.25)
+STRENGTH_FLOOR = 0.1  # the least share of its weight a dense leg keeps
+
+
+def strength_factor(leg: Leg) -> float:
+    """The share of its weight a leg keeps under adaptive fusion (only dense legs are scaled)."""
+    if leg.kind != "cosine":
+        return 1.0
+    return min(1.0, max(STRENGTH_FLOOR, (leg.strength - COS_WEAK) / (COS_STRONG - COS_WEAK)))
+
+
+def adapt_weights(legs: list[Leg]) -> list[Leg]:
+    """The legs with their weights scaled by strength_factor (only when a lexical leg also ran:
+    alone, a leg's weight changes no order)."""
+    from dataclasses import replace
+
+    kinds = {lg.kind for lg in legs if lg.hits}
+    if not {"bm25", "cosine"} <= kinds:
+        return legs
+    return [replace(lg, weight=lg.weight * strength_factor(lg)) for lg in legs]

@@ -12,18 +12,21 @@ every leg draws its candidates from the allowed set only.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
-from .bm25 import query_terms, top_bm25
+from .bm25 import query_ceiling, query_terms, top_bm25
 from .fusion import Leg, leg_from_ranking
 
 EXACT_VECTOR_MAX = 4096  # a filtered subset this small is scanned exactly, not through HNSW
 
 
 def bm25_leg(ix, name: str, text: str, weight: float, depth: int, allowed: np.ndarray) -> Leg:
-    ids, scores = top_bm25(ix, query_terms(ix, text), depth, allowed)
-    return leg_from_ranking(name, "bm25", weight, ids, scores)
+    terms = query_terms(ix, text)
+    ids, scores = top_bm25(ix, terms, depth, allowed)
+    ceiling, known = query_ceiling(ix, terms)
+    return replace(leg_from_ranking(name, "bm25", weight, ids, scores), ceiling=ceiling, known=known, terms=len(terms))
 
 
 def vector_leg(ix, name: str, query_vector: np.ndarray, weight: float, depth: int, allowed: np.ndarray) -> Leg:

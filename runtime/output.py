@@ -80,7 +80,7 @@ def render_human(resp: Response, show_status: bool = True, highlight=None) -> st
     out = [f'KB Search Results for: "{printable(q.text or " ".join(q.rewrites + q.entities))}"', f"Showing top {shown}" + (f" ({scope})" if show_status else ""), ""]
     for r in resp.results:
         where = f'{r.path} § "{r.section}"' if r.section else r.path
-        out.append(printable(f"{r.rank}. [score: {_score(r)}] {where}"))
+        out.append(printable(f"{r.rank}. [score: {_score(r)} · confidence {r.confidence:.2f}] {where}"))
         if r.text is not None:
             out.extend(f"   > {line}" for line in r.text.split("\n"))
         else:

@@ -37,6 +37,8 @@ class Candidate:
     fused: Fused
     rerank: RerankScore | None = None
     also_matched: int | None = None  # --group doc: other matching chunks of the document
+    confidence: float | None = None  # P(relevant), runtime/confidence.py
+    features: tuple | None = None  # what the confidence was computed from (runtime/confidence.py FEATURES)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Explain:
     bonus: float
     rrf: float
     rerank: RerankScore | None
+    confidence_features: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Result:
     rank: int
     score: float
     score_kind: str
+    confidence: float  # estimated probability that the result's document answers the query
     path: str
     section: str
     lines: tuple[int, int]

@@ -19,20 +19,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from kb.common.errors import UsageError
 from kb.common.options import GROUPS, MODES, SearchOptions, resolve
 
 from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
 from .filters import allowed_mask
-from .fusion import FusionParams, Fused, Leg, fuse_rrf
+from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor, predict
+from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf
 from .rerank import rerank
 from .results import Candidate, Explain, Notice, Response, Result
 from .snippets import snippet
 
 SCHEMA_VERSION = 1
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
-LOW_CONFIDENCE_FLOOR = {"rerank": 0.3, "cosine": 0.3}  # per signal; see low_confidence()
 # Scripts an embedding model was trained on, by model name. A dense leg on a script the model
 # never saw ranks noise (all-MiniLM-L6-v2 on CMRC2018-zh: nDCG@10 0.10 against BM25's 0.98,
 # and it dragged hybrid to 0.73), so such queries skip the dense legs, with a notice.
@@ -101,7 +103,9 @@ class Searcher:
         timings["filter"] = _ms(t0)
         if not allowed.any():
             notices.append(self._empty_scope_notice(q))
-        legs = self._run_legs(q, o, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else []
+        legs, qv = self._run_legs(q, o, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else ([], None)
+        if o.adaptive_fusion and q.mode == "hybrid":
+            legs = adapt_weights(legs)
         candidates = _candidates(fuse_rrf(legs, _fusion(o)), legs)
 
         rerank_info = None
@@ -125,17 +129,18 @@ class Searcher:
                 timings["rerank"] = _ms(t)
         if q.group == "doc":
             candidates = _group_by_doc(self.ix, candidates)
-        candidates = candidates[:top_k]
+        reranked = rerank_info is not None and rerank_info.scored > 0
+        backend = backend_of(q.mode, reranked)
+        candidates = self._with_confidence(candidates[:top_k], legs, qv, backend)
         t = time.perf_counter()
         hit_terms = query_terms(self.ix, " ".join((q.text,) + q.rewrites))  # once, for every snippet
         results = tuple(self._result(i + 1, c, q, hit_terms) for i, c in enumerate(candidates))
         timings["render"] = _ms(t)
         if allowed.any():
-            notices.extend(low_confidence(q, candidates, top_k, o))
+            notices.extend(low_confidence(candidates, o, backend))
         descr = self.ix.meta.tag_descriptions
         contexts = {t: descr.get(t, "") for t in sorted({t for r in results for t in r.tags})}
         timings["total"] = _ms(t0)
-        reranked = rerank_info is not None and rerank_info.scored > 0
         return Response(q, results, tuple(notices), contexts, reranked, timings, rerank_info)
 
     def _empty_scope_notice(self, q: Query) -> Notice:
@@ -175,14 +180,28 @@ class Searcher:
             notices.append(Notice("dense_skipped", f"the embedding model {name} does not cover this query's script (CJK); hybrid search used BM25 only"))
         return use_bm25, use_vectors
 
-    def _run_legs(self, q: Query, o: SearchOptions, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> list[Leg]:
-        """BM25 and dense legs for the query and each rewrite, then the tag leg for entities."""
+    def _with_confidence(self, candidates: list[Candidate], legs: list[Leg], qv, backend: str) -> list[Candidate]:
+        """The candidates with their calibrated confidence (runtime/confidence.py)."""
+        if not candidates:
+            return candidates
+        cosines = None
+        if qv is not None:
+            vecs = np.asarray(self.ix.vectors.get(np.array([c.chunk for c in candidates], dtype=np.uint64)), dtype=np.float32).reshape(len(candidates), -1)
+            cosines = (vecs @ qv / np.maximum(np.linalg.norm(vecs, axis=1) * np.linalg.norm(qv), 1e-12)).tolist()
+        rows = feature_rows(candidates, legs, cosines)
+        probs = predict(backend, rows)
+        return [replace(c, confidence=float(p), features=tuple(float(x) for x in r)) for c, p, r in zip(candidates, probs, rows)]
+
+    def _run_legs(self, q: Query, o: SearchOptions, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
+        """BM25 and dense legs for the query and each rewrite, then the tag leg for entities;
+        and the query's own embedding (None without a dense leg)."""
         depth = max(LEG_DEPTH, top_k, o.rerank_top)
         w_dense = o.semantic_weight if q.mode == "hybrid" else 1.0
         w_lex = 1.0 - o.semantic_weight if q.mode == "hybrid" else 1.0
         texts = [("", q.text, 1.0)] if q.text.strip() else []
         texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
         legs: list[Leg] = []
+        qv = None
         for suffix, text, scale in texts:
             if use_bm25 and w_lex > 0:
                 t = time.perf_counter()
@@ -190,8 +209,9 @@ class Searcher:
                 timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
             if use_vectors and w_dense > 0:
                 t = time.perf_counter()
-                qv = self.embedder.embed_query(text)
-                legs.append(legs_.vector_leg(self.ix, "vector" + suffix, qv, w_dense * scale, depth, allowed))
+                v = self.embedder.embed_query(text)
+                qv = v if qv is None else qv
+                legs.append(legs_.vector_leg(self.ix, "vector" + suffix, v, w_dense * scale, depth, allowed))
                 timings["vector"] = timings.get("vector", 0.0) + _ms(t)
         if q.entities:
             tiebreak = {f.chunk: f.score for f in fuse_rrf(legs, _fusion(o))} if legs else {}
@@ -199,7 +219,7 @@ class Searcher:
             if not tag.hits:
                 notices.append(Notice("no_tag_match", f"no tag matches the entities {', '.join(q.entities)}"))
             legs.append(tag)
-        return legs
+        return legs, qv
 
     def _embedder_covers(self, text: str) -> bool:
         from kb.formats.analyzer import has_cjk
@@ -218,11 +238,13 @@ class Searcher:
                 bonus=f.bonus,
                 rrf=round(f.score, 6),
                 rerank=c.rerank,
+                confidence_features=dict(zip(FEATURES, (round(x, 6) for x in c.features))) if c.features else None,
             )
         return Result(
             rank=rank,
             score=round(float(c.score), 6),
             score_kind=c.score_kind,
+            confidence=round(float(c.confidence), 4),
             path=rec.path,
             section=rec.section,
             lines=rec.lines,
@@ -268,31 +290,18 @@ def _group_by_doc(ix, candidates: list[Candidate]) -> list[Candidate]:
     return [replace(candidates[i], also_matched=extra[d]) for d, i in first.items()]
 
 
-def low_confidence(q: Query, candidates: list[Candidate], top_k: int, o: SearchOptions) -> list[Notice]:
-    """Warn (never suppress) when the top result is weak or fewer than top_k came back.
-
-    The signal depends on what the top result carries: a reranked result's probability
-    (floor 0.3, the seed's floor), else the dense leg's cosine for the top chunk (floor 0.3),
-    else none (BM25 and RRF scores have no absolute scale). ``low_confidence_floor``
-    overrides both floors.
-    """
+def low_confidence(candidates: list[Candidate], o: SearchOptions, backend: str) -> list[Notice]:
+    """Warn (never suppress) when the top result's calibrated confidence is below the backend's
+    floor (runtime/confidence.py: fitted so that it fires on at most 10% of answerable dev
+    queries; ``low_confidence_floor`` overrides it), or when nothing matched at all."""
     msg = (
         "Low confidence: no strong match found. Consider a broader query, rebuilding the index "
         "if it is stale, or checking whether the topic is documented at all."
     )
     if not candidates:
         return [Notice("low_confidence", msg, reason="no results")]
-    reasons = []
-    top = candidates[0]
-    signal, value = None, None
-    if top.rerank is not None:
-        signal, value = "rerank", top.rerank.probability
-    elif "vector" in top.fused.contributions:
-        signal, value = "cosine", top.fused.contributions["vector"][1]
-    if signal is not None:
-        floor = o.low_confidence_floor if o.low_confidence_floor is not None else LOW_CONFIDENCE_FLOOR[signal]
-        if value < floor:
-            reasons.append(f"top result's {signal} {value:.3f} is below the floor {floor}")
-    if len(candidates) < top_k:
-        reasons.append(f"only {len(candidates)} of {top_k} results")
-    return [Notice("low_confidence", msg, reason="; ".join(reasons))] if reasons else []
+    floor = o.low_confidence_floor if o.low_confidence_floor is not None else low_confidence_floor(backend)
+    top = candidates[0].confidence
+    if top is not None and top < floor:
+        return [Notice("low_confidence", msg, reason=f"top result's confidence {top:.2f} is below the floor {floor:g}")]
+    return []

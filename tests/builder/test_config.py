@@ -16,7 +16,7 @@ from corpora import TINY
     "toml, message",
     [
         ('[search]\nrrf_k = "twenty"\n', '[search] rrf_k: must be a number, got "twenty"'),
-        ('[search]\nreranker = "x"\n', "[search] reranker: unknown key; known: default_limit, semantic_weight, rrf_k, rank1_bonus, rank23_bonus, rewrite_weight, tag_weight, rerank, rerank_top, rerank_passage_tokens, blend, rerank_weight, low_confidence_floor"),
+        ('[search]\nreranker = "x"\n', "[search] reranker: unknown key; known: default_limit, semantic_weight, rrf_k, rank1_bonus, rank23_bonus, rewrite_weight, tag_weight, adaptive_fusion, rerank, rerank_top, rerank_passage_tokens, blend, rerank_weight, low_confidence_floor"),
         ("[search]\nsemantic_weight = 1.5\n", "[search] semantic_weight: must be within 0..1, got 1.5"),
         ('[search]\nblend = "max"\n', '[search] blend: must be one of position, sigmoid, got "max"'),
         ('[search]\nrerank = "yes"\n', '[search] rerank: must be true or false, got "yes"'),

@@ -53,3 +53,19 @@ def test_kb_bench_table_for_people():
 def test_kb_bench_needs_exactly_one_source():
     r = CliRunner().invoke(kb, ["bench", "-i", str(GOLDEN / "tiny-v1.kb")])
     assert (r.exit_code, r.stderr) == (2, "kb: error: give a FIXTURE.json or --beir DIR (one of them)\n")
+
+
+def test_kb_bench_reports_calibration_per_backend():
+    d = json.loads(CliRunner().invoke(kb, ["bench", str(FIXTURE), "-i", str(GOLDEN / "tiny-v1.kb"), "--json"]).stdout)
+    for name, b in d["backends"].items():
+        c = b["calibration"]
+        assert set(c) == {"ece", "bins"} and 0.0 <= c["ece"] <= 1.0, name
+        assert all(len(x) == 3 and 0 <= x[0] <= 1 and 0 <= x[1] <= 1 for x in c["bins"])
+        assert sum(x[2] for x in c["bins"]) <= 10 * d["queries"]
+
+
+def test_calibration_is_the_expected_calibration_error_over_ten_bins():
+    c = B.calibration([0.05, 0.05, 0.95, 0.95, 0.55], [False, True, True, True, False])
+    assert c["bins"] == [[0.05, 0.5, 2], [0.55, 0.0, 1], [0.95, 1.0, 2]]
+    assert abs(c["ece"] - (2 / 5 * 0.45 + 1 / 5 * 0.55 + 2 / 5 * 0.05)) < 1e-4
+    assert B.calibration([], []) == {"ece": None, "bins": []}

@@ -118,3 +118,23 @@ def test_sigmoid_blend_is_the_seed_rule(data, rw):
 
 def test_sigmoid_is_stable_at_the_extremes():
     assert R.sigmoid(1000) == 1.0 and R.sigmoid(-1000) == 0.0 and R.sigmoid(0) == 0.5
+
+
+def test_adaptive_fusion_scales_only_a_weak_dense_leg():
+    bm25 = F.Leg("bm25", "bm25", 0.3, (F.LegHit(1, 1, 5.0),), ceiling=6.0, known=1.0)
+    for top_cos, share in ((0.1, F.STRENGTH_FLOOR), (0.2, F.STRENGTH_FLOOR), (0.3, 0.5), (0.4, 1.0), (0.8, 1.0)):
+        dense = F.leg_from_ranking("vector", "cosine", 0.7, [2], [top_cos])
+        adapted = {lg.name: lg.weight for lg in F.adapt_weights([bm25, dense])}
+        assert adapted["bm25"] == 0.3 and abs(adapted["vector"] - 0.7 * share) < 1e-12
+    alone = F.leg_from_ranking("vector", "cosine", 0.7, [2], [0.1])
+    assert F.adapt_weights([alone]) == [alone]  # one kind of leg: nothing to protect
+
+
+def test_a_weak_dense_leg_does_not_bury_an_exact_lexical_match():
+    """The `kb search where` case: BM25 ranks the Where page first, the dense leg ranks other
+    pages first with a top cosine of 0.2. Fixed weights bury the page; adaptive ones do not."""
+    bm25 = F.Leg("bm25", "bm25", 0.3, tuple(F.LegHit(c, i + 1, 9.0 - i) for i, c in enumerate([100, 101, 102])), ceiling=10.0, known=1.0)
+    dense = F.leg_from_ranking("vector", "cosine", 0.7, [1, 2, 3, 4, 5], [0.205, 0.2, 0.19, 0.18, 0.17])
+    fixed = [f.chunk for f in F.fuse_rrf([bm25, dense], DEFAULT)][:3]
+    adaptive = [f.chunk for f in F.fuse_rrf(F.adapt_weights([bm25, dense]), DEFAULT)][:3]
+    assert 100 not in fixed and adaptive == [100, 101, 102]

@@ -31,7 +31,8 @@ def test_json_output_has_the_versioned_contract():
     assert d["schema_version"] == 1 and d["query"] == "restore the snapshot"
     assert set(d["artifact"]) == {"id", "path"} and len(d["artifact"]["id"]) == 16
     r = d["results"][0]
-    assert set(r) == {"rank", "score", "score_kind", "path", "section", "lines", "status", "tags", "chunk_id", "doc_id", "title", "snippet"}
+    assert set(r) == {"rank", "score", "score_kind", "confidence", "path", "section", "lines", "status", "tags", "chunk_id", "doc_id", "title", "snippet"}
+    assert 0.0 <= r["confidence"] <= 1.0
     assert (r["rank"], r["path"], r["section"], r["score_kind"]) == (1, "backups.md", "Backups > Restore", "rrf")
     assert d["tag_contexts"] == {"ops": "Operations runbooks", "storage": "Disks, pools and backups"}
 
@@ -39,11 +40,11 @@ def test_json_output_has_the_versioned_contract():
 GOLDEN_HUMAN = '''KB Search Results for: "restore the snapshot"
 Showing top 2 results (historical/superseded filtered)
 
-1. [score: 2.62] backups.md § "Backups > Restore"
+1. [score: 2.62 · confidence 0.90] backups.md § "Backups > Restore"
    > "Pick the newest snapshot and run the restore script. zfs rollback tank/home@latest"
    Status: live-doctrine · lines 11-18 · chunk 3
 
-2. [score: 0.85] backups.md § "Backups"
+2. [score: 0.85 · confidence 0.00] backups.md § "Backups"
    > "Nightly snapshots are sent to the backup host with zfs send."
    Status: live-doctrine · lines 7-9 · chunk 2
 
@@ -94,10 +95,18 @@ def test_an_empty_result_is_an_empty_result_with_a_notice():
     assert d["notices"][0]["kind"] == "low_confidence" and d["notices"][0]["reason"] == "no results"
 
 
-def test_fewer_results_than_asked_warns_but_returns_them():
+def test_fewer_results_than_asked_is_no_reason_for_a_notice():
     d = search_json("gateway firewall", "-i", GOLD, "--mode", "bm25", "-n", "5")
     assert paths(d) == ["gateway.txt"]
-    assert d["notices"][0]["reason"] == "only 1 of 5 results"
+    assert d["notices"] == []
+
+
+def test_the_low_confidence_notice_derives_from_the_top_results_confidence():
+    d = search_json("gateway firewall", "-i", GOLD, "--mode", "bm25", "--low-confidence-floor", "0.99")
+    top = d["results"][0]["confidence"]
+    assert [(n["kind"], n["reason"]) for n in d["notices"]] == [("low_confidence", f"top result's confidence {top:.2f} is below the floor 0.99")]
+    d = search_json("zzzqqq", "-i", GOLD, "--mode", "bm25")
+    assert (d["results"], [(n["kind"], n["reason"]) for n in d["notices"]]) == ([], [("low_confidence", "no results")])
 
 
 def test_explain_reports_legs_rrf_parts_and_bonus():

@@ -1,0 +1,113 @@
+"""Calibrated confidence: for each result, an estimate of the probability that its document
+answers the query, from signals the search already has.
+
+A logistic model per backend (bm25, vector, hybrid, hybrid+rerank) over the FEATURES below,
+fitted by bench/calibrate.py on kb's dev sets with a part of their queries held out, and stored
+with kb's code in runtime/confidence_model.py (not per artifact: the signals are scaled the same
+way for every artifact, so one model serves all). bench/calibrate.py documents the fit and
+refits it; `kb bench` reports how well calibrated it is (ECE and reliability bins).
+
+The low-confidence notice derives from it: a search whose top result's confidence is below the
+backend's fitted floor (MODEL["low_confidence_floor"]: the highest floor under which at most 10%
+of the Hugo fixture's answerable queries fall) gets the notice; ``low_confidence_floor`` in
+kb.toml [search] (or --low-confidence-floor) overrides it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .fusion import Leg
+
+FEATURES = (
+    "bias",
+    "log_rank",  # ln of the result's rank (1-based)
+    "cos",  # cosine between the query and this result's chunk (0 without a dense leg)
+    "top_cos",  # the dense leg's top cosine: how close anything in the corpus comes
+    "cos_gap",  # top cosine minus the second: a clear winner or a crowd
+    "bm25n",  # this result's BM25 score over the query's ceiling (0 if not in the BM25 leg)
+    "top_bm25n",  # the BM25 leg's top score over its ceiling
+    "known",  # share of the query's terms the index knows
+    "both",  # 1 when the result is in both the BM25 and the dense leg
+    "fused_share",  # the result's fused (or final) score over the top result's
+    "rerank_p",  # sigmoid of the cross-encoder's logit (0 when not reranked)
+    "cos_spread",  # the dense leg's top cosine minus its last (50th): how far the best stands out
+    "bm25_spread",  # the BM25 leg's top minus its 10th score, over the ceiling
+    "log_qlen",  # ln(1 + the number of distinct query terms)
+)
+
+
+# Terms the model adds to FEATURES: query length times the main signals (a long query's best
+# matches mean something else than a short one's: CISI's 77-term queries have dozens of relevant
+# documents, SciFact's claims one or two), and squares of the similarity signals.
+INTERACTIONS = ("cos", "bm25n", "top_cos", "log_rank", "fused_share")
+SQUARES = ("cos", "bm25n", "top_cos")
+MODEL_TERMS = FEATURES + tuple(f"log_qlen*{f}" for f in INTERACTIONS) + tuple(f"{f}^2" for f in SQUARES)
+
+
+def expand(rows: np.ndarray) -> np.ndarray:
+    """FEATURES rows -> MODEL_TERMS rows."""
+    rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
+    col = {f: rows[:, i] for i, f in enumerate(FEATURES)}
+    extra = [col["log_qlen"] * col[f] for f in INTERACTIONS] + [col[f] ** 2 for f in SQUARES]
+    return np.hstack([rows, np.stack(extra, axis=1)]) if len(rows) else np.zeros((0, len(MODEL_TERMS)))
+
+
+def backend_of(mode: str, reranked: bool) -> str:
+    return "hybrid+rerank" if reranked else mode
+
+
+def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None) -> np.ndarray:
+    """One row of FEATURES per candidate, in rank order."""
+    bm25 = next((lg for lg in legs if lg.name == "bm25"), None)
+    dense = next((lg for lg in legs if lg.name == "vector"), None)
+    top_cos = dense.hits[0].score if dense and dense.hits else 0.0
+    gap = dense.hits[0].score - dense.hits[1].score if dense and len(dense.hits) > 1 else 0.0
+    ceiling = bm25.ceiling if bm25 and bm25.ceiling else 0.0
+    top_bm25n = bm25.strength if bm25 else 0.0
+    known = bm25.known if bm25 and bm25.known is not None else 0.0
+    top_score = candidates[0].score if candidates else 0.0
+    spread = dense.hits[0].score - dense.hits[-1].score if dense and dense.hits else 0.0
+    tenth = bm25.hits[min(9, len(bm25.hits) - 1)].score if bm25 and bm25.hits else 0.0
+    bm25_spread = (bm25.hits[0].score - tenth) / ceiling if bm25 and bm25.hits and ceiling else 0.0
+    qlen = math.log1p(bm25.terms) if bm25 and bm25.terms else 0.0
+    rows = np.zeros((len(candidates), len(FEATURES)), dtype=np.float64)
+    for i, c in enumerate(candidates):
+        parts = c.fused.contributions
+        b = parts.get("bm25")
+        rows[i] = (
+            1.0,
+            math.log(i + 1),
+            cosines[i] if cosines is not None else 0.0,
+            top_cos,
+            gap,
+            b[1] / ceiling if b and ceiling else 0.0,
+            top_bm25n,
+            known,
+            1.0 if ("bm25" in parts and "vector" in parts) else 0.0,
+            c.score / top_score if top_score > 0 else 0.0,
+            c.rerank.probability if c.rerank is not None else 0.0,
+            spread,
+            bm25_spread,
+            qlen,
+        )
+    return rows
+
+
+def predict(backend: str, rows: np.ndarray) -> np.ndarray:
+    """P(relevant) per row under the backend's fitted model."""
+    from .confidence_model import MODEL
+
+    weights = MODEL["backends"].get(backend) or MODEL["backends"]["hybrid"]
+    z = expand(rows) @ np.asarray(weights, dtype=np.float64)
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def low_confidence_floor(backend: str) -> float:
+    """The top-result confidence under which a search with ``backend`` gets the low-confidence notice."""
+    from .confidence_model import MODEL
+
+    floors = MODEL["low_confidence_floor"]
+    return float(floors[backend] if isinstance(floors, dict) and backend in floors else floors.get("hybrid", 0.3) if isinstance(floors, dict) else floors)
