@@ -7,6 +7,10 @@ are not touched. Every nDCG@10 comes from kb.runtime.bench.query_metrics (the co
     python bench/lexical_study.py langid --data /work/shared/data --fixtures /work/shared/fixtures --out /tmp/l13/langid.json
     python bench/lexical_study.py mixed --data /work/shared/data --fixtures /work/shared/fixtures --out /tmp/l13/mixed.json
     python bench/lexical_study.py speed --data /work/shared/data --kb-artifact /tmp/l13/scifact.kb --out /tmp/l13/speed.json
+    python bench/lexical_study.py compare --data /work/shared/data --out /tmp/l13/compare.json
+
+(--kb-json: the `kb bench --json` outputs of artifacts built with --embedder none; the commands
+and the results are in bench/lexical_study_results.md.)
 
 The prototype (``Proto``) indexes *units*: kb's own chunks (builder.chunk.chunk_document with
 the default options, title / section path / body fields, the description in the first chunk's
