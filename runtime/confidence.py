@@ -33,7 +33,7 @@ FEATURES = (
     "both",  # 1 when the result is in both the BM25 and the dense leg
     "fused_share",  # the result's fused (or final) score over the top result's
     "rerank_p",  # sigmoid of the cross-encoder's logit (0 when not reranked)
-    "cos_spread",  # the dense leg's top cosine minus its last (50th): how far the best stands out
+    "cos_spread",  # the dense leg's top cosine minus its SPREAD_RANK-th: how far the best stands out
     "bm25_spread",  # the BM25 leg's top minus its 10th score, over the ceiling
     "log_qlen",  # ln(1 + the number of distinct query terms)
 )
@@ -55,6 +55,9 @@ def expand(rows: np.ndarray) -> np.ndarray:
     return np.hstack([rows, np.stack(extra, axis=1)]) if len(rows) else np.zeros((0, len(MODEL_TERMS)))
 
 
+SPREAD_RANK = 50  # the rank cos_spread compares the top with: fixed, so a deeper search sees the same feature
+
+
 def backend_of(mode: str, reranked: bool) -> str:
     return "hybrid+rerank" if reranked else mode
 
@@ -69,7 +72,7 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None) -> np
     top_bm25n = bm25.strength if bm25 else 0.0
     known = bm25.known if bm25 and bm25.known is not None else 0.0
     top_score = candidates[0].score if candidates else 0.0
-    spread = dense.hits[0].score - dense.hits[-1].score if dense and dense.hits else 0.0
+    spread = dense.hits[0].score - dense.hits[min(SPREAD_RANK, len(dense.hits)) - 1].score if dense and dense.hits else 0.0
     tenth = bm25.hits[min(9, len(bm25.hits) - 1)].score if bm25 and bm25.hits else 0.0
     bm25_spread = (bm25.hits[0].score - tenth) / ceiling if bm25 and bm25.hits and ceiling else 0.0
     qlen = math.log1p(bm25.terms) if bm25 and bm25.terms else 0.0
