@@ -68,21 +68,21 @@ def run(name: str, emb, corpus, queries, qrels) -> dict:
     pp = emb.meta.get("passage_prefix", "")
     docs = [pp + (d.get("title", "") + "\n" + d["text"]).strip() for d in corpus]
     ids = [d["_id"] for d in corpus]
-    emb.embed(docs[:8])  # warm up
+    emb.embed(docs[:8], prefix="")  # warm up
     t = time.perf_counter()
-    D = emb.embed(docs)
+    D = emb.embed(docs, prefix="")  # prefixed above
     build_s = time.perf_counter() - t
     qtexts = [qp + q["text"] for q in queries]
-    Q = emb.embed(qtexts)
+    Q = emb.embed(qtexts, prefix="")
     S = Q @ D.T
     top = np.argsort(-S, axis=1)[:, :K]
     scores = [ndcg_at([ids[j] for j in top[i]], qrels[q["_id"]], K) for i, q in enumerate(queries)]
     lat = []
     for text in qtexts[:5]:
-        emb.embed_query(text)
+        emb.embed([text], batch_size=1, prefix="")
     for text in qtexts[5:65]:
         t = time.perf_counter()
-        emb.embed_query(text)
+        emb.embed([text], batch_size=1, prefix="")
         lat.append(time.perf_counter() - t)
     n_tok = sum(emb.count_tokens(docs))
     return {
@@ -109,16 +109,16 @@ def speed(names: list[str], embs: dict, folder: Path, split: str, n_passages: in
         for n in names:
             emb = embs[n]
             docs = [emb.meta.get("passage_prefix", "") + t for t in raw_docs]
-            emb.embed(docs[:8])
+            emb.embed(docs[:8], prefix="")
             t = time.perf_counter()
-            emb.embed(docs)
+            emb.embed(docs, prefix="")
             best[n] = min(best[n], time.perf_counter() - t)
             qs = [emb.meta.get("query_prefix", "") + t for t in raw_q]
             for q in qs[:5]:
-                emb.embed_query(q)
+                emb.embed([q], batch_size=1, prefix="")
             for q in qs[5:]:
                 t = time.perf_counter()
-                emb.embed_query(q)
+                emb.embed([q], batch_size=1, prefix="")
                 lat[n].append(time.perf_counter() - t)
     return [{"set": f"{folder.name} ({split})", "model": n, "passages": len(raw_docs),
              "passages_per_s": round(len(raw_docs) / best[n], 1),

@@ -20,7 +20,7 @@ from kb.common.usage import count, debug_option
 from kb.formats.version import KB_VERSION
 
 from .clikit import command_group, compute_option, device_option, index_option, open_index, search_option_flags
-from .output import printable
+from .output import FORMATS, printable
 from .serve_cli import mcp as mcp_command, serve as serve_command
 
 
@@ -89,23 +89,37 @@ def status(index_path, as_json):
 @click.option("--budget-ms", type=click.FloatRange(0), help="Shrink the rerank depth to fit this many milliseconds (--explain shows what was skipped).")
 @search_option_flags
 @click.option("--explain", is_flag=True, help="Per result: each leg's rank and raw score, RRF parts, bonus, rerank logit and blend weights.")
-@click.option("--json", "as_json", is_flag=True, help="One versioned JSON object on stdout.")
-@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON result per line.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="Same as --format jsonl.")
+@click.option("--min-score", type=click.FloatRange(0, 1), help="Only results whose confidence is at least this (0..1).")
 @click.option("--full", is_flag=True, help="Full chunk text instead of a snippet.")
 @click.option("--group", type=click.Choice(GROUPS), default="chunk", show_default=True, help="doc: best chunk per document.")
 @device_option
 @compute_option
 @click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk.")
 @debug_option
-def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, reranker_path, budget_ms, overrides, explain, as_json, as_jsonl, full, group, device, compute_type, no_stale_check):
-    """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked."""
+def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, reranker_path, budget_ms, overrides, explain, fmt, as_json, as_jsonl, min_score, full, group, device, compute_type, no_stale_check):
+    """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked.
+
+    \b
+    QUERY is natural language, and may hold:
+      "exact phrase"      chunks must contain the phrase
+      -term  -"phrase"    chunks must not contain it (put -- before a query that starts with -)
+      title:word          the document's title must hold it (also title:"a phrase")
+      section:word        the chunk's headings must hold it
+      path:prefix         only documents under prefix
+    Phrases, exclusions and scopes filter; the words still rank.
+    """
     from kb.common.options import resolve
 
-    from .output import render_human, render_json, render_jsonl, render_notices
+    from .output import render_csv, render_files, render_human, render_json, render_jsonl, render_md, render_notices
     from .search import Query, Searcher
 
-    if as_json and as_jsonl:
-        raise UsageError("--json and --jsonl are exclusive")
+    aliases = [f for f, on in (("json", as_json), ("jsonl", as_jsonl)) if on]
+    if len(aliases) + (fmt is not None) > 1:
+        raise UsageError("give one output format: --format, --json or --jsonl")
+    fmt = fmt or (aliases[0] if aliases else "text")
     reranker = None
     if reranker_path and overrides.get("rerank") is not False:
         from .cross_encoder import load_reranker_path
@@ -123,12 +137,19 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
             from .stale import stale_notice
 
             resp = resp.with_notice(stale_notice(ix.manifest()))
+        resp = resp.with_min_confidence(min_score)
         artifact = {"id": ix.artifact.id, "path": str(ix.path)}
-        notes = []
-        if as_json:
+        notes = [] if fmt in ("text", "json", "md") else render_notices(resp)
+        if fmt == "json":
             out = render_json(resp, artifact)
-        elif as_jsonl:
+        elif fmt == "jsonl":
             out = render_jsonl(resp, artifact)
+        elif fmt == "csv":
+            out = render_csv(resp)
+        elif fmt == "files":
+            out = render_files(resp)
+        elif fmt == "md":
+            out = render_md(resp)
         else:
             highlight = None
             if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):

@@ -73,3 +73,48 @@ def _closest(value: str, known) -> str:
     folders = [k for k in known if stripped and k.startswith(stripped) and k.endswith("/")]  # '/notes' -> 'notes/'
     near = list(dict.fromkeys(folders + difflib.get_close_matches(value, known, n=3, cutoff=0.5)))[:3]
     return f"; closest: {', '.join(near)}" if near else ""
+
+
+def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
+    """``allowed`` narrowed by a parsed query's path:, phrases, title:/section: scopes and
+    exclusions (runtime/query_syntax.py). Candidates come from the postings of each needle's
+    terms; the needle is then verified against the chunk's text, title or section."""
+    from .bm25 import analyzer_of, query_terms
+    from .query_syntax import matches
+
+    mask = allowed.copy()
+    if parsed.path:
+        a, b = ix.path_range(parsed.path)
+        window = np.zeros(ix.n_chunks, dtype=bool)
+        window[a:b] = True
+        mask &= window
+    analyzer = analyzer_of(ix)
+
+    def holding(needle: str) -> np.ndarray:
+        """Chunks whose postings hold every term of ``needle`` (a superset of its matches)."""
+        hold = np.ones(ix.n_chunks, dtype=bool)
+        for t in dict.fromkeys(query_terms(ix, needle)):
+            tid = ix.term_id(t)
+            if tid is None:
+                return np.zeros(ix.n_chunks, dtype=bool)
+            has = np.zeros(ix.n_chunks, dtype=bool)
+            has[ix.posting(tid)[0]] = True
+            hold &= has
+        return hold
+
+    def field(c: int, name: str) -> str:
+        rec = ix.chunk(c)
+        return {"text": "\n".join((rec.title, rec.section, rec.text)), "title": rec.title, "section": rec.section}[name]
+
+    for name, needles in (("text", parsed.phrases), ("title", parsed.title), ("section", parsed.section)):
+        for needle in needles:
+            keep = np.zeros(ix.n_chunks, dtype=bool)
+            for c in np.flatnonzero(mask & holding(needle)).tolist():
+                keep[c] = matches(analyzer, field(c, name), needle)
+            mask &= keep
+    for needle in parsed.excluded:
+        for c in np.flatnonzero(mask & holding(needle)).tolist():
+            rec = ix.chunk(c)
+            if matches(analyzer, "\n".join((rec.title, rec.section, rec.text)), needle):
+                mask[c] = False
+    return mask

@@ -41,6 +41,7 @@ def response_dict(resp: Response, artifact: dict) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "query": q.text,
+        "parsed_query": resp.parsed.as_dict() if resp.parsed is not None else None,
         "rewrites": list(q.rewrites),
         "entities": list(q.entities),
         "mode": q.mode,
@@ -63,6 +64,44 @@ def render_json(resp: Response, artifact: dict) -> str:
 
 def render_jsonl(resp: Response, artifact: dict) -> str:
     return "\n".join(json.dumps(result_dict(r), ensure_ascii=False) for r in resp.results)
+
+
+FORMATS = ("text", "json", "jsonl", "csv", "md", "files")
+CSV_COLUMNS = ("rank", "score", "score_kind", "confidence", "path", "section", "start_line", "end_line", "status", "tags", "chunk_id", "doc_id", "title", "snippet")
+
+
+def render_csv(resp: Response) -> str:
+    """One row per result, with a header row (RFC 4180 quoting)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for r in resp.results:
+        w.writerow([r.rank, r.score, r.score_kind, r.confidence, r.path, r.section, r.lines[0], r.lines[1], r.status, ",".join(r.tags), r.chunk_id, r.doc_id, r.title, r.snippet if r.text is None else r.text])
+    return buf.getvalue().rstrip("\n")
+
+
+def render_files(resp: Response) -> str:
+    """The results' distinct paths in rank order, one per line (for xargs -d '\\n')."""
+    return "\n".join(dict.fromkeys(r.path for r in resp.results))
+
+
+def render_md(resp: Response) -> str:
+    """A readable report to paste into an issue or a chat."""
+    q = resp.query
+    out = [f"### kb search: {q.text or ' '.join(q.rewrites + q.entities)}", ""]
+    for r in resp.results:
+        where = f"`{r.path}` § {r.section}" if r.section else f"`{r.path}`"
+        out.append(f"{r.rank}. {where} (lines {r.lines[0]}-{r.lines[1]}, confidence {r.confidence:.2f})")
+        body = r.text if r.text is not None else r.snippet
+        out.extend(f"   > {line}" for line in body.split("\n"))
+        out.append("")
+    if not resp.results:
+        out.append("_No results._")
+    out.extend(f"_Note: {n.message}_" for n in resp.notices)
+    return "\n".join(out).rstrip("\n")
 
 
 def _score(r: Result) -> str:

@@ -87,6 +87,13 @@ class Response:
     reranked: bool
     timings_ms: dict = field(default_factory=dict)
     rerank: RerankInfo | None = None
+    parsed: object = None  # the query's syntax, parsed (runtime/query_syntax.py ParsedQuery)
+
+    def with_min_confidence(self, floor: float | None) -> Response:
+        """Only the results whose confidence is at least ``floor`` (ranks kept as they were)."""
+        from dataclasses import replace
+
+        return self if floor is None else replace(self, results=tuple(r for r in self.results if r.confidence >= floor))
 
     def with_notice(self, notice: Notice | None) -> Response:
         from dataclasses import replace

@@ -26,10 +26,11 @@ from kb.common.options import GROUPS, MODES, SearchOptions, resolve
 
 from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
-from .filters import allowed_mask
+from .filters import allowed_mask, syntax_mask
 from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor, predict
 from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf
 from .rerank import rerank
+from .query_syntax import parse
 from .results import Candidate, Explain, Notice, Response, Result
 from .snippets import snippet
 
@@ -97,9 +98,15 @@ class Searcher:
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
         top_k = self._validate(q, o)
+        asked = q
+        parsed = parse(q.text) if q.text.strip() else None
+        if parsed is not None:
+            q = replace(q, text=parsed.text)  # the words that rank; the syntax filters below
         notices: list[Notice] = []
         use_bm25, use_vectors = self._legs_to_run(q, notices)
         allowed = allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
+        if parsed is not None and (parsed.filters or parsed.path):
+            allowed = syntax_mask(self.ix, parsed, allowed)
         timings["filter"] = _ms(t0)
         if not allowed.any():
             notices.append(self._empty_scope_notice(q))
@@ -141,7 +148,7 @@ class Searcher:
         descr = self.ix.meta.tag_descriptions
         contexts = {t: descr.get(t, "") for t in sorted({t for r in results for t in r.tags})}
         timings["total"] = _ms(t0)
-        return Response(q, results, tuple(notices), contexts, reranked, timings, rerank_info)
+        return Response(asked, results, tuple(notices), contexts, reranked, timings, rerank_info, parsed)
 
     def _empty_scope_notice(self, q: Query) -> Notice:
         """The filters are valid but leave no chunk: say which, and what the query finds without them."""

@@ -165,7 +165,7 @@ def test_index_comes_from_kb_index_env_var():
         (["search", "x", "-i", "/nonexistent.kb"], 3, "kb: error: no artifact at /nonexistent.kb (from -i); build one with kb-build or pass -i PATH"),
         (["search", "x", "-i", GOLD, "--status", "draft"], 2, "kb: error: unknown status 'draft'; this artifact has: live-doctrine, live, derived, historical, superseded"),
         (["search", "", "-i", GOLD], 2, "kb: error: give a query (or --entity/--rewrite); to list a scope use kb list"),
-        (["search", "x", "-i", GOLD, "--json", "--jsonl"], 2, "kb: error: --json and --jsonl are exclusive"),
+        (["search", "x", "-i", GOLD, "--json", "--jsonl"], 2, "kb: error: give one output format: --format, --json or --jsonl"),
         (["search", "x", "-i", GOLD, "--semantic-weight", "1.5"], 2, "kb: error: Invalid value for '--semantic-weight': 1.5 is not in the range 0.0<=x<=1.0. (see 'kb search --help')"),
         (["search", "x", "-i", GOLD, "-n", "0"], 2, "kb: error: Invalid value for '-n' / '--top-k': 0 is not in the range 1<=x<=200. (see 'kb search --help')"),
         (["search", "x", "-i", GOLD, "--blend", "max"], 2, "kb: error: Invalid value for '--blend': 'max' is not one of 'position', 'sigmoid'. (see 'kb search --help')"),

@@ -1,0 +1,103 @@
+"""Query syntax (phrases, exclusions, field and path scopes) and output formats (issue 21)."""
+
+import json
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from kb.runtime.cli import main as kb
+from kb.runtime.query_syntax import ParsedQuery, parse
+
+from corpora import GOLDEN
+
+GOLD = str(GOLDEN / "tiny-v1.kb")
+
+
+def hits(query, *extra):
+    r = CliRunner().invoke(kb, ["search", query, "-i", GOLD, "--mode", "bm25", "--all-statuses", "--json", "--no-stale-check", *extra])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    return [(x["path"], x["section"]) for x in d["results"]], d
+
+
+@pytest.mark.parametrize(
+    "query, want",
+    [
+        ('"restore script"', [("backups.md", "Backups > Restore")]),
+        ("restore -rollback", [("backups.md", "Backups")]),
+        ('snapshot -"zfs send"', [("backups.md", "Backups > Restore")]),
+        ("title:backups restore", [("backups.md", "Backups > Restore"), ("backups.md", "Backups")]),
+        ("section:restore snapshot", [("backups.md", "Backups > Restore")]),
+        ("path:notes backups", [("notes/old-backups.md", "Old backup procedure")]),
+        ("backup path:gateway", []),
+    ],
+)
+def test_each_syntax_form_filters_and_the_words_still_rank(query, want):
+    assert hits(query)[0] == want
+
+
+def test_the_json_echoes_the_parsed_query():
+    d = hits('"restore script" -rollback title:backups path:b')[1]
+    assert d["query"] == '"restore script" -rollback title:backups path:b'
+    assert d["parsed_query"] == {"text": "restore script backups", "phrases": ["restore script"], "excluded": ["rollback"], "title": ["backups"], "section": [], "path": "b"}
+
+
+def test_words_with_colons_are_words():
+    assert parse("meet at 10:30 http://x").text == "meet at 10:30 http://x"
+    assert parse("plain words") == ParsedQuery("plain words")
+
+
+@pytest.mark.parametrize(
+    "query, line",
+    [
+        ('"restore script', 'kb: error: unbalanced quote in the query: close the phrase with another "'),
+        ('-rollback -"zfs send"', "kb: error: the query has no words left to rank (only exclusions or path:); add at least one word"),
+        ("path:notes", "kb: error: the query has no words left to rank (only exclusions or path:); add at least one word"),
+        ('colour:"red" backups', "kb: error: unknown field 'colour:' in the query; the fields are title:, section:, path:"),
+    ],
+)
+def test_syntax_errors_are_usage_errors(query, line):
+    r = CliRunner().invoke(kb, ["search", "-i", GOLD, "--", query])
+    assert (r.exit_code, r.stderr) == (2, line + "\n")
+
+
+def test_the_same_syntax_works_over_http_and_mcp_requests():
+    from kb.runtime.index import Index
+    from kb.runtime.requests import parse_search
+    from kb.runtime.service import Service
+
+    with Index(GOLD) as ix:
+        d = Service(ix, stale_check=False).search(parse_search({"query": '"restore script"', "mode": "bm25", "all_statuses": True}))
+    assert [(x["path"], x["section"]) for x in d["results"]] == [("backups.md", "Backups > Restore")] and d["parsed_query"]["phrases"] == ["restore script"]
+
+
+def test_output_formats():
+    run = lambda *a: CliRunner().invoke(kb, ["search", "restore snapshot", "-i", GOLD, "--mode", "bm25", "--no-stale-check", *a])  # noqa: E731
+    assert run("--format", "files").stdout == "backups.md\n"
+    csv = run("--format", "csv", "-n", "1").stdout.splitlines()
+    assert csv[0] == "rank,score,score_kind,confidence,path,section,start_line,end_line,status,tags,chunk_id,doc_id,title,snippet"
+    assert csv[1].startswith("1,") and ',backups.md,Backups > Restore,11,18,live-doctrine,"ops,storage",3,backups.md,Backups,' in csv[1]
+    md = run("--format", "md", "-n", "1").stdout
+    assert md.startswith("### kb search: restore snapshot\n\n1. `backups.md` § Backups > Restore (lines 11-18, confidence ")
+    assert json.loads(run("--format", "json").stdout) == json.loads(run("--json").stdout) | {"artifact": json.loads(run("--format", "json").stdout)["artifact"]}
+    r = run("--json", "--format", "csv")
+    assert (r.exit_code, r.stderr) == (2, "kb: error: give one output format: --format, --json or --jsonl\n")
+
+
+def test_min_score_keeps_only_confident_results():
+    all_ = hits("restore snapshot")[1]["results"]
+    kept = hits("restore snapshot", "--min-score", "0.5")[1]["results"]
+    assert [r["rank"] for r in kept] == [r["rank"] for r in all_ if r["confidence"] >= 0.5] and len(kept) < len(all_)
+
+
+def test_files_output_feeds_xargs_on_the_sample(sample_artifact, tmp_path):
+    from pathlib import Path
+
+    import sys
+
+    from corpora import SAMPLE
+
+    kb_bin = str(Path(sys.executable).parent / "kb")
+    p = subprocess.run(f"{kb_bin} search 'disk full' -i {sample_artifact} --mode bm25 --format files --no-stale-check | xargs -d '\\n' ls", shell=True, cwd=SAMPLE, capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0 and p.stderr == "" and "runbooks/disk-full.md" in p.stdout.splitlines()
