@@ -97,7 +97,7 @@ OPTION_FIELDS = tuple(name for name in OPTION_SETTINGS if name != "default_limit
 SEARCH_FIELDS: dict[str, Field] = {
     f.name: f
     for f in (
-        Field("query", "str", "The question or topic in natural language, as a person would ask it. Drives the BM25 (exact words) and dense (meaning) legs and the reranker.", max_chars=MAX_QUERY_CHARS, aliases=("q",)),
+        Field("query", "str", "The question or topic in natural language, as a person would ask it. Drives the BM25 (exact words) and dense (meaning) legs and the reranker. May hold \"exact phrases\" (required), -word or -\"phrase\" (excluded), title:word, section:word and path:prefix (scopes).", max_chars=MAX_QUERY_CHARS, aliases=("q",)),
         Field(
             "rewrites",
             "strs",
