@@ -1,28 +1,35 @@
 """The BM25 leg: query terms -> scored chunk ids, over postings viewed in place.
 
-Formula and variant: formats/bm25.py. Scores accumulate per term with numpy over each term's
-posting list; the ``allowed`` filter (a boolean mask over chunk ids) is applied before ranking,
-so the top hits are drawn from the allowed set only.
+Formula and variant: formats/bm25.py. Chunks are scored; in a format 2 artifact N and df count
+documents (``terms.doc_df``), in format 1 chunks. A query term repeated n times adds its impact
+n times (format 2; format 1 queries hold distinct terms). Scores accumulate per term with numpy
+over each term's posting list; the ``allowed`` filter (a boolean mask over chunk ids) is applied
+before ranking, so the top hits are drawn from the allowed set only.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
-from kb.formats.analyzer import Analyzer
+from kb.formats.analyzer import Analyzer, AnalyzerError
 from kb.formats.bm25 import idf, tf_component
 
 
 def query_terms(ix, text: str) -> list[str]:
-    """Distinct analyzed terms of ``text``, in first-seen order (a repeated query term counts once)."""
-    return list(dict.fromkeys(analyzer_of(ix).terms(text)))
+    """The terms ``text`` searches, repeats kept (formats/analyzer.py ``Analyzer.query_terms``)."""
+    return analyzer_of(ix).query_terms(text)
 
 
 def analyzer_of(ix) -> Analyzer:
     """The artifact's own analyzer, built once per open index."""
     analyzer = ix.leg_cache.get("analyzer")
     if analyzer is None:
-        analyzer = ix.leg_cache["analyzer"] = Analyzer.from_params(ix.meta.analyzer)
+        try:
+            analyzer = ix.leg_cache["analyzer"] = Analyzer.from_params(ix.meta.analyzer)
+        except AnalyzerError as e:
+            raise AnalyzerError(f"{ix.path}: {e}; rebuild it with this kb-build, or use a kb that has it") from None
     return analyzer
 
 
@@ -38,7 +45,8 @@ def impacts(ix, tid: int) -> tuple[np.ndarray, np.ndarray]:
         return hit
     p = ix.meta.bm25
     ids, tf = ix.posting(tid)
-    out = (ids, idf(len(ids), ix.n_chunks) * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"]))
+    w = idf(int(ix.doc_df[tid]), ix.n_docs) if ix.version >= 2 else idf(len(ids), ix.n_chunks)
+    out = (ids, w * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"]))
     if len(cache) >= IMPACT_CACHE:
         cache.clear()
     cache[tid] = out
@@ -46,16 +54,17 @@ def impacts(ix, tid: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def bm25_scores(ix, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk ids, scores) of every chunk matching at least one term, ids ascending."""
+    """(chunk ids, scores) of every chunk matching at least one term, ids ascending; a term
+    given n times counts n times."""
     n = ix.n_chunks
     acc = np.zeros(n, dtype=np.float64)
     touched = np.zeros(n, dtype=bool)
-    for t in terms:
+    for t, times in Counter(terms).items():
         tid = ix.term_id(t)
         if tid is None:
             continue
         ids, imp = impacts(ix, tid)
-        acc[ids] += imp
+        acc[ids] += imp * times if times > 1 else imp
         touched[ids] = True
     ids = np.flatnonzero(touched)  # a dense mask beats np.unique over the concatenated postings
     return ids, acc[ids]
