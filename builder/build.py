@@ -147,7 +147,7 @@ def build(
     with clock("language"):
         doc_langs = document_languages(docs, config.languages)
     rep.languages = dict(sorted(Counter(doc_langs).items()))
-    analyzer = Analyzer.for_languages(rep.languages)
+    analyzer = Analyzer.for_languages(rep.languages).prepare()
     rows, fields = chunk_and_analyze(
         docs, doc_langs, embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer,
         1 if exact else (jobs or shards.default_jobs()), rep.seconds, progress,

@@ -95,6 +95,6 @@ def test_the_model_decides_only_where_its_answer_could_matter(monkeypatch):
 
     monkeypatch.setattr(lang, "_model", model)
     clear = [doc(i, "the cat sat on the mat and it was happy with the day") for i in range(300)]
-    vague = [doc(1000 + i, "the das") for i in range(2)]  # stopwords of two languages, no clear winner
+    vague = [doc(1000 + i, "the and was with das und ist mit") for i in range(2)]  # prose of two languages, no clear winner
     assert lang.document_languages(clear + vague, ("auto",)) == ["en"] * 302 and not calls  # 2 of 302 < 1%: folded whatever the model said
     assert lang.document_languages(clear[:50] + vague, ("auto",)) == ["en"] * 50 + ["de"] * 2 and calls
