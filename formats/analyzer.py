@@ -32,6 +32,7 @@ from kb.common.errors import UnsupportedVersion
 ANALYZER_NAME = "kb-unicode"
 ANALYZER_VERSION = 2
 ANALYZER_VERSIONS = (1, 2)  # the versions from_params rebuilds
+FORMS_CACHE = 65536  # query-side words whose forms an analyzer remembers
 STOP_MARK = "~"  # a stopword occurrence's term is "~" + the word: never a word character, so never a word's term
 
 # Language code -> Snowball stemmer (PyStemmer's name), None: no stemmer and no stopwords (CJK
@@ -208,20 +209,30 @@ class Analyzer:
         return [mark + w if w in stop else s if w.isascii() or not has_cjk(w) else w for w, s in zip(out, stems)]
 
     # --- query side ------------------------------------------------------------------------------
-    def forms(self, word: str) -> tuple[list[str], str | None]:
+    def forms(self, word: str) -> tuple[tuple[str, ...], str | None]:
         """(the distinct terms ``word`` is in the artifact's languages where it is no stopword,
-        its stopword term if it is one in some language). ``word`` is one of ``words``'s."""
+        its stopword term if it is one in some language). ``word`` is one of ``words``'s.
+        Memoised: snippets analyze every line of every result shown."""
+        cache = self._forms_cache
+        hit = cache.get(word)
+        if hit is not None:
+            return hit
         w = word[: self.max_term_chars]
         if self.version < 2 or not self.languages or (not w.isascii() and has_cjk(w)):
-            return [w], None
-        content, stopped = [], False
-        for lang in self.languages:
-            if w in self._stop_sets.get(lang, ()):
-                stopped = True
-                continue
-            stem = self._stemmers.get(lang)
-            content.append(stem.stemWord(w) if stem is not None else w)
-        return list(dict.fromkeys(content)), (STOP_MARK + w if stopped else None)
+            out = (w,), None
+        else:
+            content, stopped = [], False
+            for lang in self.languages:
+                if w in self._stop_sets.get(lang, ()):
+                    stopped = True
+                    continue
+                stem = self._stemmers.get(lang)
+                content.append(stem.stemWord(w) if stem is not None else w)
+            out = tuple(dict.fromkeys(content)), (STOP_MARK + w if stopped else None)
+        if len(cache) >= FORMS_CACHE:
+            cache.clear()
+        cache[word] = out
+        return out
 
     def query_terms(self, text: str) -> list[str]:
         """The terms a query searches. Version 2: each word's distinct forms over the artifact's
@@ -237,7 +248,7 @@ class Analyzer:
             if stop is None:
                 content += forms
             else:
-                every += forms + [stop]
+                every += (*forms, stop)
         return content or every
 
     def terms(self, text: str) -> list[str]:
@@ -255,6 +266,10 @@ class Analyzer:
         return out
 
     # --- stemmers and stopword sets, built on first use ---------------------------------------------
+    @cached_property
+    def _forms_cache(self) -> dict:
+        return {}
+
     @cached_property
     def _stop_sets(self) -> dict[str, frozenset]:
         return {lang: frozenset(words) for lang, words in self.stopwords}

@@ -76,7 +76,8 @@ def test_bm25_scores_equal_bm25s_lucene_on_the_committed_corpus(tmp_path, query)
     kb's analysis after the word split: bm25s's own copy of NLTK's English stopwords removed,
     then PyStemmer's English stemmer; repeated query words count again, as bm25s counts them.
     Each file is one chunk and one document, so kb's chunk scores with document statistics
-    equal bm25s's document scores."""
+    equal bm25s's document scores, plus ``document_weight`` times the same (the document's own
+    score, formats/bm25.py)."""
     bm25s = pytest.importorskip("bm25s")
     import Stemmer
     from bm25s.stopwords import STOPWORDS_EN_PLUS
@@ -98,7 +99,7 @@ def test_bm25_scores_equal_bm25s_lucene_on_the_committed_corpus(tmp_path, query)
         got[ids] = scores
         assert [ix.chunk(c).path for c in range(ix.n_chunks)] == [f.name for f in files]
     assert expected.max() > 0
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, (1 + BM25Params().document_weight) * expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_query_of_stopwords_alone_finds_the_chunks_that_hold_them(tmp_path):
@@ -185,3 +186,42 @@ def test_vocabulary_is_ordered_by_hash_then_bytes_even_on_collisions(monkeypatch
     assert terms[:3] == ["a", "b", "c"] and list(hashes[:3]) == [7, 7, 7]
     assert [given[i] for i in order] == terms
     assert list(hashes) == sorted(hashes)
+
+
+def test_a_chunk_score_adds_its_documents_score_summed_over_its_chunks(tmp_path):
+    """The document part of the score, recomputed the slow way from the stored postings."""
+    import math
+
+    out = tmp_path / "s.kb"
+    build([SAMPLE], out, replace(BuildConfig(), reranker="none", embedding_model="none", languages=("en",)))
+    query = "restore the backup snapshot on the storage cluster, backup"
+    with Index(out) as ix:
+        p, n_docs, terms = ix.meta.bm25, ix.n_docs, query_terms(ix, query)
+        doc = [ix.doc_of(c) for c in range(ix.n_chunks)]
+        doc_len = [sum(float(ix.lengths[c]) for c in range(ix.n_chunks) if doc[c] == d) for d in range(n_docs)]
+        avg_doc, avg = sum(doc_len) / n_docs, p["avg_length"]
+
+        def sat(tf, length, mean):
+            return tf / (tf + p["k1"] * (1 - p["b"] + p["b"] * length / mean))
+
+        want = [0.0] * ix.n_chunks
+        for t in terms:
+            tid = ix.term_id(t)
+            if tid is None:
+                continue
+            ids, tf = ix.posting(tid)
+            w = math.log(1 + (n_docs - int(ix.doc_df[tid]) + 0.5) / (int(ix.doc_df[tid]) + 0.5))
+            dtf = [0.0] * n_docs
+            for c, f in zip(ids.tolist(), tf.tolist()):
+                want[c] += w * sat(f, float(ix.lengths[c]), avg)
+                dtf[doc[c]] += f
+            for c in range(ix.n_chunks):
+                if dtf[doc[c]]:
+                    want[c] += p["document_weight"] * w * sat(dtf[doc[c]], doc_len[doc[c]], avg_doc)
+        ids, scores = bm25_scores(ix, terms)
+    assert len(set(doc[c] for c in ids)) < len(ids)  # documents of several chunks are in play
+    assert terms.count("backup") == 2
+    got = np.zeros(len(want))
+    got[ids] = scores
+    hit = [c for c in range(len(want)) if c in set(ids.tolist())]
+    np.testing.assert_allclose(got[hit], np.array(want)[hit], rtol=1e-6)

@@ -22,7 +22,7 @@ from corpora import TINY
         ('[search]\nrerank = "yes"\n', '[search] rerank: must be true or false, got "yes"'),
         ("[search]\ndefault_limit = 0\n", "[search] default_limit: must be within 1..200, got 0"),
         ("[search]\nrerank_top = 2.5\n", "[search] rerank_top: must be an integer, got 2.5"),
-        ("[bm25]\nk3 = 1\n", "[bm25] k3: unknown key; known: k1, b, title_weight, section_weight"),
+        ("[bm25]\nk3 = 1\n", "[bm25] k3: unknown key; known: k1, b, title_weight, section_weight, document_weight"),
         ("[bm25]\nb = 2\n", "[bm25] b: must be within 0..1, got 2"),
         ('[chunking]\nmax_tokens = "200"\n', '[chunking] max_tokens: must be an integer, got "200"'),
         ('[embedding]\nquantization = "int4"\n', '[embedding] quantization: must be one of int8, float32, got "int4"'),
