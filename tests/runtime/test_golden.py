@@ -59,3 +59,30 @@ def test_a_fresh_build_of_the_tiny_corpus_searches_as_the_v2_golden(tmp_path):
     build_hash(TINY, tmp_path / "t.kb")
     for q in ("restore the snapshot", "backups running", "gateway firewall", "the who", "存储集群"):
         assert search(tmp_path / "t.kb", q) == search(V2, q), q
+
+
+def _with_analyzer(src, dst, change):
+    """A copy of artifact ``src`` whose meta.analyzer is ``change(analyzer)``."""
+    from dataclasses import replace
+
+    from kb.formats import records as R
+    from kb.formats.artifact import Artifact, SectionData, write_artifact
+
+    with Artifact(src) as art:
+        sections = []
+        for name, s in art.sections.items():
+            data = bytes(art.raw(name))
+            if name == "meta":
+                meta = R.unpack_meta(data)
+                data = R.pack_meta(replace(meta, analyzer=change(dict(meta.analyzer))))
+            sections.append(SectionData(name, data, s.codec, s.raw_length if s.codec else None))
+    write_artifact(dst, sections)
+    return dst
+
+
+def test_a_stemmer_this_kb_lacks_is_refused_with_one_line_and_exit_4(tmp_path):
+    bad = _with_analyzer(V2, tmp_path / "bad.kb", lambda a: a | {"stemmers": {"en": "klingon"}})
+    r = CliRunner().invoke(kb, ["search", "backups", "-i", str(bad), "--mode", "bm25", "--no-stale-check"])
+    assert r.exit_code == 4
+    assert r.stderr.startswith(f"kb: error: {bad}: unknown stemmer 'klingon' for language 'en'; this kb's PyStemmer ")
+    assert r.stderr.endswith("; rebuild it with this kb-build, or use a kb that has it\n") and r.stderr.count("\n") == 1
