@@ -255,7 +255,7 @@ class Analyzer:
         """Every term a text's words can match, in order (for snippets and highlighting: a line
         shows a query term when its own terms include it). Version 1: the indexed terms."""
         words = self.words(text)
-        if self.version < 2:
+        if self.version < 2 or self._plain:
             return self._cut(words)
         out = []
         for w in words:
@@ -266,6 +266,11 @@ class Analyzer:
         return out
 
     # --- stemmers and stopword sets, built on first use ---------------------------------------------
+    @cached_property
+    def _plain(self) -> bool:
+        """No language stems or has stopwords (zh, ja, ko only): every word is its own term."""
+        return not self.stopwords and not any(self.__dict__.get("_stemmer_names", {lang: LANGUAGES.get(lang) for lang in self.languages}).values())
+
     @cached_property
     def _forms_cache(self) -> dict:
         return {}
