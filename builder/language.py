@@ -98,22 +98,19 @@ class _Voter:
                 return lang, 0
         n = len(self.voters)
         hits, own = [0] * n, [0] * n  # own: hits on words no other candidate's list has
-        get = self.langs_of.get
-        for w in self.analyzer.words(sample):
-            js = get(w)
-            if js is None:
-                continue
+        # map/filter/Counter run in C; Python loops only over the distinct language sets hit
+        for js, k in Counter(filter(None, map(self.langs_of.get, self.analyzer.words(sample)))).items():
             for j in js:
-                hits[j] += 1
+                hits[j] += k
             if len(js) == 1:
-                own[js[0]] += 1
+                own[js[0]] += k
         total = sum(hits)
         if n == 0 or not total:
             return None, 0
-        order = sorted(range(n), key=lambda j: (-hits[j], j))
-        best = order[0]
-        second = hits[order[1]] if n > 1 else 0
-        own_second = max((own[j] for j in range(n) if j != best), default=0)
+        best = hits.index(max(hits))  # ties: the first code
+        second = sorted(hits)[-2] if n > 1 else 0
+        own[best], own_best = -1, own[best]
+        own_second, own[best] = max(own, default=0), own_best
         confident = hits[best] >= VOTE_MIN_HITS and (hits[best] >= VOTE_MARGIN * second or (own[best] >= 2 and own[best] >= 2 * own_second))
         return (self.voters[best] if confident else None), total
 
