@@ -98,3 +98,13 @@ def test_the_model_decides_only_where_its_answer_could_matter(monkeypatch):
     vague = [doc(1000 + i, "the and was with das und ist mit") for i in range(2)]  # prose of two languages, no clear winner
     assert lang.document_languages(clear + vague, ("auto",)) == ["en"] * 302 and not calls  # 2 of 302 < 1%: folded whatever the model said
     assert lang.document_languages(clear[:50] + vague, ("auto",)) == ["en"] * 50 + ["de"] * 2 and calls
+
+
+def test_a_mixed_corpus_builds_the_same_bytes_with_any_number_of_jobs(tmp_path, monkeypatch):
+    from kb.builder import shards
+
+    monkeypatch.setattr(shards, "MIN_SHARD_CHARS", 1)
+    cfg = replace(BuildConfig(), reranker="none", embedding_model="none")
+    build([MIXED], tmp_path / "one.kb", cfg, jobs=1)
+    build([MIXED], tmp_path / "three.kb", cfg, jobs=3)
+    assert (tmp_path / "one.kb").read_bytes() == (tmp_path / "three.kb").read_bytes()
