@@ -335,18 +335,20 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_
     # Per language: word ids in first-seen order in one C-level pass (a defaultdict numbering its
     # misses), then each distinct word is finished (length limit, stemmer, stopwords) once.
     term_id: dict[str, int] = {}
-    ids = np.empty(int(offsets[-1]), dtype=np.int32)  # int32: half the bytes to send back from a worker
+    total = int(offsets[-1])
     token_lang = np.repeat(np.asarray(piece_lang, dtype=np.int8), np.diff(offsets)) if multi else None
+    ids = np.empty(total if multi else 0, dtype=np.int32)  # int32: half the bytes to send back from a worker
     for li, lang in enumerate(langs):
         mine = [pieces[p] for p in range(len(pieces)) if piece_lang[p] == li] if multi else pieces
         seen = defaultdict(count().__next__)
-        word_ids = np.fromiter(map(seen.__getitem__, chain.from_iterable(mine)), dtype=np.int64)
+        n = sum(map(len, mine)) if multi else total
+        word_ids = np.fromiter(map(seen.__getitem__, chain.from_iterable(mine)), dtype=np.int64, count=n)
         finished = analyzer.finish([w.decode() if w.__class__ is bytes else w for w in seen], lang)
         local = np.fromiter((term_id.setdefault(t, len(term_id)) for t in finished), dtype=np.int32, count=len(finished))
         if multi:
             ids[token_lang == li] = local[word_ids]
         else:
-            ids[:] = local[word_ids]
+            ids = local[word_ids]
     vocabulary = list(term_id)
     return Fields(
         vocabulary,
