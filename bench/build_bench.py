@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_md import machine, update_region  # noqa: E402
 
-NON_EMBEDDING = ("read", "chunk", "analyze", "postings")
+NON_EMBEDDING = ("read", "language", "chunk", "analyze", "postings")
 
 
 def kb_build(label: str, out: Path, roots=(), jsonl=()):
@@ -39,14 +39,21 @@ def kb_build(label: str, out: Path, roots=(), jsonl=()):
     return d
 
 
-def bm25s_index(jsonl: Path) -> dict:
+def bm25s_index(jsonl: Path, stem: bool = False) -> dict:
+    """bm25s read + tokenize + index; ``stem``: with PyStemmer's English stemmer and bm25s's
+    English stopwords (the configuration kb's BM25 is compared with in RESULTS.md "lexical")."""
     import bm25s
 
     t0 = time.perf_counter()
     docs = [json.loads(x) for x in jsonl.read_text(encoding="utf-8").splitlines() if x.strip()]
     texts = [(d.get("title", "") + " " + d["text"]).strip() for d in docs]
     t1 = time.perf_counter()
-    tokens = bm25s.tokenize(texts, stopwords=None, show_progress=False)
+    if stem:
+        import Stemmer
+
+        tokens = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english").stemWords, show_progress=False)
+    else:
+        tokens = bm25s.tokenize(texts, stopwords=None, show_progress=False)
     t2 = time.perf_counter()
     model = bm25s.BM25(method="lucene")
     model.index(tokens, show_progress=False)
@@ -80,28 +87,41 @@ def main(argv=None):
     ap.add_argument("--scifact", type=Path, required=True, help="corpus.jsonl")
     ap.add_argument("--out", type=Path, default=Path("bench/out"))
     ap.add_argument("--repeat", type=int, default=3, help="runs of the indexing-speed comparison (median reported)")
+    ap.add_argument("--indexing-only", action="store_true", help="only the SciFact indexing-speed comparison (no full builds); prints it, leaves RESULTS.md alone")
     ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     res = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])}
-    res["hugo"] = kb_build("hugo", a.out / "hugo.kb", roots=[a.hugo])
-    res["scifact"] = kb_build("scifact", a.out / "scifact.kb", jsonl=[a.scifact])
+    if not a.indexing_only:
+        res["hugo"] = kb_build("hugo", a.out / "hugo.kb", roots=[a.hugo])
+        res["scifact"] = kb_build("scifact", a.out / "scifact.kb", jsonl=[a.scifact])
     # Interleaved, so that the machine's slow moments fall on all three alike.
-    runs = {"kb": [], "kb_1job": [], "bm25s": []}
+    runs = {"kb": [], "kb_1job": [], "bm25s": [], "bm25s_stem": []}
     for _ in range(a.repeat):
         runs["kb"].append(kb_non_embedding(a.scifact, a.out / "scifact-bm25.kb"))
         runs["kb_1job"].append(kb_non_embedding(a.scifact, a.out / "scifact-bm25.kb", jobs=1))
         runs["bm25s"].append(bm25s_index(a.scifact))
+        runs["bm25s_stem"].append(bm25s_index(a.scifact, stem=True))
     from kb.builder.shards import default_jobs
 
     res["indexing"] = {"jobs": default_jobs(), "runs": runs, "median": {k: _medians(v) for k, v in runs.items()}}
     (a.out / "build_bench.json").write_text(json.dumps(res, indent=2))
+    if a.indexing_only:
+        print(report(res, full=False))
+        return
     update_region(a.results, "build", report(res))
     print(report(res))
 
 
-def report(res: dict) -> str:
+def report(res: dict, full: bool = True) -> str:
     lines = [f"Machine: {res['machine']}  ", f"Date: {res['date']}  ", f"Command: `{res['command']}`", ""]
+    if full:
+        lines += _build_tables(res)
+    return "\n".join(lines + _indexing_table(res))
+
+
+def _build_tables(res: dict) -> list[str]:
+    lines = []
     lines.append("| corpus | files/docs | chunks | terms | vectors | artifact | " + " | ".join(res["hugo"]["seconds"]) + " | wall |")
     lines.append("|---" * (7 + len(res["hugo"]["seconds"])) + "|")
     for key in ("hugo", "scifact"):
@@ -116,13 +136,19 @@ def report(res: dict) -> str:
     lines.append("|---|---|---|")
     for n in names:
         lines.append(f"| {n} | {res['hugo']['section_bytes'].get(n, 0):,} | {res['scifact']['section_bytes'].get(n, 0):,} |")
+    return lines
+
+
+def _indexing_table(res: dict) -> list[str]:
+    lines = []
     ix = res["indexing"]
     k, k1, b = (ix["median"][x] for x in ("kb", "kb_1job", "bm25s"))
+    bst = ix["median"].get("bm25s_stem")
     n = len(ix["runs"]["kb"])
 
     def kb_row(label, m):
         return (
-            f"| {label} | {m['total']:.3f} | {b['total'] / m['total']:.2f} | read {m['read']:.3f}, chunk {m['chunk']:.3f}, "
+            f"| {label} | {m['total']:.3f} | {b['total'] / m['total']:.2f} | read {m['read']:.3f}, language {m.get('language', 0):.3f}, chunk {m['chunk']:.3f}, "
             f"analyze {m['analyze']:.3f}, postings {m['postings']:.3f} ({m['chunks']} chunks, {m['terms']} terms) |"
         )
 
@@ -137,7 +163,11 @@ def report(res: dict) -> str:
         kb_row("kb, 1 job (`-j 1`)", k1),
         f"| bm25s read+tokenize+index | {b['total']:.3f} | 1.00 | read {b['read']:.3f}, tokenize {b['tokenize']:.3f}, index {b['index']:.3f} |",
     ]
-    return "\n".join(lines)
+    if bst:
+        lines.append(
+            f"| bm25s + English stemmer + stopwords | {bst['total']:.3f} | {b['total'] / bst['total']:.2f} | read {bst['read']:.3f}, tokenize {bst['tokenize']:.3f}, index {bst['index']:.3f} |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

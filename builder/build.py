@@ -12,7 +12,7 @@ import functools
 import gc
 import time
 from contextlib import contextmanager
-from collections import defaultdict
+from collections import Counter, defaultdict
 from itertools import chain, count
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +24,7 @@ from kb.common.errors import KbError
 from kb.formats import layout as L
 from kb.formats import records as R
 from kb.formats import roaring
-from kb.formats.analyzer import Analyzer
+from kb.formats.analyzer import STOP_MARK, Analyzer
 from kb.formats.artifact import FORMAT_VERSION, SectionData, write_artifact
 from kb.formats.version import KB_VERSION
 
@@ -34,6 +34,7 @@ from .config import BuildConfig
 from .embedders import make_embedder, reranker_files
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Corpus, Document, read_corpus
+from .language import document_languages
 
 Progress = Callable[[str, int, int], None]
 ZSTD_LEVEL = R.ZSTD_LEVEL  # text blocks compress like the manifest
@@ -59,6 +60,7 @@ class BuildReport:
     chunks: int = 0
     terms: int = 0
     vectors: int = 0
+    languages: dict = field(default_factory=dict)  # language code -> documents analyzed in it
     truncated_chunks: int = 0  # chunks longer than the embedding model's window (their tail is not embedded)
     skipped: list = field(default_factory=list)
     excluded: int = 0
@@ -82,6 +84,7 @@ class Postings:
     tf_offsets: np.ndarray
     tf: np.ndarray
     lengths: np.ndarray
+    doc_df: np.ndarray  # u32 per term: documents holding it
 
 
 def _without_cyclic_gc(fn):
@@ -141,14 +144,17 @@ def build(
         embedder = make_embedder(config.embedding_model, config.quantization)
     exact = config.chunking.exact_tokens and embedder is not None
 
-    analyzer = Analyzer()
+    with clock("language"):
+        doc_langs = document_languages(docs, config.languages)
+    rep.languages = dict(sorted(Counter(doc_langs).items()))
+    analyzer = Analyzer.for_languages(rep.languages).prepare()
     rows, fields = chunk_and_analyze(
-        docs, embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer,
+        docs, doc_langs, embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer,
         1 if exact else (jobs or shards.default_jobs()), rep.seconds, progress,
     )  # fmt: skip
     rep.documents, rep.chunks = len(docs), len(rows)
     with clock("postings"):
-        post = build_postings(fields, config)
+        post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)))
     rep.terms = len(post.terms)
 
     if embedder is None:
@@ -174,7 +180,7 @@ def build(
         kb_version=KB_VERSION,
         format_version=FORMAT_VERSION,
         counts=R.Counts(len(docs), len(rows), len(post.terms), rep.vectors),
-        analyzer=analyzer.params(),
+        analyzer=analyzer.params() | {"documents": rep.languages},
         bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if len(rows) else 0.0},
         embedder=embed_card,
         reranker=rerank_card,
@@ -199,7 +205,7 @@ def build(
         include=tuple(include),
         exclude=tuple(exclude),
         models={"embedder": embed_card, "reranker": rerank_card},
-        analyzer=analyzer.params(),
+        analyzer=analyzer.params() | {"documents": rep.languages},
         file_types=tuple(sorted(SOURCE_EXTENSIONS)),
     )
     sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
@@ -225,7 +231,7 @@ def _clock(into: dict):
     return stage
 
 
-def chunk_and_analyze(docs, count, opts, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
+def chunk_and_analyze(docs, doc_langs, count, opts, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
     """The chunk and analyze stages, over document shards in up to ``jobs`` processes
     (builder/shards.py). ``seconds["chunk"]`` gets the chunking of the first shard, which runs
     here, and ``seconds["analyze"]`` the rest of the wall time (its analysis, waiting for the
@@ -241,7 +247,7 @@ def chunk_and_analyze(docs, count, opts, analyzer, jobs: int, seconds: dict, pro
                 progress("chunk", i + 1, len(docs))
         if lo == 0:
             seconds["chunk"] = time.perf_counter() - start
-        fields = analyze(docs, rows, analyzer)
+        fields = analyze(docs, rows, analyzer, doc_langs)
         if lo == 0:
             return rows, fields
         # A worker's chunks travel as tuples: pickling them is five times cheaper than dataclasses.
@@ -288,43 +294,62 @@ class Fields:
     chunks: int
 
 
-def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer) -> Fields:
-    """Analyze ``rows``, which hold whole documents (a shard starts at a document's first chunk)."""
-    index: dict[str, int] = {}
+def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_langs: list[str] | None = None) -> Fields:
+    """Analyze ``rows``, which hold whole documents (a shard starts at a document's first chunk).
+    ``doc_langs[d]`` is document d's language (its stemmer and stopwords); None: no language."""
+    langs = sorted({doc_langs[r.doc] for r in rows}) if doc_langs is not None and rows else [None]
+    multi = len(langs) > 1
+    lang_no = {lang: i for i, lang in enumerate(langs)}
+    index: dict = {}
     pieces: list[list[str]] = []
+    piece_lang: list[int] = []
     words_of = analyzer.index_words
 
-    def piece(text: str) -> int:
-        p = index.get(text)
+    def piece(text: str, li: int) -> int:
+        key = (li, text) if multi else text  # a title shared by documents of two languages is analyzed twice
+        p = index.get(key)
         if p is None:
-            p = index[text] = len(pieces)
+            p = index[key] = len(pieces)
             pieces.append(words_of(text))
+            piece_lang.append(li)
         return p
 
     use_chunk, use_piece, use_field = [], [], []
     prev = -1
+    li = 0
     for cid, r in enumerate(rows):
         d = docs[r.doc]
+        if multi and r.doc != prev:
+            li = lang_no[doc_langs[r.doc]]
         use_chunk += (cid, cid, cid)
-        use_piece += (piece(r.chunk.text), piece(r.chunk.section), piece(d.title))
+        use_piece += (piece(r.chunk.text, li), piece(r.chunk.section, li), piece(d.title, li))
         use_field += (BODY, SECTION, TITLE)
         if r.doc != prev:  # the description counts once per document, with its first chunk
             prev = r.doc
             if d.description:
                 use_chunk.append(cid)
-                use_piece.append(piece(d.description))
+                use_piece.append(piece(d.description, li))
                 use_field.append(BODY)
     offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)), out=offsets[1:])
-    # Word ids in first-seen order in one C-level pass (a defaultdict numbering its misses),
-    # then each distinct word is finished (length limit, stemmer, stopwords) once.
-    seen = defaultdict(count().__next__)
-    word_ids = np.fromiter(map(seen.__getitem__, chain.from_iterable(pieces)), dtype=np.int64, count=int(offsets[-1]))
-    finished = analyzer.finish([w.decode() if w.__class__ is bytes else w for w in seen])
-    vocabulary = [t for t in dict.fromkeys(finished) if t is not None]
-    term_id = {t: i for i, t in enumerate(vocabulary)}
-    term_id[None] = -1
-    ids = np.fromiter(map(term_id.__getitem__, finished), dtype=np.int32, count=len(finished))[word_ids]  # int32: half the bytes to send back from a worker
+    # Per language: word ids in first-seen order in one C-level pass (a defaultdict numbering its
+    # misses), then each distinct word is finished (length limit, stemmer, stopwords) once.
+    term_id: dict[str, int] = {}
+    total = int(offsets[-1])
+    token_lang = np.repeat(np.asarray(piece_lang, dtype=np.int8), np.diff(offsets)) if multi else None
+    ids = np.empty(total if multi else 0, dtype=np.int32)  # int32: half the bytes to send back from a worker
+    for li, lang in enumerate(langs):
+        mine = [pieces[p] for p in range(len(pieces)) if piece_lang[p] == li] if multi else pieces
+        seen = defaultdict(count().__next__)
+        n = sum(map(len, mine)) if multi else total
+        word_ids = np.fromiter(map(seen.__getitem__, chain.from_iterable(mine)), dtype=np.int64, count=n)
+        finished = analyzer.finish([w.decode() if w.__class__ is bytes else w for w in seen], lang)
+        local = np.fromiter((term_id.setdefault(t, len(term_id)) for t in finished), dtype=np.int32, count=len(finished))
+        if multi:
+            ids[token_lang == li] = local[word_ids]
+        else:
+            ids = local[word_ids]
+    vocabulary = list(term_id)
     return Fields(
         vocabulary,
         L.term_hashes(vocabulary),
@@ -364,9 +389,11 @@ def merge_fields(parts: list[Fields]) -> Fields:
     )
 
 
-def build_postings(f: Fields, config: BuildConfig) -> Postings:
+def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None) -> Postings:
     """Weighted term frequencies per (term, chunk), vectorised: every occurrence becomes one
-    (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'."""
+    (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'.
+    Stopword terms (``STOP_MARK`` + word) get postings but count in no chunk's length.
+    ``chunk_doc``: each chunk's document, for the document frequencies (None: one per chunk)."""
     p = config.bm25
     n = max(f.chunks, 1)
     terms, hashes, order = sorted_vocabulary(f.vocabulary, f.hashes)
@@ -374,8 +401,9 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
     rank[order] = np.arange(len(terms))
     rank[-1] = -1
     ids = rank[f.ids]
-    kept = np.zeros(len(ids) + 1, dtype=np.int64)  # running count of kept (non-stopword) tokens
-    np.cumsum(ids >= 0, out=kept[1:])
+    stop = np.fromiter((t.startswith(STOP_MARK) for t in terms), dtype=bool, count=len(terms))
+    kept = np.zeros(len(ids) + 1, dtype=np.int64)  # running count of the tokens lengths count (not stopwords)
+    np.cumsum(~np.append(stop, True)[ids], out=kept[1:])
     field_weight = np.array([1.0, p.section_weight, p.title_weight])
     weight = field_weight[f.use_field]
     size = (kept[f.offsets[1:]] - kept[f.offsets[:-1]])[f.use_piece]
@@ -396,14 +424,19 @@ def build_postings(f: Fields, config: BuildConfig) -> Postings:
     ukey = key[starts]
     post_term, post_chunk = ukey // n, (ukey % n).astype(np.uint32)
     df = np.bincount(post_term, minlength=len(terms))
+    post_doc = post_chunk.astype(np.int64) if chunk_doc is None else chunk_doc[post_chunk]
+    # postings are sorted by (term, chunk) and a document's chunks are consecutive ids, so a
+    # term's documents are non-decreasing: each change of (term, document) is one more document
+    new_doc = np.r_[True, (post_term[1:] != post_term[:-1]) | (post_doc[1:] != post_doc[:-1])] if len(post_term) else np.zeros(0, bool)
+    doc_df = np.bincount(post_term[new_doc], minlength=len(terms))
     if np.any(df == 0):  # terms whose every occurrence had weight 0 have no postings: drop them
         live = np.flatnonzero(df > 0)
-        terms, hashes, df = [terms[i] for i in live], hashes[live], df[live]
+        terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
         post_term = np.searchsorted(live, post_term)
     tf_offsets = np.zeros(len(terms) + 1, dtype="<u8")
     np.cumsum(df, out=tf_offsets[1:])
     bitmaps = L.pack_blob_buffer(*roaring.serialize_many(post_term, post_chunk, len(terms)))
-    return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths)
+    return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths, doc_df.astype("<u4"))
 
 
 def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -535,6 +568,7 @@ def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows
         SectionData(L.DOC_FIRST_CHUNK, first_chunk.tobytes()),
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
+        SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
         SectionData(L.POSTINGS, post.bitmaps),
         SectionData(L.POSTING_TF_OFFSETS, post.tf_offsets.tobytes()),
         SectionData(L.POSTING_TF, post.tf.tobytes()),

@@ -62,6 +62,8 @@ def summary_lines(rep, out: Path) -> list[str]:
         lines.append(f"skipped {len(rep.skipped)}:")
         lines.extend(f"  {p}: {r}" for p, r in rep.skipped)
     lines.extend(f"warning: {w}" for w in rep.warnings)
+    if rep.languages:
+        lines.append("languages: " + ", ".join(f"{lang} {n}" for lang, n in rep.languages.items()))
     lines.append("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in rep.seconds.items()))
     lines.append("bytes: " + ", ".join(f"{k} {_human(v)}" for k, v in rep.section_bytes.items()))
     return lines

@@ -5,6 +5,7 @@
     [search]      the runtime defaults, kb.common.options.SearchOptions; stored in the artifact as given
     [chunking]    builder/chunk.py ChunkOptions
     [bm25]        formats/bm25.py BM25Params
+    [analyzer]    language                                                  (AnalyzerOptions, below)
     [embedding]   model, quantization                                       (EmbeddingOptions, below)
     [vectors]     the HNSW graph                                            (VectorOptions, below)
 
@@ -40,6 +41,31 @@ class StatusOptions:
 
 
 @dataclass(frozen=True)
+class AnalyzerOptions:
+    """kb.toml [analyzer]: which languages' stemmers and stopwords apply (formats/analyzer.py)."""
+
+    language: str | tuple[str, ...] = setting(
+        "auto",
+        "auto = detect each document's language (builder/language.py); a code such as en = every document in it; a list = detect among those.",
+    )
+
+    def languages(self, where: str) -> tuple[str, ...]:
+        """The candidate codes, ("auto",) for all; ConfigError naming ``where`` for a bad one."""
+        from kb.formats.analyzer import LANGUAGES
+
+        given = (self.language,) if isinstance(self.language, str) else tuple(self.language)
+        known = ", ".join(sorted(LANGUAGES))
+        for code in given:
+            if code == "auto" and len(given) > 1:
+                raise ConfigError(f"{where} language: auto stands alone, not in a list; or list the codes to detect among ({known})")
+            if code != "auto" and code not in LANGUAGES:
+                raise ConfigError(f"{where} language: unknown language {code!r}; known: auto, {known}")
+        if len(set(given)) != len(given):
+            raise ConfigError(f"{where} language: {next(c for c in given if given.count(c) > 1)!r} is listed twice")
+        return given
+
+
+@dataclass(frozen=True)
 class EmbeddingOptions:
     """kb.toml [embedding]."""
 
@@ -57,7 +83,7 @@ class VectorOptions:
     dtype: str = setting("f16", "Stored vector precision.", choices=("f16", "bf16", "f32"))
 
 
-SECTIONS = {"statuses": StatusOptions, "search": SearchOptions, "chunking": ChunkOptions, "bm25": BM25Params, "embedding": EmbeddingOptions, "vectors": VectorOptions}
+SECTIONS = {"statuses": StatusOptions, "search": SearchOptions, "chunking": ChunkOptions, "bm25": BM25Params, "analyzer": AnalyzerOptions, "embedding": EmbeddingOptions, "vectors": VectorOptions}
 
 
 @dataclass(frozen=True)
@@ -69,6 +95,7 @@ class BuildConfig:
     search: dict = field(default_factory=dict)  # [search] as given (validated), stored in the artifact
     chunking: ChunkOptions = ChunkOptions()
     bm25: BM25Params = BM25Params()
+    languages: tuple[str, ...] = ("auto",)  # [analyzer] language: ("auto",) or the candidate codes
     embedding_model: str = EmbeddingOptions.model
     quantization: str = EmbeddingOptions.quantization
     vectors: VectorOptions = VectorOptions()
@@ -118,6 +145,7 @@ def load_config(path: Path | None) -> BuildConfig:
         search=dict(data.get("search", {})),
         chunking=t["chunking"],
         bm25=t["bm25"],
+        languages=t["analyzer"].languages(f"{path}: [analyzer]"),
         embedding_model=model,
         quantization=t["embedding"].quantization,
         vectors=t["vectors"],

@@ -46,6 +46,8 @@ class Setting:
     nullable: bool
     default: object
     spec: Spec
+    one_or_many: bool = False  # ``str | tuple[str, ...]``: a lone string is a one-item array
+
 
     @property
     def flag(self) -> str:
@@ -57,7 +59,7 @@ class Setting:
         return "on" if d is True else "off" if d is False else "none" if d is None else _num(d) if isinstance(d, (int, float)) else str(d)
 
     def type_word(self) -> str:
-        return _TYPE_WORDS[self.kind]
+        return "a string or an array of strings" if self.one_or_many else _TYPE_WORDS[self.kind]
 
     def range_text(self) -> str:
         """'0..1', '>= 0', 'position, sigmoid' or '' (for the docs)."""
@@ -81,8 +83,10 @@ def settings_of(cls) -> tuple[Setting, ...]:
         spec = f.metadata.get("kb")
         if spec is None:
             continue
-        kind, nullable = _kind(hints[f.name])
-        out.append(Setting(f.name, kind, nullable, f.default, spec))
+        hint = hints[f.name]
+        one_or_many = set(typing.get_args(hint)) == {str, tuple[str, ...]}
+        kind, nullable = (tuple, False) if one_or_many else _kind(hint)
+        out.append(Setting(f.name, kind, nullable, f.default, spec, one_or_many))
     return tuple(out)
 
 
@@ -102,6 +106,8 @@ def check(s: Setting, value):
     if value is None and s.nullable:
         return None
     given, k = value, s.kind
+    if s.one_or_many and isinstance(value, str):
+        value = (value,)
     ok = {
         int: isinstance(value, int) and not isinstance(value, bool),
         float: isinstance(value, (int, float)) and not isinstance(value, bool),
@@ -117,6 +123,8 @@ def check(s: Setting, value):
             raise ValueError(f"must be a finite number, got {_show(value)}")
     if k is tuple:
         value = tuple(value)
+        if s.one_or_many and not value:
+            raise ValueError(f"must not be empty, got {_show(given)}")
     sp = s.spec
     if sp.choices and value not in sp.choices:
         raise ValueError(f"must be one of {', '.join(sp.choices)}, got {_show(given)}")

@@ -1,25 +1,47 @@
 """The text analyzer shared by builder and runtime: text -> terms for BM25.
 
-``kb-unicode-1``: NFKC normalisation, then casefold, then Unicode word runs (Python's ``\\w+``:
+``kb-unicode-2``: NFKC normalisation, then casefold, then Unicode word runs (Python's ``\\w+``:
 letters, digits and underscore; punctuation, hyphens and combining marks that NFKC does not
 compose split words). Inside a run, characters of CJK scripts (Han, Hiragana, Katakana,
 Hangul) become overlapping character bigrams (a lone CJK character stays a unigram); the rest
-of the run is one term. No stemming and no stopwords by default; the optional
-``stem="porter-lite"`` strips a few English suffixes.
+of the run is one word. Then, per document language (``LANGUAGES``): a word on the language's
+stopword list (formats/stopwords.py) becomes the stopword term ``STOP_MARK + word`` (kept in
+the postings, left out of lengths, searched only by a query made of stopwords alone); any other
+word is stemmed by the language's Snowball stemmer (PyStemmer). CJK bigrams are never stemmed,
+whatever the language; zh, ja and ko have neither stemmer nor stopwords.
 
-The builder records ``Analyzer.params()`` in the artifact and the runtime rebuilds the analyzer
-from them with ``Analyzer.from_params``, refusing names or versions it does not know, so the
-query side always analyzes exactly as the index side did.
+A query has no language: each query word is stemmed by every language of the artifact and keeps
+its distinct forms (``query_terms``).
+
+``kb-unicode-1`` (format 1 artifacts) is the same tokenizer with no stemming and no stopwords.
+
+The builder records ``Analyzer.params()`` in the artifact (languages, stemmer names and the
+PyStemmer version, the stopword lists) and the runtime rebuilds the analyzer from them with
+``Analyzer.from_params``, refusing names, versions or stemmers it does not know, so the query
+side always analyzes exactly as the index side did.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+from kb.common.errors import UnsupportedVersion
 
 ANALYZER_NAME = "kb-unicode"
-ANALYZER_VERSION = 1
+ANALYZER_VERSION = 2
+ANALYZER_VERSIONS = (1, 2)  # the versions from_params rebuilds
+FORMS_CACHE = 65536  # query-side words whose forms an analyzer remembers
+STOP_MARK = "~"  # a stopword occurrence's term is "~" + the word: never a word character, so never a word's term
+
+# Language code -> Snowball stemmer (PyStemmer's name), None: no stemmer and no stopwords (CJK
+# text is bigrams). Every language with a stemmer has a stopword list in formats/stopwords.py.
+LANGUAGES: dict[str, str | None] = {
+    "da": "danish", "de": "german", "en": "english", "es": "spanish", "fr": "french", "it": "italian",
+    "nl": "dutch", "no": "norwegian", "pt": "portuguese", "ru": "russian", "sv": "swedish", "tr": "turkish",
+    "ja": None, "ko": None, "zh": None,
+}  # fmt: skip
 
 CJK_RANGES = (
     "\u1100-\u11ff"  # Hangul Jamo
@@ -49,51 +71,100 @@ def _cjk_patterns() -> tuple[re.Pattern, re.Pattern]:
     return re.compile(f"[{CJK_RANGES}]"), re.compile(f"([{CJK_RANGES}]+)")
 
 
-_SUFFIXES = ("ingly", "edly", "ings", "ing", "ies", "ied", "es", "ed", "s")
+class AnalyzerError(UnsupportedVersion):
+    """An analyzer this kb cannot rebuild: unknown name or version, or a stemmer it lacks (exit 4)."""
 
 
-class AnalyzerError(Exception):
-    pass
+def _stemmer_module():
+    """PyStemmer's module, or AnalyzerError when it is not installed."""
+    try:
+        import Stemmer
+    except ImportError:
+        raise AnalyzerError("PyStemmer is not installed; this artifact's analyzer needs it (pip install PyStemmer)") from None
+    return Stemmer
+
+
+@lru_cache(maxsize=None)
+def stemmer_library() -> str:
+    """"PyStemmer <version>" (what the artifact records), or AnalyzerError when it is not installed."""
+    from importlib.metadata import version
+
+    _stemmer_module()
+    return f"PyStemmer {version('PyStemmer')}"
 
 
 @dataclass(frozen=True)
 class Analyzer:
+    """``languages``: the codes (``LANGUAGES``) whose stemmers and stopwords apply, sorted;
+    ``stopwords``: (code, sorted words) per language with a list. Version 1 ignores both."""
+
+    languages: tuple[str, ...] = ()
+    stopwords: tuple[tuple[str, tuple[str, ...]], ...] = ()
     cjk_bigrams: bool = True
-    stem: str | None = None
-    stopwords: tuple[str, ...] = ()
     max_term_chars: int = 64
+    version: int = ANALYZER_VERSION
+
+    @classmethod
+    def for_languages(cls, languages) -> "Analyzer":
+        """The current analyzer for ``languages``, with kb's stopword lists."""
+        from .stopwords import STOPWORDS
+
+        langs = tuple(sorted(set(languages)))
+        unknown = [lang for lang in langs if lang not in LANGUAGES]
+        if unknown:
+            raise AnalyzerError(f"unknown language {unknown[0]!r}; known: {', '.join(sorted(LANGUAGES))}")
+        return cls(langs, tuple((lang, STOPWORDS[lang]) for lang in langs if lang in STOPWORDS))
 
     def params(self) -> dict:
-        d = asdict(self)
-        d["stopwords"] = list(self.stopwords)
-        return {"name": ANALYZER_NAME, "version": ANALYZER_VERSION, **d}
+        d = {"name": ANALYZER_NAME, "version": self.version, "cjk_bigrams": self.cjk_bigrams, "max_term_chars": self.max_term_chars}
+        if self.version >= 2:
+            stemmers = {lang: LANGUAGES[lang] for lang in self.languages}
+            d["languages"] = list(self.languages)
+            d["stemmers"] = stemmers
+            d["stemmer_library"] = stemmer_library() if any(stemmers.values()) else None
+            d["stopwords"] = {lang: list(words) for lang, words in self.stopwords}
+        else:
+            d.update(stem=None, stopwords=[])
+        return d
 
     @classmethod
     def from_params(cls, params: dict) -> "Analyzer":
-        if params.get("name") != ANALYZER_NAME or params.get("version") != ANALYZER_VERSION:
+        version = params.get("version")
+        if params.get("name") != ANALYZER_NAME or version not in ANALYZER_VERSIONS:
             raise AnalyzerError(
-                f"unknown analyzer {params.get('name')}-{params.get('version')}; this kb knows {ANALYZER_NAME}-{ANALYZER_VERSION}"
+                f"unknown analyzer {params.get('name')}-{version}; this kb knows {ANALYZER_NAME}-{'/'.join(map(str, ANALYZER_VERSIONS))}"
             )
-        if params.get("stem") not in (None, "porter-lite"):
-            raise AnalyzerError(f"unknown stemmer {params.get('stem')!r}")
-        return cls(
-            cjk_bigrams=bool(params["cjk_bigrams"]),
-            stem=params.get("stem"),
-            stopwords=tuple(params.get("stopwords", ())),
-            max_term_chars=int(params["max_term_chars"]),
-        )
+        common = {"cjk_bigrams": bool(params["cjk_bigrams"]), "max_term_chars": int(params["max_term_chars"]), "version": version}
+        if version == 1:
+            if params.get("stem") is not None or params.get("stopwords"):
+                raise AnalyzerError(f"unknown stemmer {params.get('stem')!r}")  # porter-lite is gone; no artifact used it
+            return cls(**common)
+        langs = tuple(params.get("languages") or ())
+        stemmers = params.get("stemmers") or {}
+        for lang in langs:
+            name = stemmers.get(lang)
+            if name is None:
+                continue
+            Stemmer = _stemmer_module()
+            if name not in Stemmer.algorithms():
+                raise AnalyzerError(f"unknown stemmer {name!r} for language {lang!r}; this kb's {stemmer_library()} has {', '.join(Stemmer.algorithms())}")
+        stop = tuple((lang, tuple(words)) for lang, words in sorted((params.get("stopwords") or {}).items()))
+        return cls(langs, stop, **common)._with_stemmers(stemmers)
 
-    def terms(self, text: str) -> list[str]:
-        """All terms of ``text`` in order, repeats kept (term frequencies come from this)."""
-        words = self.words(text)
-        if not words or not (self.stem or self.stopwords or max(map(len, words)) > self.max_term_chars):
-            return words
-        return [t for t in self.finish(words) if t is not None]
+    def prepare(self) -> "Analyzer":
+        """Build the stemmers and stopword sets now (before the builder forks its workers)."""
+        self._stemmers, self._stop_sets
+        return self
 
+    def _with_stemmers(self, stemmers: dict) -> "Analyzer":
+        """Remember the stored stemmer names (an artifact says which algorithm each language used)."""
+        object.__setattr__(self, "_stemmer_names", {lang: stemmers.get(lang) for lang in self.languages})
+        return self
+
+    # --- words: the tokenizer, the same in every version ---------------------------------------
     def words(self, text: str) -> list[str]:
-        """The first half of ``terms``: normalised, casefolded words, CJK runs as bigrams, before
-        the length limit, stemming and stopwords (``finish``). The builder finishes each distinct
-        word once instead of every occurrence."""
+        """Normalised, casefolded words, CJK runs as bigrams, before the length limit, stemming
+        and stopwords (``finish``). The builder finishes each distinct word once."""
         text = _normalize(text)
         if text.isascii():
             return text.translate(_ASCII_NONWORD).split()
@@ -117,17 +188,107 @@ class Analyzer:
                 text = text.replace(c, " ")
         return text.encode("utf-8").translate(_WORD_BYTES).split()
 
-    def finish(self, words: list[str]) -> list[str | None]:
-        """The second half of ``terms``, word by word: the term each word becomes (cut to
-        ``max_term_chars``, stemmed), or None for a stopword. Aligned with ``words``."""
+    def _cut(self, words: list[str]) -> list[str]:
         limit = self.max_term_chars
-        out = [w[:limit] for w in words] if words and max(map(len, words)) > limit else list(words)
-        if self.stem:
-            out = [_stem(t) for t in out]
-        if self.stopwords:
-            stop = set(self.stopwords)
-            out = [None if t in stop else t for t in out]
+        return [w[:limit] for w in words] if words and max(map(len, words)) > limit else list(words)
+
+    # --- index side ------------------------------------------------------------------------------
+    def finish(self, words: list[str], language: str | None = None) -> list[str]:
+        """The term each word of a document in ``language`` becomes, aligned with ``words``: cut
+        to ``max_term_chars``, then ``STOP_MARK + word`` for a stopword, else the stem (CJK
+        bigrams and words of languages without a stemmer stay as they are)."""
+        out = self._cut(words)
+        if self.version < 2 or language is None:
+            return out
+        stop = self._stop_sets.get(language, frozenset())
+        stem = self._stemmers.get(language)
+        if not stop and stem is None:
+            return out
+        stems = stem.stemWords(out) if stem is not None else out
+        mark = STOP_MARK
+        return [mark + w if w in stop else s if w.isascii() or not has_cjk(w) else w for w, s in zip(out, stems)]
+
+    # --- query side ------------------------------------------------------------------------------
+    def forms(self, word: str) -> tuple[tuple[str, ...], str | None]:
+        """(the distinct terms ``word`` is in the artifact's languages where it is no stopword,
+        its stopword term if it is one in some language). ``word`` is one of ``words``'s.
+        Memoised: snippets analyze every line of every result shown."""
+        cache = self._forms_cache
+        hit = cache.get(word)
+        if hit is not None:
+            return hit
+        w = word[: self.max_term_chars]
+        if self.version < 2 or not self.languages or (not w.isascii() and has_cjk(w)):
+            out = (w,), None
+        else:
+            content, stopped = [], False
+            for lang in self.languages:
+                if w in self._stop_sets.get(lang, ()):
+                    stopped = True
+                    continue
+                stem = self._stemmers.get(lang)
+                content.append(stem.stemWord(w) if stem is not None else w)
+            out = tuple(dict.fromkeys(content)), (STOP_MARK + w if stopped else None)
+        if len(cache) >= FORMS_CACHE:
+            cache.clear()
+        cache[word] = out
         return out
+
+    def query_terms(self, text: str) -> list[str]:
+        """The terms a query searches. Version 2: each word's distinct forms over the artifact's
+        languages, repeats across words kept (a repeated query word counts again, as in Lucene).
+        A word that is a stopword in any of the languages is left out, unless every word is one:
+        then every form of every word is searched, stopword terms included, so ``where`` alone
+        or ``the who`` still finds something. Version 1: distinct terms, first-seen order."""
+        if self.version < 2:
+            return list(dict.fromkeys(self.terms(text)))
+        content, every = [], []
+        for w in self.words(text):
+            forms, stop = self.forms(w)
+            if stop is None:
+                content += forms
+            else:
+                every += (*forms, stop)
+        return content or every
+
+    def terms(self, text: str) -> list[str]:
+        """Every term a text's words can match, in order (for snippets and highlighting: a line
+        shows a query term when its own terms include it). Version 1: the indexed terms."""
+        words = self.words(text)
+        if self.version < 2 or self._plain:
+            return self._cut(words)
+        out = []
+        for w in words:
+            forms, stop = self.forms(w)
+            out += forms
+            if stop is not None:
+                out.append(stop)
+        return out
+
+    # --- stemmers and stopword sets, built on first use ---------------------------------------------
+    @cached_property
+    def _plain(self) -> bool:
+        """No language stems or has stopwords (zh, ja, ko only): every word is its own term."""
+        return not self.stopwords and not any(self.__dict__.get("_stemmer_names", {lang: LANGUAGES.get(lang) for lang in self.languages}).values())
+
+    @cached_property
+    def _forms_cache(self) -> dict:
+        return {}
+
+    @cached_property
+    def _stop_sets(self) -> dict[str, frozenset]:
+        return {lang: frozenset(words) for lang, words in self.stopwords}
+
+    @cached_property
+    def _stemmers(self) -> dict:
+        names = self.__dict__.get("_stemmer_names") or {lang: LANGUAGES.get(lang) for lang in self.languages}
+        if not any(names.values()):
+            return {}
+        Stemmer = _stemmer_module()
+
+        # no cache (0): the builder stems each distinct word once, and PyStemmer's default cache of
+        # 10,000 words made that 4x slower on SciFact's 36k words; a query's few words cost ~1 us each
+        return {lang: Stemmer.Stemmer(name, 0) for lang, name in names.items() if name is not None}
 
 
 def _normalize(text: str) -> str:
@@ -167,12 +328,3 @@ def _split_cjk(word: str) -> list[str]:
         else:
             out.extend(part[j : j + 2] for j in range(len(part) - 1))
     return out
-
-
-def _stem(term: str) -> str:
-    if not term.isascii() or len(term) <= 4:
-        return term
-    for suf in _SUFFIXES:
-        if term.endswith(suf) and len(term) - len(suf) >= 3:
-            return term[: -len(suf)]
-    return term

@@ -31,7 +31,7 @@ __all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "NotAnArtifact", "Sec
 
 MAGIC = b"\x89KBA\r\n\x1a\n"
 FOOTER_MAGIC = b"KBA-END\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 OLDEST_SUPPORTED_VERSION = 1
 ALIGNMENT = 4096
 

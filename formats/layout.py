@@ -27,6 +27,7 @@ DOC_PATHS = "docs.paths"  # blob table of UTF-8 paths, sorted, one per document
 DOC_FIRST_CHUNK = "docs.first_chunk"  # raw u32 x (docs + 1): chunks of doc d are [f[d], f[d+1])
 TERM_HASHES = "terms.hash"  # raw u64, sorted ascending (ties broken by term bytes)
 TERM_STRINGS = "terms.strings"  # blob table of UTF-8 terms, same order as terms.hash
+TERM_DOC_DF = "terms.doc_df"  # raw u32 per term: documents holding it (format 2; BM25's df, N = documents)
 POSTINGS = "postings"  # blob table of portable roaring bitmaps of chunk ids, one per term
 POSTING_TF_OFFSETS = "postings.tf_offsets"  # raw u64 x (terms + 1) into postings.tf
 POSTING_TF = "postings.tf"  # raw f32 weighted term frequencies, in chunk-id order per term

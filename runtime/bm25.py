@@ -1,28 +1,37 @@
 """The BM25 leg: query terms -> scored chunk ids, over postings viewed in place.
 
-Formula and variant: formats/bm25.py. Scores accumulate per term with numpy over each term's
-posting list; the ``allowed`` filter (a boolean mask over chunk ids) is applied before ranking,
-so the top hits are drawn from the allowed set only.
+Formula and variant: formats/bm25.py. Chunks are scored; in a format 2 artifact N and df count
+documents (``terms.doc_df``), in format 1 chunks, and a format 2 chunk's score adds
+``document_weight`` x its document's own BM25 (the document's tf and length summed over its
+chunks, computed here from the chunk postings). A query term repeated n times adds its impact
+n times (format 2; format 1 queries hold distinct terms). Scores accumulate per term with numpy
+over each term's posting list; the ``allowed`` filter (a boolean mask over chunk ids) is applied
+before ranking, so the top hits are drawn from the allowed set only.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
-from kb.formats.analyzer import Analyzer
+from kb.formats.analyzer import Analyzer, AnalyzerError
 from kb.formats.bm25 import idf, tf_component
 
 
 def query_terms(ix, text: str) -> list[str]:
-    """Distinct analyzed terms of ``text``, in first-seen order (a repeated query term counts once)."""
-    return list(dict.fromkeys(analyzer_of(ix).terms(text)))
+    """The terms ``text`` searches, repeats kept (formats/analyzer.py ``Analyzer.query_terms``)."""
+    return analyzer_of(ix).query_terms(text)
 
 
 def analyzer_of(ix) -> Analyzer:
     """The artifact's own analyzer, built once per open index."""
     analyzer = ix.leg_cache.get("analyzer")
     if analyzer is None:
-        analyzer = ix.leg_cache["analyzer"] = Analyzer.from_params(ix.meta.analyzer)
+        try:
+            analyzer = ix.leg_cache["analyzer"] = Analyzer.from_params(ix.meta.analyzer)
+        except AnalyzerError as e:
+            raise AnalyzerError(f"{ix.path}: {e}; rebuild it with this kb-build, or use a kb that has it") from None
     return analyzer
 
 
@@ -38,26 +47,54 @@ def impacts(ix, tid: int) -> tuple[np.ndarray, np.ndarray]:
         return hit
     p = ix.meta.bm25
     ids, tf = ix.posting(tid)
-    out = (ids, idf(len(ids), ix.n_chunks) * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"]))
+    w = idf(int(ix.doc_df[tid]), ix.n_docs) if ix.version >= 2 else idf(len(ids), ix.n_chunks)
+    out = (ids, w * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"]))
+    if document_weight(ix) > 0:
+        chunk_doc, doc_len, avg = _doc_stats(ix)
+        dtf = np.bincount(chunk_doc[ids], weights=tf, minlength=ix.n_docs)
+        docs = np.flatnonzero(dtf)
+        out += (docs, w * tf_component(dtf[docs], doc_len[docs], avg, p["k1"], p["b"]))
     if len(cache) >= IMPACT_CACHE:
         cache.clear()
     cache[tid] = out
     return out
 
 
+def document_weight(ix) -> float:
+    """meta.bm25.document_weight (formats/bm25.py); 0 for artifacts from before it (format 1)."""
+    return float(ix.meta.bm25.get("document_weight", 0.0)) if ix.version >= 2 else 0.0
+
+
+def _doc_stats(ix) -> tuple[np.ndarray, np.ndarray, float]:
+    """(each chunk's document, each document's length = its chunks' lengths, their mean)."""
+    hit = ix.leg_cache.get("doc_stats")
+    if hit is None:
+        chunk_doc = ix.chunks["doc"].astype(np.int64)
+        doc_len = np.bincount(chunk_doc, weights=ix.lengths, minlength=ix.n_docs)
+        hit = ix.leg_cache["doc_stats"] = (chunk_doc, doc_len, float(doc_len.mean()) if ix.n_docs else 1.0)
+    return hit
+
+
 def bm25_scores(ix, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk ids, scores) of every chunk matching at least one term, ids ascending."""
+    """(chunk ids, scores) of every chunk matching at least one term, ids ascending; a term
+    given n times counts n times."""
     n = ix.n_chunks
     acc = np.zeros(n, dtype=np.float64)
     touched = np.zeros(n, dtype=bool)
-    for t in terms:
+    lam = document_weight(ix)
+    dacc = np.zeros(ix.n_docs if lam > 0 else 0, dtype=np.float64)
+    for t, times in Counter(terms).items():
         tid = ix.term_id(t)
         if tid is None:
             continue
-        ids, imp = impacts(ix, tid)
-        acc[ids] += imp
+        ids, imp, *doc = impacts(ix, tid)
+        acc[ids] += imp * times if times > 1 else imp
         touched[ids] = True
+        if doc:
+            dacc[doc[0]] += doc[1] * times if times > 1 else doc[1]
     ids = np.flatnonzero(touched)  # a dense mask beats np.unique over the concatenated postings
+    if lam > 0:
+        return ids, acc[ids] + lam * dacc[_doc_stats(ix)[0][ids]]
     return ids, acc[ids]
 
 

@@ -53,6 +53,7 @@ REQUIRED = (
     L.TEXT_DICT,
     L.TEXT_BLOCKS,
 )
+REQUIRED_V2 = (L.TERM_DOC_DF,)  # format 2: BM25 statistics over documents
 
 
 class Index:
@@ -88,7 +89,8 @@ class Index:
 
     def _check_structure(self):
         secs = self.artifact.sections
-        missing = [n for n in REQUIRED if n not in secs]
+        self.version = self.artifact.version
+        missing = [n for n in REQUIRED + (REQUIRED_V2 if self.version >= 2 else ()) if n not in secs]
         if missing:
             raise self._corrupt(f"missing sections: {', '.join(missing)}")
         try:
@@ -104,6 +106,8 @@ class Index:
             L.TERM_HASHES: n_terms * 8,
             L.POSTING_TF_OFFSETS: (n_terms + 1) * 8,
         }
+        if self.version >= 2:
+            expect[L.TERM_DOC_DF] = n_terms * 4
         for name, size in expect.items():
             if secs[name].length != size:
                 raise self._corrupt(f"section {name!r} is {secs[name].length} bytes, expected {size}")
@@ -147,6 +151,11 @@ class Index:
     @cached_property
     def term_hashes(self) -> np.ndarray:
         return np.frombuffer(self.artifact.section(L.TERM_HASHES), dtype="<u8")
+
+    @cached_property
+    def doc_df(self) -> np.ndarray:
+        """Documents holding each term (format 2)."""
+        return np.frombuffer(self.artifact.section(L.TERM_DOC_DF), dtype="<u4")
 
     @cached_property
     def term_strings(self) -> L.BlobTable:

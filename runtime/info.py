@@ -48,7 +48,7 @@ def render_info(d: dict) -> str:
         f"counts: {c['documents']} documents, {c['chunks']} chunks, {c['terms']} terms, {c['vectors']} vectors",
         "embedder: " + (f"{emb['name']} ({emb.get('quantization', emb.get('backend'))}, dim {emb['dim']})" if emb else "none (BM25 only)"),
         "reranker: " + (f"{rr['name']} ({rr.get('quantization')}, {rr.get('max_tokens')}-token pairs)" if (rr := d["models"]["reranker"]) else "none"),
-        f"analyzer: {d['analyzer']['name']}-{d['analyzer']['version']} (cjk_bigrams={d['analyzer']['cjk_bigrams']}, stem={d['analyzer']['stem']})",
+        "analyzer: " + _analyzer_line(d["analyzer"]),
         "bm25: " + ", ".join(f"{k}={v:g}" for k, v in d["bm25"].items()),
         f"statuses: {', '.join(d['statuses'])} (excluded by default: {', '.join(d['excluded_statuses'])})",
         f"tags: {len(d['tags'])}",
@@ -61,3 +61,14 @@ def render_info(d: dict) -> str:
     out.append("sections:")
     out.extend(f"  {s['name']:<22} {s['bytes']:>12,} B  {s['codec']:<4} at {s['offset']}" for s in d["sections"])
     return "\n".join(out)
+
+
+def _analyzer_line(a: dict) -> str:
+    """kb-unicode-2 (en 5183 documents: english stemmer, 153 stopwords; PyStemmer 3.1.0)."""
+    head = f"{a.get('name')}-{a.get('version')}"
+    if a.get("version") == 1:
+        return f"{head} (cjk_bigrams={a.get('cjk_bigrams')}, no stemming, no stopwords)"
+    docs, stems, stops = a.get("documents") or {}, a.get("stemmers") or {}, a.get("stopwords") or {}
+    langs = [f"{lang} {docs.get(lang, '?')} documents: " + (f"{stems[lang]} stemmer, {len(stops.get(lang, ()))} stopwords" if stems.get(lang) else "bigrams, no stemmer") for lang in a.get("languages") or ()]
+    lib = a.get("stemmer_library")
+    return f"{head} (" + "; ".join(langs + ([lib] if lib else [])) + ")"

@@ -60,29 +60,55 @@ def test_path_prefix_maps_to_a_chunk_range(sample_artifact):
 
 
 def _plain_bm25(tmp_path):
-    cfg = replace(BuildConfig(), reranker="none", embedding_model="none", bm25=BM25Params(title_weight=0.0, section_weight=0.0))
+    cfg = replace(BuildConfig(), reranker="none", embedding_model="none", languages=("en",), bm25=BM25Params(title_weight=0.0, section_weight=0.0))
     out = tmp_path / "bm25.kb"
     build([BM25_CORPUS], out, cfg)
     return out
 
 
-@pytest.mark.parametrize("query", ["storage cluster disk", "backup snapshot restore", "gpu xid driver", "canary deploy traffic", "存储集群 バックアップ"])
+QUERIES = ["storage cluster disk", "backup snapshot restore", "gpu xid driver", "canary deploy traffic", "存储集群 バックアップ",
+           "the disks were failing and the disk failed, disk", "where are the backups restored from"]  # fmt: skip
+
+
+@pytest.mark.parametrize("query", QUERIES)
 def test_bm25_scores_equal_bm25s_lucene_on_the_committed_corpus(tmp_path, query):
+    """The oracle is bm25s (Lucene variant) over the same files, tokenized independently of
+    kb's analysis after the word split: bm25s's own copy of NLTK's English stopwords removed,
+    then PyStemmer's English stemmer; repeated query words count again, as bm25s counts them.
+    Each file is one chunk and one document, so kb's chunk scores with document statistics
+    equal bm25s's document scores, plus ``document_weight`` times the same (the document's own
+    score, formats/bm25.py)."""
     bm25s = pytest.importorskip("bm25s")
+    import Stemmer
+    from bm25s.stopwords import STOPWORDS_EN_PLUS
+
     out = _plain_bm25(tmp_path)
-    a = Analyzer()
+    stem, stop, words = Stemmer.Stemmer("english").stemWord, set(STOPWORDS_EN_PLUS), Analyzer().words
+
+    def tokens(text):
+        return [stem(w) for w in words(text) if w not in stop]
+
     files = sorted(BM25_CORPUS.glob("*.txt"))
-    tokens = [a.terms(f.read_text()) for f in files]
     ref = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
-    ref.index(tokens, show_progress=False)
-    q = list(dict.fromkeys(a.terms(query)))
-    expected = ref.get_scores(q)
+    ref.index([tokens(f.read_text()) for f in files], show_progress=False)
+    q = [t for t in tokens(query) if t in ref.vocab_dict]
+    expected = ref.get_scores(q) if q else np.zeros(len(files))
     with Index(out) as ix:
         ids, scores = bm25_scores(ix, query_terms(ix, query))
         got = np.zeros(ix.n_chunks)
         got[ids] = scores
         assert [ix.chunk(c).path for c in range(ix.n_chunks)] == [f.name for f in files]
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert expected.max() > 0
+    np.testing.assert_allclose(got, (1 + BM25Params().document_weight) * expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_query_of_stopwords_alone_finds_the_chunks_that_hold_them(tmp_path):
+    out = _plain_bm25(tmp_path)
+    with Index(out) as ix:
+        assert query_terms(ix, "the who") == ["~the", "~who"]
+        ids, scores = bm25_scores(ix, query_terms(ix, "the who"))
+        holding = [c for c in range(ix.n_chunks) if {"the", "who"} & set(Analyzer().words(ix.chunk(c).text))]
+        assert ids.tolist() == holding and len(holding) > 0 and np.all(scores > 0)
 
 
 def test_title_and_section_terms_count_above_body(tmp_path):
@@ -160,3 +186,42 @@ def test_vocabulary_is_ordered_by_hash_then_bytes_even_on_collisions(monkeypatch
     assert terms[:3] == ["a", "b", "c"] and list(hashes[:3]) == [7, 7, 7]
     assert [given[i] for i in order] == terms
     assert list(hashes) == sorted(hashes)
+
+
+def test_a_chunk_score_adds_its_documents_score_summed_over_its_chunks(tmp_path):
+    """The document part of the score, recomputed the slow way from the stored postings."""
+    import math
+
+    out = tmp_path / "s.kb"
+    build([SAMPLE], out, replace(BuildConfig(), reranker="none", embedding_model="none", languages=("en",)))
+    query = "restore the backup snapshot on the storage cluster, backup"
+    with Index(out) as ix:
+        p, n_docs, terms = ix.meta.bm25, ix.n_docs, query_terms(ix, query)
+        doc = [ix.doc_of(c) for c in range(ix.n_chunks)]
+        doc_len = [sum(float(ix.lengths[c]) for c in range(ix.n_chunks) if doc[c] == d) for d in range(n_docs)]
+        avg_doc, avg = sum(doc_len) / n_docs, p["avg_length"]
+
+        def sat(tf, length, mean):
+            return tf / (tf + p["k1"] * (1 - p["b"] + p["b"] * length / mean))
+
+        want = [0.0] * ix.n_chunks
+        for t in terms:
+            tid = ix.term_id(t)
+            if tid is None:
+                continue
+            ids, tf = ix.posting(tid)
+            w = math.log(1 + (n_docs - int(ix.doc_df[tid]) + 0.5) / (int(ix.doc_df[tid]) + 0.5))
+            dtf = [0.0] * n_docs
+            for c, f in zip(ids.tolist(), tf.tolist()):
+                want[c] += w * sat(f, float(ix.lengths[c]), avg)
+                dtf[doc[c]] += f
+            for c in range(ix.n_chunks):
+                if dtf[doc[c]]:
+                    want[c] += p["document_weight"] * w * sat(dtf[doc[c]], doc_len[doc[c]], avg_doc)
+        ids, scores = bm25_scores(ix, terms)
+    assert len(set(doc[c] for c in ids)) < len(ids)  # documents of several chunks are in play
+    assert terms.count("backup") == 2
+    got = np.zeros(len(want))
+    got[ids] = scores
+    hit = [c for c in range(len(want)) if c in set(ids.tolist())]
+    np.testing.assert_allclose(got[hit], np.array(want)[hit], rtol=1e-6)

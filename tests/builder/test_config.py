@@ -22,7 +22,7 @@ from corpora import TINY
         ('[search]\nrerank = "yes"\n', '[search] rerank: must be true or false, got "yes"'),
         ("[search]\ndefault_limit = 0\n", "[search] default_limit: must be within 1..200, got 0"),
         ("[search]\nrerank_top = 2.5\n", "[search] rerank_top: must be an integer, got 2.5"),
-        ("[bm25]\nk3 = 1\n", "[bm25] k3: unknown key; known: k1, b, title_weight, section_weight"),
+        ("[bm25]\nk3 = 1\n", "[bm25] k3: unknown key; known: k1, b, title_weight, section_weight, document_weight"),
         ("[bm25]\nb = 2\n", "[bm25] b: must be within 0..1, got 2"),
         ('[chunking]\nmax_tokens = "200"\n', '[chunking] max_tokens: must be an integer, got "200"'),
         ('[embedding]\nquantization = "int4"\n', '[embedding] quantization: must be one of int8, float32, got "int4"'),
@@ -33,7 +33,13 @@ from corpora import TINY
         ("[statuses]\ndefault = 3\n", "[statuses] default: must be a string, got 3"),
         ("[tags]\nops = 3\n", '[tags] ops: must be a one-line description (a string), e.g. ops = "Runbooks"'),
         ("search = 3\n", "[search] must be a table"),
-        ("[colours]\nred = 1\n", "[colours]: unknown section; known: tags, statuses, search, chunking, bm25, embedding, vectors"),
+        ("[colours]\nred = 1\n", "[colours]: unknown section; known: tags, statuses, search, chunking, bm25, analyzer, embedding, vectors"),
+        ('[analyzer]\nlanguage = "xx"\n', "[analyzer] language: unknown language 'xx'; known: auto, da, de, en, es, fr, it, ja, ko, nl, no, pt, ru, sv, tr, zh"),
+        ('[analyzer]\nlanguage = ["en", "auto"]\n', "[analyzer] language: auto stands alone, not in a list; or list the codes to detect among (da, de, en, es, fr, it, ja, ko, nl, no, pt, ru, sv, tr, zh)"),
+        ('[analyzer]\nlanguage = ["en", "en"]\n', "[analyzer] language: 'en' is listed twice"),
+        ("[analyzer]\nlanguage = []\n", "[analyzer] language: must not be empty, got []"),
+        ("[analyzer]\nlanguage = 3\n", "[analyzer] language: must be a string or an array of strings, got 3"),
+        ('[analyzer]\nstemmer = "porter"\n', "[analyzer] stemmer: unknown key; known: language"),
     ],
 )
 def test_a_bad_kb_toml_fails_the_build_with_one_line_naming_the_key(tmp_path, toml, message):
@@ -58,6 +64,14 @@ def test_a_valid_kb_toml_is_read_into_the_build_config(tmp_path):
     c = load_config(cfg)
     assert c.search == {"rrf_k": 60, "rerank": True}  # stored in the artifact as given
     assert (c.bm25.k1, c.bm25.b, c.vectors.dtype, c.tags) == (0.9, 0.75, "f32", {"ops": "Runbooks"})
+    assert c.languages == ("auto",)
+
+
+@pytest.mark.parametrize("value, languages", [('"auto"', ("auto",)), ('"de"', ("de",)), ('["en", "ja"]', ("en", "ja"))])
+def test_the_analyzer_language_is_auto_a_code_or_a_list(tmp_path, value, languages):
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text(f"[analyzer]\nlanguage = {value}\n")
+    assert load_config(cfg).languages == languages
 
 
 def test_search_options_resolve_defaults_then_the_artifact_then_overrides():
@@ -73,14 +87,14 @@ def test_search_options_resolve_defaults_then_the_artifact_then_overrides():
 
 def test_the_readme_tables_are_the_settings_declared_in_the_code():
     from kb.builder.chunk import ChunkOptions
-    from kb.builder.config import EmbeddingOptions, StatusOptions, VectorOptions
+    from kb.builder.config import AnalyzerOptions, EmbeddingOptions, StatusOptions, VectorOptions
     from kb.common.settings import markdown_table
     from kb.formats.bm25 import BM25Params
 
     from corpora import REPO
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    for name, cls in (("search", SearchOptions), ("statuses", StatusOptions), ("chunking", ChunkOptions), ("bm25", BM25Params), ("embedding", EmbeddingOptions), ("vectors", VectorOptions)):
+    for name, cls in (("search", SearchOptions), ("statuses", StatusOptions), ("chunking", ChunkOptions), ("bm25", BM25Params), ("analyzer", AnalyzerOptions), ("embedding", EmbeddingOptions), ("vectors", VectorOptions)):
         assert f"`[{name}]`" in readme and markdown_table(cls, flags=name == "search") in readme, name
 
 

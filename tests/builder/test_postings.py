@@ -12,18 +12,21 @@ from kb.builder import shards
 from kb.builder.chunk import Chunk
 from kb.builder.config import BuildConfig
 from kb.builder.ingest import Document
-from kb.formats.analyzer import Analyzer
+from kb.formats.analyzer import STOP_MARK, Analyzer
 from kb.formats.bm25 import BM25Params
 
 from corpora import SAMPLE, build_hash
 
-WORDS = ["the", "cell", "Cells", "nas", "backup", "ß", "北京大学", "x" * 70, "e.g.", "café", "the"]
+WORDS = ["the", "die", "Häuser", "running", "cell", "Cells", "nas", "backup", "ß", "北京大学", "x" * 70, "e.g.", "café", "the"]
 text = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)
 docs = st.lists(st.tuples(text, text, st.lists(st.tuples(text, text), min_size=1, max_size=4)), min_size=1, max_size=6)
 
 
-def reference(docs, rows, analyzer, p):
+def reference(docs, rows, analyzer, p, langs):
+    """Per chunk: tf over every term (stopword terms too), length over the non-stopword terms;
+    and each term's documents."""
     tf = defaultdict(float)
+    term_docs = defaultdict(set)
     lengths = []
     prev = -1
     for cid, r in enumerate(rows):
@@ -34,28 +37,35 @@ def reference(docs, rows, analyzer, p):
         prev = r.doc
         n = 0.0
         for s, w in fields:
-            terms = analyzer.terms(s)
-            n += w * len(terms)
+            terms = analyzer.finish(analyzer.words(s), langs[r.doc] if langs else None)
+            n += w * sum(not t.startswith(STOP_MARK) for t in terms)
             for t in terms:
                 if w > 0:
                     tf[t, cid] += w
+                    term_docs[t].add(r.doc)
         lengths.append(n)
-    return tf, lengths
+    return tf, lengths, {t: len(ds) for t, ds in term_docs.items()}
+
+
+BILINGUAL = Analyzer.for_languages(["de", "en"])
 
 
 @settings(max_examples=60, deadline=None)
-@given(docs, st.sampled_from([Analyzer(), Analyzer(stopwords=("the", "nas"), stem="porter-lite"), Analyzer(max_term_chars=3)]), st.sampled_from([0.0, 1.5]))
-def test_postings_equal_a_per_chunk_reference_sharded_or_not(spec, analyzer, section_weight):
+@given(docs, st.sampled_from([(Analyzer(), None), (BILINGUAL, "en"), (BILINGUAL, "mixed"), (Analyzer(max_term_chars=3), None)]), st.sampled_from([0.0, 1.5]))
+def test_postings_equal_a_per_chunk_reference_sharded_or_not(spec, analysis, section_weight):
+    analyzer, how = analysis
     documents = [Document(f"d{i}", f"d{i}", "text", title, "", description=desc) for i, (title, desc, _) in enumerate(spec)]
+    langs = None if how is None else [("en", "de")[i % 2] if how == "mixed" else how for i in range(len(documents))]
     rows = [B.ChunkRow(i, Chunk(sec, body, 1, 1)) for i, (_, _, chunks) in enumerate(spec) for sec, body in chunks]
     cfg = replace(BuildConfig(), bm25=replace(BM25Params(), section_weight=section_weight))
-    want_tf, want_len = reference(documents, rows, analyzer, cfg.bm25)
+    want_tf, want_len, want_df = reference(documents, rows, analyzer, cfg.bm25, langs)
+    chunk_doc = np.array([r.doc for r in rows])
 
-    whole = B.analyze(documents, rows, analyzer)
+    whole = B.analyze(documents, rows, analyzer, langs)
     cut = next((i for i, r in enumerate(rows) if r.doc >= len(documents) // 2), 0)  # two shards of whole documents, as workers get them
-    halves = B.merge_fields([B.analyze(documents, rows[:cut], analyzer), B.analyze(documents, rows[cut:], analyzer)])
+    halves = B.merge_fields([B.analyze(documents, rows[:cut], analyzer, langs), B.analyze(documents, rows[cut:], analyzer, langs)])
     for fields in (whole, halves):
-        post = B.build_postings(fields, cfg)
+        post = B.build_postings(fields, cfg, chunk_doc)
         got = {}
         bitmaps = B.L.BlobTable(post.bitmaps)
         for i, term in enumerate(post.terms):
@@ -64,6 +74,7 @@ def test_postings_equal_a_per_chunk_reference_sharded_or_not(spec, analyzer, sec
             got.update({(term, c): float(w) for c, w in zip(chunks, weights)})
         assert got == {k: v for k, v in want_tf.items()}
         assert np.allclose(post.lengths, want_len)
+        assert dict(zip(post.terms, post.doc_df.tolist())) == want_df
         assert list(post.hashes) == sorted(post.hashes)
 
 

@@ -47,14 +47,55 @@ def test_no_stemming_and_no_stopwords_by_default():
     assert A.terms("the backups were running") == ["the", "backups", "were", "running"]
 
 
-def test_optional_stemmer_strips_english_suffixes():
-    assert Analyzer(stem="porter-lite").terms("backups running") == ["backup", "runn"]
+EN = Analyzer.for_languages(["en"])
+EN_DE = Analyzer.for_languages(["de", "en"])
+
+
+def test_a_document_is_stemmed_by_its_language_and_its_stopwords_are_marked():
+    words = A.words("The backups were running in die Häuser")
+    assert EN.finish(words, "en") == ["~the", "backup", "~were", "run", "~in", "die", "häuser"]
+    assert EN_DE.finish(words, "de") == ["the", "backups", "wer", "running", "~in", "~die", "haus"]
+
+
+def test_cjk_bigrams_are_never_stemmed_and_cjk_languages_have_no_stopwords():
+    words = A.words("the 存储集群 バックアップ")
+    assert EN.finish(words, "en")[1:] == A.terms("存储集群 バックアップ")
+    assert Analyzer.for_languages(["zh"]).finish(words, "zh") == words
+
+
+def test_a_query_drops_stopwords_counts_repeats_and_keeps_every_languages_forms():
+    assert EN.query_terms("where are the running dogs, dogs") == ["run", "dog", "dog"]
+    assert EN_DE.query_terms("running Häuser") == ["running", "run", "haus", "häuser"]
+    assert EN_DE.query_terms("die hard") == ["hard"]  # a stopword in any of the languages is left out
+
+
+def test_a_query_of_stopwords_alone_still_searches_them():
+    assert EN.query_terms("where") == ["~where"]
+    assert EN.query_terms("the who") == ["~the", "~who"]
+    assert EN_DE.query_terms("the") == ["the", "~the"]  # de: a word; en: a stopword
+
+
+def test_version_1_is_the_plain_tokenizer_with_distinct_query_terms():
+    v1 = Analyzer.from_params({"name": "kb-unicode", "version": 1, "cjk_bigrams": True, "stem": None, "stopwords": [], "max_term_chars": 64})
+    assert v1.query_terms("the running the dogs") == ["the", "running", "dogs"]
+    assert v1.params()["version"] == 1 and v1.params()["stem"] is None
 
 
 def test_params_round_trip_and_unknown_analyzers_are_refused():
     assert Analyzer.from_params(A.params()) == A
+    assert Analyzer.from_params(EN_DE.params()) == EN_DE
+    assert EN_DE.params()["stemmers"] == {"de": "german", "en": "english"}
+    assert EN_DE.params()["stemmer_library"].startswith("PyStemmer ")
     with pytest.raises(AnalyzerError, match="unknown analyzer other-1"):
         Analyzer.from_params({"name": "other", "version": 1})
+
+
+def test_a_stemmer_this_kb_lacks_is_refused():
+    params = EN.params() | {"stemmers": {"en": "klingon"}}
+    with pytest.raises(AnalyzerError) as e:
+        Analyzer.from_params(params)
+    assert str(e.value).startswith("unknown stemmer 'klingon' for language 'en'; this kb's PyStemmer ")
+    assert e.value.exit_code == 4
 
 
 @given(st.text())

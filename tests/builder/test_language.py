@@ -1,0 +1,110 @@
+"""Documents in several languages in one artifact: each analyzed in its own language (builder/
+language.py detects it), each found by a query in its own language."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from kb.builder import language as lang
+from kb.builder.build import build
+from kb.builder.config import BuildConfig
+from kb.builder.ingest import Document
+from kb.runtime.cli import main as kb
+from kb.runtime.index import Index
+
+from corpora import TINY
+
+MIXED = TINY.parent / "mixed"
+# (query in the document's language, the document it must find first)
+QUERIES = [
+    ("how to patch a punctured tube", "bicycle-repair.md"),
+    ("composting leaves", "garden-compost.md"),
+    ("observing planets", "telescope-night.md"),
+    ("Brote backt man im Ofen", "brot-backen.md"),
+    ("Fahrkarte für Züge", "bahnreise.md"),
+    ("Wanderung im Wald", "wandern.md"),
+    ("绿茶怎么泡", "tea.md"),
+    ("书法练习", "calligraphy.md"),
+    ("熊猫吃什么", "panda.md"),
+    ("寿司の作り方", "sushi.md"),
+    ("温泉のマナー", "onsen.md"),
+    ("お花見", "sakura.md"),
+]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mixed") / "mixed.kb"
+    rep = build([MIXED], out, replace(BuildConfig(), reranker="none", embedding_model="none"))
+    assert rep.languages == {"de": 3, "en": 3, "ja": 3, "zh": 3}
+    return out
+
+
+def test_a_mixed_corpus_records_each_language_with_its_stemmer(mixed):
+    with Index(mixed) as ix:
+        a = ix.meta.analyzer
+    assert a["languages"] == ["de", "en", "ja", "zh"]
+    assert a["stemmers"] == {"de": "german", "en": "english", "ja": None, "zh": None}
+    assert a["documents"] == {"de": 3, "en": 3, "ja": 3, "zh": 3}
+
+
+@pytest.mark.parametrize("query, path", QUERIES)
+def test_each_document_is_found_by_a_query_in_its_own_language(mixed, query, path):
+    r = CliRunner().invoke(kb, ["search", query, "-i", str(mixed), "--mode", "bm25", "--json", "--no-stale-check"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["results"][0]["path"] == path
+
+
+def test_an_inflected_german_query_matches_through_the_german_stemmer(mixed):
+    with Index(mixed) as ix:
+        assert ix.term_id("fahrkart") is not None and ix.term_id("fahrkarten") is None
+
+
+def test_a_configured_language_skips_detection(tmp_path):
+    rep = build([MIXED], tmp_path / "en.kb", replace(BuildConfig(), reranker="none", embedding_model="none", languages=("en",)))
+    assert rep.languages == {"en": 12}
+
+
+def doc(i, text):
+    return Document(f"d{i}.md", f"d{i}", "markdown", "", text)
+
+
+def test_a_language_of_a_single_document_joins_the_majority():
+    docs = [doc(i, "the cat sat on the mat and it was happy with the day") for i in range(5)]
+    docs.append(doc(9, "der Hund ist mit dem Ball in den Garten gelaufen und hat sich gefreut"))
+    assert lang.document_languages(docs, ("auto",)) == ["en"] * 6
+    docs.append(doc(10, "die Katze ist auf dem Dach und will nicht mehr herunter kommen"))
+    assert lang.document_languages(docs, ("auto",)) == ["en"] * 5 + ["de", "de"]
+
+
+def test_text_without_stopwords_takes_the_majority_without_the_model(monkeypatch):
+    monkeypatch.setattr(lang, "_model", lambda c: pytest.fail("the model was loaded"))
+    docs = [doc(i, "the cat sat on the mat and it was happy with the day") for i in range(3)]
+    docs += [doc(7, "port: 5432\nhost: db01\nreplicas: 3"), doc(8, "")]
+    assert lang.document_languages(docs, ("auto",)) == ["en"] * 5
+
+
+def test_the_model_decides_only_where_its_answer_could_matter(monkeypatch):
+    calls = []
+
+    def model(candidates):
+        calls.append(candidates)
+        return lambda text: "de"
+
+    monkeypatch.setattr(lang, "_model", model)
+    clear = [doc(i, "the cat sat on the mat and it was happy with the day") for i in range(300)]
+    vague = [doc(1000 + i, "the and was with das und ist mit") for i in range(2)]  # prose of two languages, no clear winner
+    assert lang.document_languages(clear + vague, ("auto",)) == ["en"] * 302 and not calls  # 2 of 302 < 1%: folded whatever the model said
+    assert lang.document_languages(clear[:50] + vague, ("auto",)) == ["en"] * 50 + ["de"] * 2 and calls
+
+
+def test_a_mixed_corpus_builds_the_same_bytes_with_any_number_of_jobs(tmp_path, monkeypatch):
+    from kb.builder import shards
+
+    monkeypatch.setattr(shards, "MIN_SHARD_CHARS", 1)
+    cfg = replace(BuildConfig(), reranker="none", embedding_model="none")
+    build([MIXED], tmp_path / "one.kb", cfg, jobs=1)
+    build([MIXED], tmp_path / "three.kb", cfg, jobs=3)
+    assert (tmp_path / "one.kb").read_bytes() == (tmp_path / "three.kb").read_bytes()
