@@ -47,7 +47,7 @@ def impacts(ix, tid: int) -> tuple[np.ndarray, np.ndarray]:
         return hit
     p = ix.meta.bm25
     ids, tf = ix.posting(tid)
-    w = idf(int(ix.doc_df[tid]), ix.n_docs) if ix.version >= 2 else idf(len(ids), ix.n_chunks)
+    w = term_weight(ix, tid)
     out = (ids, w * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"]))
     if document_weight(ix) > 0:
         chunk_doc, doc_len, avg = _doc_stats(ix)
@@ -58,6 +58,13 @@ def impacts(ix, tid: int) -> tuple[np.ndarray, np.ndarray]:
         cache.clear()
     cache[tid] = out
     return out
+
+
+def term_weight(ix, tid: int) -> float:
+    """A term's idf: over documents (format 2), or over chunks (format 1)."""
+    if ix.version >= 2:
+        return float(idf(int(ix.doc_df[tid]), ix.n_docs))
+    return float(idf(int(ix.tf_offsets[tid + 1] - ix.tf_offsets[tid]), ix.n_chunks))
 
 
 def document_weight(ix) -> float:
@@ -119,17 +126,19 @@ def top_bm25(ix, terms: list[str], k: int, allowed: np.ndarray | None = None) ->
 
 
 def query_ceiling(ix, terms: list[str]) -> tuple[float, float]:
-    """(the highest BM25 score any chunk could get for ``terms``, the share of them the index
-    knows). Each term's saturated tf stays below 1 (formats/bm25.py), so the ceiling is the sum
-    of the known terms' idf: a leg's top score over it says how completely the best chunk
-    matches, on a scale that means the same for every query."""
+    """(the highest BM25 score any chunk could get for ``terms``, the share of the distinct terms
+    the index knows). Each term's saturated tf stays below 1 (formats/bm25.py), in the chunk's
+    score and in its document's, so the ceiling is (1 + document_weight) x the sum of the known
+    terms' idf, each as often as the query repeats it: a leg's top score over it says how
+    completely the best chunk matches, on a scale that means the same for every query."""
     if not terms:
         return 0.0, 0.0
     ceiling, known = 0.0, 0
-    for t in terms:
+    counts = Counter(terms)
+    for t, times in counts.items():
         tid = ix.term_id(t)
         if tid is None:
             continue
         known += 1
-        ceiling += float(idf(int(ix.tf_offsets[tid + 1] - ix.tf_offsets[tid]), ix.n_chunks))
-    return ceiling, known / len(terms)
+        ceiling += times * term_weight(ix, tid)
+    return ceiling * (1.0 + document_weight(ix)), known / len(counts)

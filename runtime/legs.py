@@ -26,7 +26,7 @@ def bm25_leg(ix, name: str, text: str, weight: float, depth: int, allowed: np.nd
     terms = query_terms(ix, text)
     ids, scores = top_bm25(ix, terms, depth, allowed)
     ceiling, known = query_ceiling(ix, terms)
-    return replace(leg_from_ranking(name, "bm25", weight, ids, scores), ceiling=ceiling, known=known, terms=len(terms))
+    return replace(leg_from_ranking(name, "bm25", weight, ids, scores), ceiling=ceiling, known=known, terms=len(set(terms)))
 
 
 def vector_leg(ix, name: str, query_vector: np.ndarray, weight: float, depth: int, allowed: np.ndarray) -> Leg:
