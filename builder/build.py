@@ -31,7 +31,7 @@ from kb.formats.version import KB_VERSION
 from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
-from .embedders import make_embedder, reranker_files
+from .embedders import AUTO_MODEL, choose_embedder, make_embedder, reranker_files
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Corpus, Document, read_corpus
 from .language import document_languages
@@ -61,6 +61,7 @@ class BuildReport:
     terms: int = 0
     vectors: int = 0
     languages: dict = field(default_factory=dict)  # language code -> documents analyzed in it
+    embedder: str = ""  # the embedding model used ([embedding] model = "auto" chooses by the languages)
     truncated_chunks: int = 0  # chunks longer than the embedding model's window (their tail is not embedded)
     skipped: list = field(default_factory=list)
     excluded: int = 0
@@ -140,13 +141,14 @@ def build(
     docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
     if not docs:
         raise BuildError("nothing to index: no readable documents in the inputs")
-    if embedder is None and config.chunking.exact_tokens:
-        embedder = make_embedder(config.embedding_model, config.quantization)
-    exact = config.chunking.exact_tokens and embedder is not None
-
     with clock("language"):
         doc_langs = document_languages(docs, config.languages)
     rep.languages = dict(sorted(Counter(doc_langs).items()))
+    model = choose_embedder(rep.languages) if config.embedding_model == AUTO_MODEL else config.embedding_model
+    rep.embedder = model
+    if embedder is None and config.chunking.exact_tokens:
+        embedder = make_embedder(model, config.quantization)
+    exact = config.chunking.exact_tokens and embedder is not None
     analyzer = Analyzer.for_languages(rep.languages).prepare()
     rows, fields = chunk_and_analyze(
         docs, doc_langs, embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer,
@@ -158,7 +160,7 @@ def build(
     rep.terms = len(post.terms)
 
     if embedder is None:
-        embedder = make_embedder(config.embedding_model, config.quantization)  # loaded after the forked stages, so no model is forked
+        embedder = make_embedder(model, config.quantization)  # loaded after the forked stages, so no model is forked
     vectors_bytes = None
     if embedder is not None:
         with clock("embed"):

@@ -69,7 +69,7 @@ class AnalyzerOptions:
 class EmbeddingOptions:
     """kb.toml [embedding]."""
 
-    model: str = setting("all-MiniLM-L6-v2", "Embedding model: all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages), or none for a BM25-only artifact.")
+    model: str = setting("auto", "Embedding model: auto (all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages), or none for a BM25-only artifact.")
     quantization: str = setting("int8", "Weights of the packed embedding model.", choices=("int8", "float32"))
 
 
@@ -135,8 +135,8 @@ def load_config(path: Path | None) -> BuildConfig:
     from .embedders import EMBEDDERS
 
     model = t["embedding"].model
-    if model != "none" and model not in EMBEDDERS:
-        raise ConfigError(f"{path}: [embedding] model: must be one of {', '.join(sorted(EMBEDDERS))}, none, got {model!r}")
+    if model not in ("none", "auto") and model not in EMBEDDERS:
+        raise ConfigError(f"{path}: [embedding] model: must be one of auto, {', '.join(sorted(EMBEDDERS))}, none, got {model!r}")
     return BuildConfig(
         tags={k.casefold(): v.strip() for k, v in sorted(tags.items())},
         statuses=t["statuses"].known,

