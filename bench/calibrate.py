@@ -50,8 +50,9 @@ def load_set(name: str, data: Path, fixtures: Path):
     return BenchSet("hugo", "path", a.queries + b.queries)
 
 
-def searches(searcher, bset, backend: str, options):
-    """(query, results, notices) of each query, top 10 documents."""
+def searches(searcher, bset, backend: str, options, top_k: int = 10):
+    """(query, response) of each query, its top ``top_k`` documents (kb bench takes 100 and
+    scores the first 10; the confidence features of the top 10 are the same either way)."""
     from kb.runtime.search import Query
 
     mode = "hybrid" if backend.startswith("hybrid") else backend
@@ -59,14 +60,14 @@ def searches(searcher, bset, backend: str, options):
     for q in bset.queries:
         if not q.text.strip():
             continue
-        resp = searcher.search(Query(q.text, top_k=10, group="doc", all_statuses=True, mode=mode, explain=True), opts)
+        resp = searcher.search(Query(q.text, top_k=top_k, group="doc", all_statuses=True, mode=mode, explain=True, literal=True), opts)
         yield q, resp
 
 
 def cmd_grid(a):
     from kb.common.options import resolve
     from kb.runtime import fusion as F
-    from kb.runtime.bench import ndcg_at
+    from kb.runtime.bench import DEPTH, ndcg_at
     from kb.runtime.index import Index
     from kb.runtime.search import Searcher
 
@@ -80,7 +81,7 @@ def cmd_grid(a):
                 if consts:
                     F.COS_WEAK, F.COS_STRONG, F.STRENGTH_FLOOR = consts
                 opts = resolve(ix.meta.search, {"adaptive_fusion": consts is not None})
-                vals = [ndcg_at([getattr(r, bset.key) for r in resp.results], q.relevant, 10) for q, resp in searches(s, bset, "hybrid", opts) if q.relevant]
+                vals = [ndcg_at([getattr(r, bset.key) for r in resp.results], q.relevant, 10) for q, resp in searches(s, bset, "hybrid", opts, DEPTH) if q.relevant]
                 table.setdefault(label, {})[name] = round(float(np.mean(vals)), 4)
                 print(name, label, table[label][name], file=sys.stderr, flush=True)
     print(json.dumps(table, indent=1))

@@ -178,7 +178,8 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
             if not q.text.strip():  # an empty query (a few exist in the sets) retrieves nothing: scored as such
                 results, notices = [], []
             else:
-                query = Query(q.text, top_k=DEPTH, group="doc", all_statuses=True, mode=mode)
+                # literal: benchmark queries are natural language, not written in kb's query syntax
+                query = Query(q.text, top_k=DEPTH, group="doc", all_statuses=True, mode=mode, literal=True)
                 t = time.perf_counter()
                 resp = searcher.search(query, opts)
                 lat.append((time.perf_counter() - t) * 1000)

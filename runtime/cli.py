@@ -88,6 +88,7 @@ def status(index_path, as_json):
 @click.option("--reranker", "reranker_path", metavar="PATH", help="Use this cross-encoder (converted or HF folder) instead of the artifact's.")
 @click.option("--budget-ms", type=click.FloatRange(0), help="Shrink the rerank depth to fit this many milliseconds (--explain shows what was skipped).")
 @search_option_flags
+@click.option("--literal", is_flag=True, help="Take QUERY as plain words: quotes, a leading - and field: are not syntax.")
 @click.option("--explain", is_flag=True, help="Per result: each leg's rank and raw score, RRF parts, bonus, rerank logit and blend weights.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
@@ -99,7 +100,7 @@ def status(index_path, as_json):
 @compute_option
 @click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk.")
 @debug_option
-def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, reranker_path, budget_ms, overrides, explain, fmt, as_json, as_jsonl, min_score, full, group, device, compute_type, no_stale_check):
+def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, reranker_path, budget_ms, overrides, literal, explain, fmt, as_json, as_jsonl, min_score, full, group, device, compute_type, no_stale_check):
     """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked.
 
     \b
@@ -130,7 +131,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
         q = Query(
             text=query, rewrites=tuple(rewrite), entities=tuple(entity), top_k=top_k, statuses=tuple(status),
             all_statuses=all_statuses, tags=tuple(tag), path=path_prefix, mode=mode, budget_ms=budget_ms,
-            explain=explain, group=group, full=full,
+            explain=explain, group=group, full=full, literal=literal,
         )
         resp = Searcher(ix, device, compute_type, reranker=reranker).search(q, options)
         if not no_stale_check:

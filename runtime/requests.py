@@ -123,6 +123,7 @@ SEARCH_FIELDS: dict[str, Field] = {
         Field("budget_ms", "float", "Shrink the rerank depth to fit this many milliseconds (the response's rerank.skipped says how many were not rescored).", minimum=0.0, maximum=600000.0),
         Field("explain", "bool", "Per result: each leg's rank and raw score, the RRF parts and bonus, the rerank logit and blend weights; plus timings_ms.", default=False),
         Field("full", "bool", "Return each chunk's full text instead of a snippet.", default=False),
+        Field("literal", "bool", "Take query as plain words: quotes, a leading - and field: are not syntax.", default=False),
         Field("group", "str", "chunk: one result per chunk; doc: the best chunk per document (also_matched counts the others).", choices=GROUPS, default="chunk"),
         *(_knob_field(OPTION_SETTINGS[name]) for name in OPTION_FIELDS),
     )
@@ -251,6 +252,7 @@ def parse_search(data, allowed=None) -> SearchRequest:
         explain=v.get("explain", False),
         group=v.get("group", "chunk"),
         full=v.get("full", False),
+        literal=v.get("literal", False),
     )
     return SearchRequest(q, {k: v[k] for k in OPTION_FIELDS if k in v})
 

@@ -63,6 +63,7 @@ class Query:
     explain: bool = False
     group: str = "chunk"
     full: bool = False
+    literal: bool = False  # the text is words only: no phrases, exclusions or scopes (runtime/query_syntax.py)
 
 
 class Searcher:
@@ -99,7 +100,7 @@ class Searcher:
         timings: dict[str, float] = {}
         top_k = self._validate(q, o)
         asked = q
-        parsed = parse(q.text) if q.text.strip() else None
+        parsed = parse(q.text) if q.text.strip() and not q.literal else None
         if parsed is not None:
             q = replace(q, text=parsed.text)  # the words that rank; the syntax filters below
         notices: list[Notice] = []

@@ -101,3 +101,9 @@ def test_files_output_feeds_xargs_on_the_sample(sample_artifact, tmp_path):
     kb_bin = str(Path(sys.executable).parent / "kb")
     p = subprocess.run(f"{kb_bin} search 'disk full' -i {sample_artifact} --mode bm25 --format files --no-stale-check | xargs -d '\\n' ls", shell=True, cwd=SAMPLE, capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0 and p.stderr == "" and "runbooks/disk-full.md" in p.stdout.splitlines()
+
+
+def test_literal_takes_the_query_as_plain_words():
+    assert hits('"restore script" -rollback')[0] == []
+    words = hits('"restore script" -rollback', "--literal")
+    assert words[1]["parsed_query"] is None and ("backups.md", "Backups > Restore") in words[0]

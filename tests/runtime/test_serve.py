@@ -181,7 +181,7 @@ def error_of(port, method, path, body=None, headers=None):
         (b"\xff\xfe", "bad_json", None, "the body is not UTF-8 (invalid start byte at byte 0)"),
         (b"[" * 30000 + b"]" * 30000, "bad_json", None, "the body nests too deeply"),
         (b'["backup"]', "bad_type", None, "the request must be a JSON object, got array"),
-        ({"query": "backup", "colour": "red", "size": 1}, "unknown_field", "colour", "unknown fields 'colour', 'size'; known: adaptive_fusion, all_statuses, blend, budget_ms, entities, explain, full, group, low_confidence_floor, mode, path, query, rank1_bonus, rank23_bonus, rerank, rerank_passage_tokens, rerank_top, rerank_weight, rewrite_weight, rewrites, rrf_k, semantic_weight, status, tag, tag_weight, top_k"),
+        ({"query": "backup", "colour": "red", "size": 1}, "unknown_field", "colour", "unknown fields 'colour', 'size'; known: adaptive_fusion, all_statuses, blend, budget_ms, entities, explain, full, group, literal, low_confidence_floor, mode, path, query, rank1_bonus, rank23_bonus, rerank, rerank_passage_tokens, rerank_top, rerank_weight, rewrite_weight, rewrites, rrf_k, semantic_weight, status, tag, tag_weight, top_k"),
         ({"query": 42}, "bad_type", "query", "query must be a string, got integer 42"),
         ({"query": "backup", "top_k": "5"}, "bad_type", "top_k", 'top_k must be an integer, got string "5"'),
         ({"query": "backup", "top_k": 2.5}, "bad_type", "top_k", "top_k must be an integer, got number 2.5"),
