@@ -118,7 +118,7 @@ def test_every_search_option_with_a_flag_is_a_kb_search_flag_with_its_default():
         p = params[f"opt_{s.name}"]
         assert s.flag.split("/")[0] in p.opts and p.default is None  # None: the artifact's [search], else the default
         assert p.help.endswith(f"(default: the artifact's [search] {s.name}, else {s.default_text()})")
-    assert params["opt_rrf_k"].help.endswith("(default: the artifact's [search] rrf_k, else 20)")
+    assert params["opt_rrf_k"].help.endswith("(default: the artifact's [search] rrf_k, else 10)")
     assert params["opt_rerank"].help.endswith("(default: the artifact's [search] rerank, else off)")
 
 
@@ -126,7 +126,7 @@ def test_the_http_and_mcp_fields_of_the_search_options_say_the_real_defaults():
     from kb.runtime.mcp_server import tool_list
     from kb.runtime.requests import SEARCH_FIELDS
 
-    assert SEARCH_FIELDS["rrf_k"].doc.endswith("Default: the artifact's [search] rrf_k, else 20.")
+    assert SEARCH_FIELDS["rrf_k"].doc.endswith("Default: the artifact's [search] rrf_k, else 10.")
     assert (SEARCH_FIELDS["rrf_k"].minimum, SEARCH_FIELDS["rrf_k"].maximum) == (0.0, 10000.0)
     search_tool = next(t for t in tool_list() if t["name"] == "search")
     assert search_tool["inputSchema"]["properties"]["rerank"]["description"].endswith("Default: the artifact's [search] rerank, else off.")

@@ -80,7 +80,7 @@ def test_fuse_rrf_matches_the_oracle_with_the_seed_constants(ls):
 
 
 def test_default_constants_are_the_measured_ones():
-    assert (D.rrf_k, D.rank1_bonus, D.rank23_bonus, D.semantic_weight) == (20, 0.0, 0.0, 0.7)
+    assert (D.rrf_k, D.rank1_bonus, D.rank23_bonus, D.semantic_weight) == (10, 0.0, 0.0, 0.7)
 
 
 probs = st.lists(st.floats(0, 1), min_size=1, max_size=30)

@@ -228,8 +228,8 @@ class LengthReranker:
 def _reranked(blend: str):
     q = Query("backup snapshot", top_k=6, all_statuses=True, explain=True)
     with Index(GOLD) as ix:
-        base = Searcher(ix).search(q)
-        rr = Searcher(ix, reranker=LengthReranker()).search(q, resolve({}, {"rerank": True, "rerank_top": 3, "blend": blend}))
+        base = Searcher(ix).search(q, resolve({}, {"rrf_k": 20}))  # the fused order these tests were written on
+        rr = Searcher(ix, reranker=LengthReranker()).search(q, resolve({}, {"rrf_k": 20, "rerank": True, "rerank_top": 3, "blend": blend}))
         lengths = {r.chunk_id: len(ix.chunk(r.chunk_id).text) for r in base.results}
     return base, rr, lengths
 
