@@ -115,6 +115,7 @@ def build(
     embedder=None,
     progress: Progress | None = None,
     jobs: int | None = None,
+    follow_symlinks: bool = False,
 ) -> BuildReport:
     """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
     (default: one per core, at most 8; the artifact is the same for any number)."""
@@ -124,7 +125,7 @@ def build(
     rerank_files = reranker_files_for(config)  # a bad --reranker fails before any work
 
     with clock("read"):
-        corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)})
+        corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)}, follow_symlinks=follow_symlinks)
     rep.files_read = len(corpus.sources)
     rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
     rep.excluded = corpus.excluded

@@ -50,6 +50,14 @@ def _human(n: float) -> str:
     return str(n)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
+
+
+def printable(s: str) -> str:
+    """A path or message as one terminal line: control characters escaped as \\xNN."""
+    return str(s).translate(_CONTROL)
+
+
 def summary_lines(rep, out: Path) -> list[str]:
     lines = [
         f"built {out} ({_human(rep.artifact_bytes)}): {rep.files_read} files read, {rep.documents} documents, "
@@ -61,7 +69,7 @@ def summary_lines(rep, out: Path) -> list[str]:
         lines.append(f"excluded by --include/--exclude: {rep.excluded} files")
     if rep.skipped:
         lines.append(f"skipped {len(rep.skipped)}:")
-        lines.extend(f"  {p}: {r}" for p, r in rep.skipped)
+        lines.extend(f"  {printable(p)}: {printable(r)}" for p, r in rep.skipped)
     lines.extend(f"warning: {w}" for w in rep.warnings)
     lines.append("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in rep.seconds.items()))
     lines.append("bytes: " + ", ".join(f"{k} {_human(v)}" for k, v in rep.section_bytes.items()))
@@ -76,6 +84,7 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--include", multiple=True, metavar="GLOB", help="Index only paths matching GLOB (relative to the corpus root). Repeatable.")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out paths matching GLOB. Repeatable.")
 @click.option("--strict", is_flag=True, help="Fail the build if any input is skipped.")
+@click.option("--follow-symlinks", is_flag=True, help="Read files that symlinks point to outside the corpus root, and enter symlinked folders (default: neither; each is reported as skipped).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary (errors still go to stderr).")
 @click.option("--embedder", metavar="NAME", help="Embedding model: all-MiniLM-L6-v2 (default) or none (BM25 only).")
 @click.option("--reranker", "reranker", metavar="PATH", help="Pack this cross-encoder (an HF BertForSequenceClassification folder, converted to int8, or a converted folder) instead of the shipped default.")
@@ -84,7 +93,7 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, jobs, as_json, debug):
+def main(corpus, out, config, jsonl, include, exclude, strict, follow_symlinks, quiet, embedder, reranker, no_reranker, jobs, as_json, debug):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
     from .build import BuildError, build
     from .config import ConfigError, load_config
@@ -107,7 +116,7 @@ def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, 
             cfg = replace(cfg, embedding_model=embedder)
         if reranker or no_reranker:
             cfg = replace(cfg, reranker="none" if no_reranker else reranker)
-        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs)
+        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs, follow_symlinks=follow_symlinks)
     except (ConfigError, InputError) as e:
         bar.close()
         _fail(str(e), EXIT_USAGE, debug)
@@ -131,5 +140,5 @@ main.prog = "kb-build"
 def _fail(msg: str, code: int, debug: bool = False):
     if debug and sys.exc_info()[0] is not None:
         raise
-    click.echo(f"kb-build: error: {msg}", err=True)
+    click.echo(f"kb-build: error: {printable(msg)}", err=True)
     sys.exit(code)
