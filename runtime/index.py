@@ -13,6 +13,7 @@ import numpy as np
 
 from kb.formats import layout as L
 from kb.formats.artifact import Artifact, CorruptArtifact
+from kb.formats.meta import ShapeError, check_manifest, check_meta, check_model_card, check_sections, check_text_block
 
 BLOCK_CACHE = 256  # decoded text blocks kept (16 chunks each)
 TERM_CACHE = 65536  # term -> term id lookups kept
@@ -77,8 +78,12 @@ class Index:
 
         try:
             self.meta = msgpack.unpackb(self.artifact.section(L.META))
+            check_meta(self.meta)  # every value the runtime reads has its type and range
+            check_sections(self.meta, secs)
             counts = self.meta["counts"]
             n_chunks, n_docs, n_terms = int(counts["chunks"]), int(counts["documents"]), int(counts["terms"])
+        except ShapeError as e:
+            raise self._corrupt(f"meta: {e}") from None
         except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
             raise self._corrupt(f"unreadable meta section ({e.__class__.__name__})") from None
         expect = {
@@ -114,7 +119,13 @@ class Index:
 
     @cached_property
     def doc_paths(self) -> L.BlobTable:
-        return self._blobs(L.DOC_PATHS, self.n_docs)
+        t = self._blobs(L.DOC_PATHS, self.n_docs)
+        try:
+            for i in range(len(t)):
+                bytes(t[i]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise self._corrupt(f"document path {i} is not UTF-8") from None
+        return t
 
     def _blobs(self, name: str, count: int | None = None) -> L.BlobTable:
         t = L.BlobTable(self.artifact.section(name), f"section {name!r}")
@@ -186,9 +197,12 @@ class Index:
         from pyroaring import BitMap
 
         try:
-            return BitMap.deserialize(bytes(self._blobs(name)[i]))
-        except ValueError:
+            bm = BitMap.deserialize(bytes(self._blobs(name)[i]))
+        except (ValueError, IndexError):
             raise self._corrupt(f"bitmap {i} of {name!r} is invalid") from None
+        if len(bm) and bm.max() >= self.n_chunks:
+            raise self._corrupt(f"bitmap {i} of {name!r} names chunks past the chunk table")
+        return bm
 
     def status_bitmap(self, status: str):
         from pyroaring import BitMap
@@ -268,7 +282,9 @@ class Index:
             try:
                 raw = self._dctx.decompress(bytes(self._text_blocks[b]))
                 block = msgpack.unpackb(raw)
-            except (zstandard.ZstdError, ValueError, msgpack.UnpackException):
+                per = int(self.meta["text_block"])
+                check_text_block(block, min(per, self.n_chunks - b * per))
+            except (zstandard.ZstdError, ValueError, msgpack.UnpackException):  # ShapeError is a ValueError
                 raise self._corrupt(f"text block {b} does not decode") from None
             cache[b] = block
             if len(cache) > BLOCK_CACHE:
@@ -278,7 +294,12 @@ class Index:
     def manifest(self) -> dict:
         import msgpack
 
-        return msgpack.unpackb(self.artifact.section(L.MANIFEST))
+        try:
+            man = msgpack.unpackb(self.artifact.section(L.MANIFEST))
+            check_manifest(man)
+        except (ValueError, msgpack.UnpackException) as e:  # ShapeError is a ValueError
+            raise self._corrupt(f"unreadable manifest ({e})") from None
+        return man
 
     # --- vectors and models --------------------------------------------------------------------
     @property
@@ -296,6 +317,12 @@ class Index:
         if not self.has_vectors:
             raise self._corrupt("no vector section (built with --embedder none)")
         view = self.artifact.section(L.VECTORS)
+        from kb.formats.hnsw import BadIndex, check_hnsw
+
+        try:  # usearch trusts the graph it is given: a bad slot would crash the process
+            check_hnsw(view, self.n_chunks)
+        except BadIndex as e:
+            raise self._corrupt(f"vector index: {e}") from None
         try:
             idx = UIndex.restore(view, view=True)
         except Exception as e:  # usearch raises plain RuntimeError/ValueError on bad bytes
@@ -307,8 +334,14 @@ class Index:
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
         import msgpack
 
+        import json
+
         t = self._blobs(name)
-        names = msgpack.unpackb(bytes(t[0]))
-        if len(names) != len(t) - 1:
-            raise self._corrupt(f"model section {name!r} is inconsistent")
-        return {n: bytes(t[i + 1]) for i, n in enumerate(names)}
+        try:
+            names = msgpack.unpackb(bytes(t[0]))
+            ok = isinstance(names, list) and len(names) == len(t) - 1 and all(isinstance(n, str) for n in names)
+            files = {n: bytes(t[i + 1]) for i, n in enumerate(names)} if ok else {}
+            check_model_card(json.loads(files["kb_model.json"]))
+        except (ValueError, KeyError, IndexError, msgpack.UnpackException):  # json and shape errors are ValueErrors
+            raise self._corrupt(f"model section {name!r} is inconsistent") from None
+        return files

@@ -1,0 +1,126 @@
+"""Shape checks for the msgpack values inside an artifact: ``meta``, ``manifest`` and the chunk
+records of ``text.blocks`` (SPEC.md names every field).
+
+The container's crc32s prove that bytes are the ones the section table names, not that a writer
+we trust wrote them: a forged checksum is four bytes of arithmetic. So the runtime checks the
+type and range of every value it uses, once, where the value is decoded, and the code that
+uses them can index and iterate without guarding each access. A failed check raises
+``ShapeError``; the reader turns it into CorruptArtifact (exit 3).
+"""
+
+from __future__ import annotations
+
+import math
+
+U32 = 1 << 32
+
+
+class ShapeError(ValueError):
+    """A value has the wrong type or range; the message names it."""
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise ShapeError(what)
+
+
+def _is_int(v, lo: int = 0, hi: int = 1 << 63) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_strs(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _optional_dict(meta: dict, key: str) -> None:
+    _need(meta.get(key) is None or isinstance(meta[key], dict), f"meta.{key} must be a map or nil")
+
+
+def check_meta(meta) -> None:
+    """Every ``meta`` field the runtime reads, by type and range."""
+    _need(isinstance(meta, dict), "meta is not a map")
+    for key in ("kb_version", "source"):
+        _need(isinstance(meta.get(key), str), f"meta.{key} must be a string")
+    _need(_is_int(meta.get("format_version")), "meta.format_version must be an integer")
+    counts = meta.get("counts")
+    _need(isinstance(counts, dict), "meta.counts must be a map")
+    for key in ("documents", "chunks", "terms", "vectors"):
+        _need(_is_int(counts.get(key), 0, U32), f"meta.counts.{key} must be an integer in 0..2^32-1")
+    bm25 = meta.get("bm25")
+    _need(isinstance(bm25, dict), "meta.bm25 must be a map")
+    for key in ("k1", "b", "avg_length"):
+        _need(_is_num(bm25.get(key)) and bm25[key] >= 0, f"meta.bm25.{key} must be a finite number >= 0")
+    _check_analyzer(meta.get("analyzer"))
+    for key in ("embedder", "reranker", "vectors"):
+        _optional_dict(meta, key)
+    _need(meta.get("embedder") is None or isinstance(meta["embedder"].get("name", ""), str), "meta.embedder.name must be a string")
+    tags = meta.get("tags")
+    _need(isinstance(tags, dict) and _is_strs(tags.get("names")), "meta.tags.names must be a list of strings")
+    descr = tags.get("descriptions")
+    _need(isinstance(descr, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in descr.items()),
+          "meta.tags.descriptions must map strings to strings")
+    for key in ("statuses", "excluded_statuses"):
+        _need(_is_strs(meta.get(key)), f"meta.{key} must be a list of strings")
+    _need(isinstance(meta.get("search", {}), dict), "meta.search must be a map")
+    _need(_is_int(meta.get("text_block"), 1, 1 << 16), "meta.text_block must be an integer in 1..65535")
+
+
+def _check_analyzer(params) -> None:
+    from .analyzer import Analyzer, AnalyzerError
+
+    _need(isinstance(params, dict), "meta.analyzer must be a map")
+    _need(_is_strs(params.get("stopwords", [])), "meta.analyzer.stopwords must be a list of strings")
+    _need(isinstance(params.get("cjk_bigrams"), bool), "meta.analyzer.cjk_bigrams must be a boolean")
+    _need(_is_int(params.get("max_term_chars"), 1, 1 << 16), "meta.analyzer.max_term_chars must be an integer in 1..65535")
+    try:
+        Analyzer.from_params(params)
+    except AnalyzerError as e:
+        raise ShapeError(f"meta.analyzer: {e}") from None
+
+
+def check_manifest(man) -> None:
+    """The manifest fields ``kb info`` and ``kb status`` read."""
+    _need(isinstance(man, dict), "the manifest is not a map")
+    _need(isinstance(man.get("root"), str), "manifest.root must be a string")
+    sources = man.get("sources")
+    _need(isinstance(sources, list), "manifest.sources must be a list")
+    for s in sources:
+        _need(isinstance(s, list) and len(s) == 4 and isinstance(s[0], str) and _is_int(s[1]) and _is_int(s[2], -(1 << 63))
+              and isinstance(s[3], str), "manifest.sources entries must be [path, size, mtime_ns, sha256]")
+    skipped = man.get("skipped")
+    _need(isinstance(skipped, list) and all(isinstance(s, list) and len(s) == 2 and _is_strs(s) for s in skipped),
+          "manifest.skipped entries must be [path, reason]")
+    _need(_is_int(man.get("excluded", 0)), "manifest.excluded must be an integer")
+    for key in ("jsonl", "include", "exclude"):
+        _need(_is_strs(man.get(key, [])), f"manifest.{key} must be a list of strings")
+
+
+def check_text_block(block, expect: int) -> None:
+    """A decoded text block: ``expect`` records [text, section, title, doc_id, tags]."""
+    _need(isinstance(block, list) and len(block) == expect, f"a text block holds {len(block) if isinstance(block, list) else 'no'} records, expected {expect}")
+    for rec in block:
+        _need(isinstance(rec, list) and len(rec) == 5 and all(isinstance(x, str) for x in rec[:4]) and _is_strs(rec[4]),
+              "a chunk record must be [text, section, title, doc_id, [tags]]")
+
+
+def check_sections(meta: dict, names) -> None:
+    """Optional sections agree with the counts in meta: vectors present exactly when meta counts
+    them (one per chunk), with the embedder that made them."""
+    n_vectors, n_chunks = meta["counts"]["vectors"], meta["counts"]["chunks"]
+    if "vectors.hnsw" in names:
+        _need(n_vectors == n_chunks, f"meta counts {n_vectors} vectors for {n_chunks} chunks")
+        _need(isinstance(meta.get("vectors"), dict) and "model.embed" in names, "a vectors section without its settings and embedder")
+    else:
+        _need(n_vectors == 0, f"meta counts {n_vectors} vectors but there is no 'vectors.hnsw' section")
+
+
+def check_model_card(card) -> None:
+    """The fields of kb_model.json the runtime reads before a model loads."""
+    _need(isinstance(card, dict) and isinstance(card.get("name", ""), str), "kb_model.json must be an object with a string name")
+    for key in ("dim", "max_tokens"):
+        _need(key not in card or _is_int(card[key], 1, 1 << 16), f"kb_model.json {key} must be an integer in 1..65535")
+    _need(card.get("backend") != "hash" or "dim" in card, "kb_model.json of the hash embedder needs dim")
