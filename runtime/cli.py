@@ -83,6 +83,15 @@ class _Group(OneLineUsage, click.Group):
             ctx.exit(EXIT_FAIL)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped as \\xNN: a file name cannot move the cursor,
+    recolour the terminal or forge a line of output."""
+    return text.translate(_CONTROL)
+
+
 index_option = click.option("-i", "--index", "index_path", metavar="PATH", help="Artifact (default: $KB_INDEX, else ./kb.kb).")
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 
@@ -256,7 +265,7 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json,
                 click.echo(json.dumps(row, ensure_ascii=False))
             else:
                 where = f'{row["path"]} § "{row["section"]}"' if by_chunk and row["section"] else row["path"]
-                click.echo(f"{where}\t{row['status']}\t{','.join(row['tags'])}")
+                click.echo("\t".join(map(printable, (where, row["status"], ",".join(row["tags"])))))
 
 
 @main.command()
