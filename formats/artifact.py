@@ -41,6 +41,9 @@ NAME_SIZE = 32
 
 CODEC_RAW = 0
 CODEC_ZSTD = 1
+# A zstd section may decode to at most this many times its stored size (or 1 KiB). kb's sections
+# compress 2-10x; the bound keeps a forged size from allocating gigabytes before decoding fails.
+MAX_ZSTD_RATIO = 1000
 CODECS = {CODEC_RAW: "raw", CODEC_ZSTD: "zstd"}
 
 assert ENTRY.size == ENTRY_SIZE
@@ -349,7 +352,10 @@ class Artifact:
             return view
         import zstandard
 
-        try:
+        try:  # the frame must declare the size the table gives, and that size must be plausible
+            declared = zstandard.frame_content_size(view)
+            if declared != s.raw_length or s.raw_length > MAX_ZSTD_RATIO * max(s.length, 1024):
+                raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} declares an implausible decoded size")
             out = zstandard.ZstdDecompressor().decompress(view, max_output_size=s.raw_length)
         except zstandard.ZstdError as e:
             raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r}: {e}") from None

@@ -65,7 +65,7 @@ def check_meta(meta) -> None:
           "meta.tags.descriptions must map strings to strings")
     for key in ("statuses", "excluded_statuses"):
         _need(_is_strs(meta.get(key)), f"meta.{key} must be a list of strings")
-    _need(isinstance(meta.get("search", {}), dict), "meta.search must be a map")
+    _need(isinstance(meta.get("search"), dict), "meta.search must be a map")
     _need(_is_int(meta.get("text_block"), 1, 1 << 16), "meta.text_block must be an integer in 1..65535")
 
 
@@ -118,9 +118,11 @@ def check_sections(meta: dict, names) -> None:
         _need(n_vectors == 0, f"meta counts {n_vectors} vectors but there is no 'vectors.hnsw' section")
 
 
-def check_model_card(card) -> None:
-    """The fields of kb_model.json the runtime reads before a model loads."""
-    _need(isinstance(card, dict) and isinstance(card.get("name", ""), str), "kb_model.json must be an object with a string name")
+def check_model_card(card, names=()) -> None:
+    """The fields of kb_model.json the runtime reads before a model loads, and the weights file a
+    converted model needs beside it (``names``: the files of the model section)."""
+    _need(isinstance(card, dict) and isinstance(card.get("name"), str), "kb_model.json must be an object with a string name")
+    _need(card.get("backend") == "hash" or "model.bin" in names, "a converted model section without model.bin")
     for key in ("dim", "max_tokens"):
         _need(key not in card or _is_int(card[key], 1, 1 << 16), f"kb_model.json {key} must be an integer in 1..65535")
     _need(card.get("backend") != "hash" or "dim" in card, "kb_model.json of the hash embedder needs dim")

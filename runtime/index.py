@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 
 from kb.formats import layout as L
-from kb.formats.artifact import Artifact, CorruptArtifact
+from kb.formats.artifact import MAX_ZSTD_RATIO, Artifact, CorruptArtifact
 from kb.formats.meta import ShapeError, check_manifest, check_meta, check_model_card, check_sections, check_text_block
 
 BLOCK_CACHE = 256  # decoded text blocks kept (16 chunks each)
@@ -184,7 +184,7 @@ class Index:
 
         try:
             bm = BitMap.deserialize(bytes(self.postings[tid]))
-        except ValueError:
+        except (ValueError, IndexError):  # pyroaring: IndexError on a buffer shorter than its header
             raise self._corrupt(f"posting list {tid} is not a valid roaring bitmap") from None
         ids = np.frombuffer(bm.to_array(), dtype=np.uint32) if len(bm) else np.zeros(0, np.uint32)
         a, b = int(self.tf_offsets[tid]), int(self.tf_offsets[tid + 1])
@@ -280,7 +280,10 @@ class Index:
             import zstandard
 
             try:
-                raw = self._dctx.decompress(bytes(self._text_blocks[b]))
+                data = bytes(self._text_blocks[b])
+                if zstandard.frame_content_size(data) > MAX_ZSTD_RATIO * max(len(data), 1024):
+                    raise ValueError("implausible decoded size")  # a forged size would allocate it
+                raw = self._dctx.decompress(data)
                 block = msgpack.unpackb(raw)
                 per = int(self.meta["text_block"])
                 check_text_block(block, min(per, self.n_chunks - b * per))
@@ -341,7 +344,7 @@ class Index:
             names = msgpack.unpackb(bytes(t[0]))
             ok = isinstance(names, list) and len(names) == len(t) - 1 and all(isinstance(n, str) for n in names)
             files = {n: bytes(t[i + 1]) for i, n in enumerate(names)} if ok else {}
-            check_model_card(json.loads(files["kb_model.json"]))
+            check_model_card(json.loads(files["kb_model.json"]), files)
         except (ValueError, KeyError, IndexError, msgpack.UnpackException):  # json and shape errors are ValueErrors
             raise self._corrupt(f"model section {name!r} is inconsistent") from None
         return files
