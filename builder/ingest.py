@@ -119,9 +119,14 @@ def read_corpus(
 def corpus_root(roots: list[Path], jsonl: list[Path] = ()) -> Path:
     """The folder that relative paths start from: the one folder given, else the common parent."""
     if len(roots) == 1 and roots[0].is_dir() and not jsonl:
-        return roots[0].resolve()
-    parents = [p.resolve().parent for p in list(roots) + list(jsonl)]
+        return _realpath(roots[0])
+    parents = [_realpath(p).parent for p in list(roots) + list(jsonl)]
     return Path(os.path.commonpath(parents)) if parents else Path.cwd()
+
+
+def _realpath(p: Path) -> Path:
+    """Path.resolve without its RuntimeError on a symlink loop (the loop is reported later)."""
+    return Path(os.path.realpath(p))
 
 
 def display_path(rel: str) -> str:
@@ -165,9 +170,9 @@ def _walk(roots: list[Path], base: Path, follow: bool) -> list:
     for r in roots:
         if not os.path.isdir(r):  # a file named on the command line is read as named
             real, why = _real(str(r))
-            out.append((_rel(r.parent.resolve() / r.name, base), real or str(r), why))
+            out.append((_rel(_realpath(r.parent) / r.name, base), real or str(r), why))
             continue
-        top = r.resolve()
+        top = _realpath(r)
         visited = {str(top)}
         stack = [(str(r), top)]
         while stack:

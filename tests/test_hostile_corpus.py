@@ -205,6 +205,14 @@ def test_symlink_loops_are_reported(tmp_path):
     assert got == {"a.md": "symlink loop", "b.md": "symlink loop", "loop.md": "symlink loop"}
 
 
+def test_a_symlink_loop_named_on_the_command_line_is_reported(tmp_path):
+    c = corpus(tmp_path)
+    os.symlink("loop.md", c / "loop.md")
+    r = CliRunner().invoke(kb_build, [str(c / "ok.md"), str(c / "loop.md"), "-o", str(tmp_path / "o.kb"),
+                                      "--embedder", "none", "--no-reranker", "--json"])
+    assert skips(r) == {"loop.md": "symlink loop"}
+
+
 def test_a_file_name_that_is_not_utf8_is_skipped_and_printed_escaped(tmp_path):
     c = corpus(tmp_path)
     with open(os.fsencode(c) + b"/caf\xff.md", "wb") as f:
