@@ -40,9 +40,25 @@ def _optional_dict(meta: dict, key: str) -> None:
     _need(meta.get(key) is None or isinstance(meta[key], dict), f"meta.{key} must be a map or nil")
 
 
+def _check_plain(value, what: str) -> None:
+    """Only what JSON can say (kb info --json and /info print meta's maps as they are): maps with
+    string keys, lists, strings, numbers, booleans, nil; no byte strings."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            _need(all(isinstance(k, str) for k in v), f"{what} has a key that is not a string")
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        else:
+            _need(v is None or isinstance(v, (str, int, float, bool)), f"{what} holds a {type(v).__name__} value")
+
+
 def check_meta(meta) -> None:
     """Every ``meta`` field the runtime reads, by type and range."""
     _need(isinstance(meta, dict), "meta is not a map")
+    _check_plain(meta, "meta")
     for key in ("kb_version", "source"):
         _need(isinstance(meta.get(key), str), f"meta.{key} must be a string")
     _need(_is_int(meta.get("format_version")), "meta.format_version must be an integer")
@@ -86,6 +102,7 @@ def check_manifest(man) -> None:
     """The manifest fields ``kb info`` and ``kb status`` read."""
     _need(isinstance(man, dict), "the manifest is not a map")
     _need(isinstance(man.get("root"), str), "manifest.root must be a string")
+    _need(man.get("config_file") is None or isinstance(man["config_file"], str), "manifest.config_file must be a string or nil")
     sources = man.get("sources")
     _need(isinstance(sources, list), "manifest.sources must be a list")
     for s in sources:

@@ -4,6 +4,7 @@
     python -m tests.fuzz.run --inputs 1000000 --target parsers    # every corpus parser, in turn
     python -m tests.fuzz.run --inputs 100000 --target http        # kb serve's request handling
     python -m tests.fuzz.run --minutes 20 --target artifact       # as many as fit
+    python -m tests.fuzz.run --engine atheris --inputs 200000 --target parsers   # coverage-guided
 
 Input ``i`` of a target is generated from ``(target, --seed, i)`` alone, so any finding can be
 replayed with ``--replay I``. Inputs run in forked worker processes, a batch at a time: a worker
@@ -44,6 +45,7 @@ def make_target(name: str, folder: Path):
     if name == "artifact":
         seeds = T.build_seed_artifacts(folder)
         reader = T.ArtifactReader(folder)
+        reader(seeds[0])  # here, before any fork: every lazy import is done once
         return (lambda rng: ("artifact", T.mutate_artifact(rng, seeds))), (lambda label, data: reader(data))
     if name == "parsers":
         kinds = T.PARSER_KINDS
@@ -52,11 +54,15 @@ def make_target(name: str, folder: Path):
             kind = kinds[rng.randrange(len(kinds))]
             return kind, T.generate_parser_input(rng, kind)
 
+        for kind in kinds:
+            T.parse_corpus_input(kind, T.generate_parser_input(random.Random(0), kind))
         return gen, T.parse_corpus_input
     if name == "http":
         seeds = T.build_seed_artifacts(folder)
         (folder / "http.kb").write_bytes(seeds[0])
         http = T.HttpRequests(folder / "http.kb")
+        for request in T.HTTP_SEEDS:
+            http(request)
 
         def gen(rng):
             if rng.random() < 0.3:
@@ -188,6 +194,41 @@ def fuzz(target: str, inputs: int | None, minutes: float | None, seed: int, hang
     return summary
 
 
+class _ProviderRandom(random.Random):
+    """A random.Random whose every draw comes from libFuzzer's input (atheris), so the same
+    structure-aware generators become coverage-guided: libFuzzer mutates the choices."""
+
+    def __init__(self, data: bytes):
+        import atheris
+
+        self._fdp = atheris.FuzzedDataProvider(data)
+        super().__init__(0)
+
+    def random(self) -> float:
+        return self._fdp.ConsumeProbability()
+
+    def getrandbits(self, k: int) -> int:
+        return self._fdp.ConsumeIntInRange(0, (1 << min(k, 64)) - 1)
+
+
+def fuzz_atheris(target: str, runs: int, hang_s: float, extra: list[str]) -> None:
+    """Coverage-guided: libFuzzer (atheris) drives the generators' choices. A finding stops the
+    run with libFuzzer's crash report (its input is saved as crash-*); ``runs`` inputs at most."""
+    import atheris
+
+    folder = T.scratch_folder()
+    gen, run = make_target(target, folder)
+    _warm_imports()
+    atheris.instrument_all()
+
+    def one(data: bytes) -> None:
+        label, item = gen(_ProviderRandom(data))
+        run(label, item)  # Finding propagates: libFuzzer reports it and saves the input
+
+    atheris.Setup([sys.argv[0], f"-runs={runs}", f"-timeout={int(hang_s)}", "-rss_limit_mb=4096", "-print_final_stats=1", *extra], one)
+    atheris.Fuzz()
+
+
 def replay(target: str, seed: int, index: int) -> int:
     """Run one input in this process and show what happens (a traceback, if any)."""
     folder = T.scratch_folder()
@@ -214,9 +255,16 @@ def main(argv=None) -> int:
     ap.add_argument("--hang-seconds", type=float, default=10.0)
     ap.add_argument("--out", type=Path, help="write the JSON summary here (and the inputs of findings beside it)")
     ap.add_argument("--replay", type=int, metavar="I", help="run input I alone, with its traceback")
-    a = ap.parse_args(argv)
+    ap.add_argument("--engine", choices=("seeded", "atheris"), default="seeded",
+                    help="seeded: generated inputs in forked workers (default); atheris: coverage-guided by libFuzzer (pip install atheris)")
+    a, extra = ap.parse_known_args(argv)
     if a.replay is not None:
         return replay(a.target, a.seed, a.replay)
+    if a.engine == "atheris":
+        fuzz_atheris(a.target, a.inputs or 100_000, a.hang_seconds, extra)
+        return 0
+    if extra:
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
     inputs = a.inputs if a.inputs or a.minutes else 100_000
     # a runaway allocation is a finding (MemoryError), not a machine out of memory
     resource.setrlimit(resource.RLIMIT_DATA, (4 << 30, resource.RLIM_INFINITY))
