@@ -174,9 +174,9 @@ def _walk(roots: list[Path], base: Path, follow: bool) -> list:
             continue
         top = _realpath(r)
         visited = {str(top)}
-        stack = [(str(r), top)]
+        stack = [(str(r), top, str(top))]  # (folder as walked, as shown, its real path)
         while stack:
-            folder, lexical = stack.pop()
+            folder, lexical, real_folder = stack.pop()
             try:
                 with os.scandir(folder) as it:
                     entries = sorted(it, key=lambda e: e.name)
@@ -194,9 +194,9 @@ def _walk(roots: list[Path], base: Path, follow: bool) -> list:
                     continue
                 if not is_link:
                     if is_dir:
-                        stack.append((e.path, lex))
+                        stack.append((e.path, lex, os.path.join(real_folder, e.name)))
                     else:
-                        out.append((rel, os.path.realpath(e.path), ""))
+                        out.append((rel, os.path.join(real_folder, e.name), ""))
                     continue
                 real, why = _real(e.path)
                 if real is None:
@@ -206,7 +206,7 @@ def _walk(roots: list[Path], base: Path, follow: bool) -> list:
                         out.append(Skipped(rel + "/", "symlinked folder, not followed (kb-build --follow-symlinks enters it)"))
                     elif real not in visited:
                         visited.add(real)
-                        stack.append((e.path, lex))
+                        stack.append((e.path, lex, real))
                 elif follow or _is_within(real, base_real):
                     out.append((rel, real, ""))
                 else:
