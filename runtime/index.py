@@ -332,6 +332,11 @@ class Index:
             raise self._corrupt(f"vector index does not load: {e}") from None
         if idx is None or len(idx) != self.n_chunks:
             raise self._corrupt("vector index does not match the chunk table")
+        import json
+
+        dim = json.loads(self.model_files()["kb_model.json"]).get("dim", idx.ndim)  # checked by model_files
+        if dim != idx.ndim:
+            raise self._corrupt(f"vector index has {idx.ndim} dimensions, its embedder {dim}")
         return idx
 
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:

@@ -109,6 +109,19 @@ def test_a_vector_graph_with_a_forged_neighbour_slot_is_corrupt_not_a_crash(tmp_
     assert (r.returncode, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: vector index: a neighbour slot points outside the graph\n")
 
 
+def test_an_embedder_whose_width_differs_from_the_vector_index_is_corrupt(tmp_path, tiny_artifact):
+    import json
+
+    p = copy_of(tmp_path, tiny_artifact)
+    items = [bytes(x) for x in L.BlobTable(dict((s.name, s.data) for s in sections_of(p))[L.MODEL_EMBED])]
+    names = msgpack.unpackb(items[0])
+    i = names.index("kb_model.json") + 1
+    items[i] = json.dumps(json.loads(items[i]) | {"dim": 32}).encode()  # found by the fuzzer (input 174132)
+    replace_section(p, L.MODEL_EMBED, L.pack_blobs(items))
+    r = kb_run("search", "backup", "-i", p, "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: vector index has 64 dimensions, its embedder 32\n")
+
+
 def test_a_document_path_that_is_not_utf8_is_corrupt(tmp_path, tiny_artifact):
     p = copy_of(tmp_path, tiny_artifact)
     paths = [bytes(x) for x in L.BlobTable(dict((s.name, s.data) for s in sections_of(p))[L.DOC_PATHS])]
