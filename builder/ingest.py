@@ -402,10 +402,18 @@ def _yaml_load_all(text: str, what: str):
         raise ParseError(f"{what}: {problem}{where}") from None
     except RecursionError:
         raise _too_deep(what) from None
-    except (ValueError, TypeError, OverflowError) as e:  # a scalar the constructor cannot build
-        raise _value_error(what, e) from None
+    except (ValueError, TypeError, OverflowError, IndexError, KeyError, AttributeError) as e:
+        # a scalar with an explicit tag the constructor cannot build: PyYAML fails on `!!int ""`
+        # with IndexError, `!!bool ""` with KeyError and `!!timestamp ""` with AttributeError
+        raise ParseError(f"{what}: {_tag_failure(e)}") from None
     finally:
         loader.dispose()
+
+
+def _tag_failure(e: Exception) -> str:
+    if isinstance(e, ValueError):
+        return _value_error("", e).args[0][2:]
+    return "a tagged scalar cannot be built (e.g. !!int or !!timestamp on a value that is not one)"
 
 
 def _check_yaml_graph(root, what: str) -> None:

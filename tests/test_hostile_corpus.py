@@ -112,6 +112,10 @@ def test_strict_makes_a_symlink_out_of_the_root_fatal(tmp_path):
         ("loop.yaml", "a: &a [*a]\n", "malformed YAML: an alias refers to a node that contains it (a recursive structure)"),
         ("deep.yaml", "a: " + "[" * 150 + "]" * 150 + "\n", f"malformed YAML: {DEEP}"),
         ("bigint.yaml", "a: " + "1" * 5000 + "\n", f"malformed YAML: {HUGE_INT}"),
+        # found by the fuzzer (parsers input 278228): PyYAML raised IndexError on an empty !!int
+        ("tag.yaml", 'a: !!int ""\n', "malformed YAML: a tagged scalar cannot be built (e.g. !!int or !!timestamp on a value that is not one)"),
+        ("tagfm.md", '---\nwhen: !!timestamp ""\n---\n# T\n', "malformed YAML front matter: a tagged scalar cannot be built (e.g. !!int or !!timestamp on a value that is not one)"),
+        ("badint.yaml", 'a: !!int "0x"\n', "malformed YAML: invalid literal for int() with base 16: ''"),
     ],
 )
 def test_yaml_alias_bombs_and_deep_yaml_are_skipped_quickly(tmp_path, name, text, reason):
