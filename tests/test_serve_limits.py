@@ -165,3 +165,37 @@ def test_past_max_connections_a_burst_gets_503s_not_resets(start):
     got = burst(srv.port, 200, SEARCH % srv.port)
     assert all(s in (200, 503) for s in got), sorted(set(map(str, got)))
     assert got.count(200) >= 1
+
+
+def raw_exchange(port, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
+
+
+@pytest.mark.parametrize(
+    "length, status, message",
+    [
+        ("5\u00b38", 400, "bad Content-Length '5\u00b38'"),  # found by the fuzzer: isdigit() took a superscript
+        ("2" + "1" * 5000, 413, "the body is 1000000000000000000 bytes; the most is 65536"),  # int() refused 5,001 digits
+    ],
+)
+def test_a_content_length_that_is_not_a_plain_number_is_refused_not_a_500(start, length, status, message):
+    srv = start()
+    head = f"POST /search HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    data = raw_exchange(srv.port, head.encode("latin-1") + b'{"query": "x"}')  # http.server reads headers as latin-1
+    assert data.startswith(f"HTTP/1.1 {status} ".encode())
+    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["message"] == message
+
+
+def test_a_lone_surrogate_in_a_query_is_echoed_as_its_escape_not_a_crash(start):
+    # found by the fuzzer: the answer echoes the query, and UTF-8 cannot encode "\ud800"
+    srv = start()
+    body = b'{"query": "backup \\ud800"}'
+    head = f"POST /search HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    data = raw_exchange(srv.port, head.encode() + body)
+    assert data.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["query"] == "backup \ud800"

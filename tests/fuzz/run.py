@@ -36,8 +36,8 @@ from . import targets as T
 BATCH = 5000  # inputs per worker process
 
 
-class Hang(Exception):
-    pass
+class Hang(BaseException):
+    """Raised by the per-input alarm; a BaseException so no ``except Exception`` in kb hides it."""
 
 
 def make_target(name: str, folder: Path):

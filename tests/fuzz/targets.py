@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 import re
 import struct
@@ -534,24 +535,34 @@ class HttpRequests:
     Allowed: any answer but a 500, and no exception out of the handler."""
 
     def __init__(self, artifact_path: Path):
+        self.artifact_path = artifact_path
+        self.pid = None
+
+    def _open(self):
+        """The server and its search threads, in this process: a forked worker must not inherit
+        a thread pool whose threads stayed in the parent."""
         from kb.runtime.cli import _search_options
         from kb.runtime.index import Index
         from kb.runtime.requests import Service
         from kb.runtime.search import Searcher
         from kb.runtime.serve import make_server
 
-        self.ix = Index(artifact_path)
+        self.ix = Index(self.artifact_path)
         self.server = make_server(Service(self.ix, Searcher(self.ix, _search_options(self.ix), "cpu", "auto"), stale_check=False).warm(), port=0)
         self.server.log = lambda line: None
         self.host = f"127.0.0.1:{self.server.port}".encode()
+        self.pid = os.getpid()
 
     def close(self):
-        self.server.server_close()
-        self.ix.close()
+        if self.pid == os.getpid():
+            self.server.server_close()
+            self.ix.close()
 
     def __call__(self, data: bytes) -> str:
         from kb.runtime.serve import Handler
 
+        if self.pid != os.getpid():
+            self._open()
         data = data.replace(b"127.0.0.1:8181", self.host)
         sock = _FakeSocket(data)
         try:
