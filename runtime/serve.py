@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import threading
 import time
@@ -410,11 +411,10 @@ class Handler(BaseHTTPRequestHandler):
             while True:
                 line = self.rfile.readline(1024)
                 size_text = line.split(b";")[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
+                if not _HEX.fullmatch(size_text):  # int(..., 16) would also take "-80" and "0x80"
                     self._error(400, "bad_request", "malformed chunked body", close=True)
                     return None
+                size = int(size_text, 16)
                 if size == 0:
                     while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):  # trailers
                         pass
@@ -483,14 +483,38 @@ def _object_pairs(pairs):
     return d
 
 
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+
+
+def _check_unicode(obj) -> None:
+    """Strings must be valid Unicode (I-JSON, RFC 7493): a lone surrogate escape such as \\ud800
+    decodes to a string that UTF-8 cannot encode, and paths and ids are encoded to be looked up."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RequestError("bad_json", "a string holds a lone surrogate escape (such as \\ud800); strings must be valid Unicode") from None
+
+
 def parse_json(body: bytes):
-    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, bounded nesting (RecursionError)."""
+    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, bounded nesting (RecursionError),
+    no lone surrogate escapes."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RequestError("bad_json", f"the body is not UTF-8 ({e.reason} at byte {e.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_no_constant)
+        obj = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_no_constant)
+        _check_unicode(obj)
+        return obj
     except json.JSONDecodeError as e:
         raise RequestError("bad_json", f"the body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except ValueError as e:

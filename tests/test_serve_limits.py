@@ -191,11 +191,20 @@ def test_a_content_length_that_is_not_a_plain_number_is_refused_not_a_500(start,
     assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["message"] == message
 
 
-def test_a_lone_surrogate_in_a_query_is_echoed_as_its_escape_not_a_crash(start):
-    # found by the fuzzer: the answer echoes the query, and UTF-8 cannot encode "\ud800"
+@pytest.mark.parametrize("body", [b'{"query": "backup \\ud800"}', b'{"path": "a\\ud800"}'])
+def test_a_lone_surrogate_escape_in_a_body_is_a_400_not_a_500(start, body):
+    # found by the fuzzer: /search echoed it and /get encoded it, and UTF-8 cannot encode "\ud800"
     srv = start()
-    body = b'{"query": "backup \\ud800"}'
-    head = f"POST /search HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    path = "/get" if b"path" in body else "/search"
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     data = raw_exchange(srv.port, head.encode() + body)
-    assert data.startswith(b"HTTP/1.1 200 ")
-    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["query"] == "backup \ud800"
+    assert data.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"] == {
+        "code": "bad_json", "message": "a string holds a lone surrogate escape (such as \\ud800); strings must be valid Unicode"}
+
+
+def test_a_negative_chunk_size_is_a_400_not_a_500(start):
+    srv = start()  # found by the fuzzer: int("-80", 16) is -128, and a read of -128 bytes raised
+    head = f"POST /search HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    data = raw_exchange(srv.port, head.encode() + b'11\r\n{"query": "nas"}\r\n-80\r\n\r\n')
+    assert data.startswith(b"HTTP/1.1 400 ") and b"malformed chunked body" in data
