@@ -120,6 +120,7 @@ def build(
     embedder=None,
     progress: Progress | None = None,
     jobs: int | None = None,
+    follow_symlinks: bool = False,
 ) -> BuildReport:
     """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
     (default: one per core, at most 8; the artifact is the same for any number)."""
@@ -131,7 +132,7 @@ def build(
     rerank_files = reranker_files(rerank_choice)  # a bad --reranker fails before any work
 
     with clock("read"):
-        corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)})
+        corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)}, follow_symlinks=follow_symlinks)
     rep.files_read = len(corpus.sources)
     rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
     rep.excluded = corpus.excluded

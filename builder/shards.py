@@ -44,16 +44,22 @@ def can_fork() -> bool:
 
 def bounds(sizes: Sequence[int], jobs: int) -> list[int]:
     """Shard boundaries over ``range(len(sizes))``: at most ``jobs`` shards of about equal total
-    size, each at least MIN_SHARD_CHARS (so small inputs stay in one shard)."""
-    total = sum(sizes)
-    k = max(1, min(jobs, total // max(MIN_SHARD_CHARS, 1), len(sizes)))
+    size, each at least MIN_SHARD_CHARS (so small inputs stay in one shard). Boundaries strictly
+    increase: no shard is empty, even when one document holds most of the text."""
+    n, total = len(sizes), sum(sizes)
+    k = max(1, min(jobs, total // max(MIN_SHARD_CHARS, 1), n))
     out, acc, i = [0], 0, 0
     for s in range(1, k):
-        while i < len(sizes) and acc + sizes[i] <= total * s // k:
+        while i < n and acc + sizes[i] <= total * s // k:
             acc += sizes[i]
             i += 1
-        out.append(max(i, out[-1]))
-    out.append(len(sizes))
+        # at least one document after the previous cut, and one left for each shard still to come
+        cut = min(max(i, out[-1] + 1), n - (k - s))
+        while i < cut:
+            acc += sizes[i]
+            i += 1
+        out.append(cut)
+    out.append(n)
     return out
 
 

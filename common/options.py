@@ -27,6 +27,9 @@ MODES = ("hybrid", "bm25", "vector")  # a search's mode: which legs run (not a [
 GROUPS = ("chunk", "doc")  # a search's grouping: one result per chunk, or the best chunk per document
 MAX_TOP_K = 200  # results per search; also bounds the legs' depth
 MAX_RERANK_TOP = 200  # candidates the cross-encoder rescores; its cost is linear in this
+MAX_CONTEXT = 10  # neighbouring chunks on each side that a get returns
+MAX_DOC_CHUNKS = 1000  # chunks of one document that a get returns
+DEFAULT_DOC_CHUNKS = 200
 BLENDS = ("position", "sigmoid")
 
 

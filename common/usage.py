@@ -135,3 +135,12 @@ def signal_exit_code(e: BaseException) -> int:
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """'1 file', '2 files', '0 files' (``plural`` for irregular nouns)."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
+
+
+def printable(s: str) -> str:
+    """A path or message as one terminal line: control characters (C0, DEL, C1) escaped as \\xNN;
+    a file name can hold any byte but / and NUL."""
+    return str(s).translate(_CONTROL)

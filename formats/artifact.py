@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ NAME_SIZE = 32
 
 CODEC_RAW = 0
 CODEC_ZSTD = 1
+# A zstd section may decode to at most this many times its stored size (or 1 KiB). kb's sections
+# compress 2-10x; the bound keeps a forged size from allocating gigabytes before decoding fails.
+MAX_ZSTD_RATIO = 1000
 CODECS = {CODEC_RAW: "raw", CODEC_ZSTD: "zstd"}
 
 assert ENTRY.size == ENTRY_SIZE
@@ -97,10 +101,11 @@ def pack_header(section_count: int, file_length: int, version: int = FORMAT_VERS
 
 
 def unpack_header(buf: bytes | memoryview) -> dict:
-    magic, version, flags, count, entry_size, table_offset, file_length, _r, _r2, crc = _HEADER.unpack(
+    magic, version, flags, count, entry_size, table_offset, file_length, r1, r2, crc = _HEADER.unpack(
         bytes(buf[:HEADER_SIZE])
     )
     return {
+        "reserved": bool(r1 or r2.strip(b"\0")),
         "magic": magic,
         "version": version,
         "flags": flags,
@@ -157,15 +162,19 @@ def serialize(sections: list[SectionData]) -> Iterable[bytes]:
 def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
     """Write atomically: a temporary file beside the target, fsync, rename, fsync the folder.
 
-    A failed or killed write leaves whatever was at ``path`` untouched. The new file keeps the
-    mode of the one it replaces, else gets 0666 less the umask, like any file ``open`` creates
-    (the kernel applies the umask; the process's umask is never changed). Returns the size.
+    A failed or killed write leaves whatever was at ``path`` untouched, except for a temporary
+    that a killed write cannot delete; the next write of ``path`` removes those. The new file
+    keeps the mode of the one it replaces, else gets 0666 less the umask, like any file ``open``
+    creates (the kernel applies the umask; the process's umask is never changed). Returns the size.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     fd, tmp = _create_temp(path)
-    size = 0
+    lock_fd = os.dup(fd)  # an exclusive lock held until the rename, or until this process dies:
+    size = 0  # it tells remove_stale_temporaries in another build that this temporary is in use
     try:
+        _lock(lock_fd)
         with os.fdopen(fd, "wb") as f:
             for part in serialize(sections):
                 f.write(part)
@@ -183,6 +192,8 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
         except FileNotFoundError:
             pass
         raise
+    finally:
+        os.close(lock_fd)
     try:
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -206,6 +217,62 @@ def _create_temp(path: Path) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"cannot create a temporary file beside {path}")
+
+
+def _temporary_pattern(path: Path):
+    """What ``write_artifact``'s temporaries for ``path`` are called: ``.NAME.XXXXXXXX.tmp``, where
+    XXXXXXXX is eight random characters (hex from _create_temp; tempfile.mkstemp's alphabet
+    from kb before 2026-11-30)."""
+    import re
+
+    return re.compile(re.escape(f".{path.name}.") + r"[a-z0-9_]{8}" + re.escape(".tmp"))
+
+
+def _lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; stale temporaries are then left alone
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Delete the temporaries that killed writes of ``path`` left behind: only files named like
+    this writer's own (``.NAME.XXXXXXXX.tmp`` beside ``path``) and only those no live process
+    holds (a running write keeps an exclusive lock on its temporary). Returns the names removed."""
+    try:
+        import fcntl
+    except ImportError:
+        return []
+    path = Path(path)
+    pattern = _temporary_pattern(path)
+    removed = []
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    for name in sorted(names):
+        if not pattern.fullmatch(name):
+            continue
+        tmp = path.parent / name
+        try:
+            fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # locked: a write in progress
+            continue
+        finally:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 def looks_like_artifact(path: str | os.PathLike) -> bool:
@@ -296,7 +363,10 @@ class Artifact:
             return view
         import zstandard
 
-        try:
+        try:  # the frame must declare the size the table gives, and that size must be plausible
+            declared = zstandard.frame_content_size(view)
+            if declared != s.raw_length or s.raw_length > MAX_ZSTD_RATIO * max(s.length, 1024):
+                raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} declares an implausible decoded size")
             out = zstandard.ZstdDecompressor().decompress(view, max_output_size=s.raw_length)
         except zstandard.ZstdError as e:
             raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r}: {e}") from None
@@ -328,6 +398,10 @@ def validate(buf: memoryview, label: str) -> tuple[int, dict[str, Section]]:
         )
     if zlib.crc32(buf[: HEADER_SIZE - 4]) != h["crc32"]:
         raise CorruptArtifact(f"{label}: corrupt artifact: header crc mismatch")
+    if h["flags"]:  # no flag is defined yet: a set bit asks for a feature this reader does not have
+        raise CorruptArtifact(f"{label}: corrupt artifact: header flags 0x{h['flags']:08x} are not defined in format version {h['version']}")
+    if h["reserved"]:
+        raise CorruptArtifact(f"{label}: corrupt artifact: reserved header bytes are not zero")
     if h["file_length"] != size:
         raise CorruptArtifact(
             f"{label}: corrupt or truncated artifact: header says {h['file_length']} bytes, file has {size}"

@@ -29,6 +29,16 @@ def _corrupt(what: str) -> CorruptArtifact:
     return CorruptArtifact(f"corrupt artifact: {what}")
 
 
+def _checked(check, value, what: str) -> None:
+    """Run a formats/meta.py check, its ShapeError as CorruptArtifact."""
+    from .meta import ShapeError
+
+    try:
+        check(value)
+    except ShapeError as e:
+        raise _corrupt(f"{what}: {e}") from None
+
+
 def _unpack_map(buf, what: str) -> dict:
     try:
         d = msgpack.unpackb(bytes(buf))
@@ -124,7 +134,15 @@ def unpack_model_files(buf, what: str) -> dict[str, bytes]:
         names = None
     if not isinstance(names, list) or len(names) != len(t) - 1 or not all(isinstance(n, str) for n in names) or CARD_FILE not in names:
         raise _corrupt(f"{what} is inconsistent")
-    return {n: bytes(t[i + 1]) for i, n in enumerate(names)}
+    files = {n: bytes(t[i + 1]) for i, n in enumerate(names)}
+    from .meta import check_model_card
+
+    try:
+        card = json.loads(files[CARD_FILE])
+    except (ValueError, UnicodeDecodeError):
+        raise _corrupt(f"{what}: kb_model.json is not JSON") from None
+    _checked(lambda c: check_model_card(c, files), card, what)
+    return files
 
 
 # --- meta ----------------------------------------------------------------------------------------
@@ -179,7 +197,10 @@ def pack_meta(m: Meta) -> bytes:
 
 
 def unpack_meta(buf) -> Meta:
+    from .meta import check_meta
+
     d = _unpack_map(buf, "meta")
+    _checked(check_meta, d, "meta")
     what = "meta"
     c = _typed(d, "counts", dict, what)
     try:
@@ -221,6 +242,18 @@ def unpack_meta(buf) -> Meta:
         text_block=text_block,
         source=str(d.get("source", "files")),
     )
+
+
+def check_optional_sections(m: Meta, names) -> None:
+    """Optional sections agree with meta: vectors present exactly when meta counts them (one per
+    chunk), with their settings and the embedder that made them."""
+    if "vectors.hnsw" in names:
+        if m.counts.vectors != m.counts.chunks:
+            raise _corrupt(f"meta: meta counts {m.counts.vectors} vectors for {m.counts.chunks} chunks")
+        if m.vectors is None or "model.embed" not in names:
+            raise _corrupt("meta: a vectors section without its settings and embedder")
+    elif m.counts.vectors:
+        raise _corrupt(f"meta: meta counts {m.counts.vectors} vectors but there is no 'vectors.hnsw' section")
 
 
 # --- manifest ------------------------------------------------------------------------------------
@@ -281,7 +314,10 @@ def manifest_section(m: Manifest) -> SectionData:
 
 
 def unpack_manifest(buf) -> Manifest:
+    from .meta import check_manifest
+
     d = _unpack_map(buf, "manifest")
+    _checked(check_manifest, d, "manifest")
     try:
         sources = tuple(Source(str(p), int(size), int(mtime), str(sha)) for p, size, mtime, sha in d["sources"])
         skipped = tuple((str(p), str(r)) for p, r in d["skipped"])
@@ -326,11 +362,14 @@ def pack_text_block(records: list[bytes]) -> bytes:
     return msgpack.Packer().pack_array_header(len(records)) + b"".join(records)
 
 
-def unpack_text_block(raw: bytes, what: str) -> list[ChunkRecord]:
+def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list[ChunkRecord]:
+    """The records of a text block (``expect`` of them, when given)."""
     try:
         items = msgpack.unpackb(raw)
     except (ValueError, msgpack.UnpackException):
         raise _corrupt(f"{what} does not decode") from None
+    if expect is not None and (not isinstance(items, list) or len(items) != expect):
+        raise _corrupt(f"{what} holds {len(items) if isinstance(items, list) else 'no'} records, expected {expect}")
     out = []
     for it in items if isinstance(items, list) else [None]:
         if not (isinstance(it, list) and len(it) == 5 and all(isinstance(x, str) for x in it[:4]) and isinstance(it[4], list)):

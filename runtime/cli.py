@@ -14,13 +14,12 @@ import sys
 import click
 
 from kb.common.errors import UsageError
-from kb.common.options import GROUPS, MAX_TOP_K, MODES, SETTINGS
-from kb.runtime.requests import DEFAULT_DOC_CHUNKS, MAX_CONTEXT, MAX_DOC_CHUNKS
-from kb.common.usage import count, debug_option
+from kb.common.options import DEFAULT_DOC_CHUNKS, GROUPS, MAX_CONTEXT, MAX_DOC_CHUNKS, MAX_TOP_K, MODES, SETTINGS
+from kb.common.usage import count, debug_option, printable
 from kb.formats.version import KB_VERSION
 
 from .clikit import command_group, compute_option, device_option, index_option, open_index, search_option_flags
-from .output import FORMATS, printable
+from .output import FORMATS
 from .serve_cli import mcp as mcp_command, serve as serve_command
 
 
@@ -239,11 +238,13 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json)
                 row.update(chunk_id=r.chunk_id, section=r.section, lines=list(r.lines))
             if as_json:
                 click.echo(json.dumps(row, ensure_ascii=False))
-            elif by_chunk:
-                where = f'{row["path"]} § "{row["section"]}"' if row["section"] else row["path"]
-                click.echo(printable(f"{r.chunk_id}\t{where}\tlines {r.lines[0]}-{r.lines[1]}\t{row['status']}\t{','.join(row['tags'])}"))
-            else:
-                click.echo(printable(f"{row['path']}\t{row['status']}\t{','.join(row['tags'])}"))
+                continue
+            where = f'{row["path"]} § "{row["section"]}"' if by_chunk and row["section"] else row["path"]
+            fields = [where, row["status"], ",".join(row["tags"])]
+            if by_chunk:
+                fields[1:1] = [f"lines {r.lines[0]}-{r.lines[1]}"]
+                fields.insert(0, str(r.chunk_id))
+            click.echo("\t".join(map(printable, fields)))
 
 
 @main.command()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.artifact import Artifact, CorruptArtifact
+from kb.formats.artifact import MAX_ZSTD_RATIO, Artifact, CorruptArtifact
 
 BLOCK_CACHE = 256  # decoded text blocks kept (16 chunks each)
 TERM_CACHE = 65536  # term -> term id lookups kept
@@ -95,6 +95,7 @@ class Index:
             raise self._corrupt(f"missing sections: {', '.join(missing)}")
         try:
             self.meta = R.unpack_meta(self.artifact.section(L.META))
+            R.check_optional_sections(self.meta, secs)
         except CorruptArtifact as e:
             raise CorruptArtifact(f"{self.path}: {e}") from None
         c = self.meta.counts
@@ -139,7 +140,13 @@ class Index:
 
     @cached_property
     def doc_paths(self) -> L.BlobTable:
-        return self._blobs(L.DOC_PATHS, self.n_docs)
+        t = self._blobs(L.DOC_PATHS, self.n_docs)
+        try:
+            for i in range(len(t)):
+                bytes(t[i]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise self._corrupt(f"document path {i} is not UTF-8") from None
+        return t
 
     def _blobs(self, name: str, count: int | None = None) -> L.BlobTable:
         t = L.BlobTable(self.artifact.section(name), f"section {name!r}")
@@ -203,7 +210,7 @@ class Index:
 
         try:
             bm = BitMap.deserialize(bytes(self.postings[tid]))
-        except ValueError:
+        except (ValueError, IndexError):  # pyroaring: IndexError on a buffer shorter than its header
             raise self._corrupt(f"posting list {tid} is not a valid roaring bitmap") from None
         ids = np.frombuffer(bm.to_array(), dtype=np.uint32) if len(bm) else np.zeros(0, np.uint32)
         a, b = int(self.tf_offsets[tid]), int(self.tf_offsets[tid + 1])
@@ -216,9 +223,12 @@ class Index:
         from pyroaring import BitMap
 
         try:
-            return BitMap.deserialize(bytes(self._blobs(name)[i]))
-        except ValueError:
+            bm = BitMap.deserialize(bytes(self._blobs(name)[i]))
+        except (ValueError, IndexError):
             raise self._corrupt(f"bitmap {i} of {name!r} is invalid") from None
+        if len(bm) and bm.max() >= self.n_chunks:
+            raise self._corrupt(f"bitmap {i} of {name!r} names chunks past the chunk table")
+        return bm
 
     def status_bitmap(self, status: str):
         from pyroaring import BitMap
@@ -311,11 +321,15 @@ class Index:
             import zstandard
 
             try:
-                raw = self._dctx.decompress(bytes(self._text_blocks[b]))
+                data = bytes(self._text_blocks[b])
+                if zstandard.frame_content_size(data) > MAX_ZSTD_RATIO * max(len(data), 1024):
+                    raise zstandard.ZstdError("implausible decoded size")  # a forged size would allocate it
+                raw = self._dctx.decompress(data)
             except zstandard.ZstdError:
                 raise self._corrupt(f"text block {b} does not decode") from None
             try:
-                block = R.unpack_text_block(raw, f"text block {b}")
+                per = self.meta.text_block
+                block = R.unpack_text_block(raw, f"text block {b}", min(per, self.n_chunks - b * per))
             except CorruptArtifact as e:
                 raise CorruptArtifact(f"{self.path}: {e}") from None
             cache[b] = block
@@ -345,12 +359,21 @@ class Index:
         if not self.has_vectors:
             raise self._corrupt("no vector section (built with --embedder none)")
         view = self.artifact.section(L.VECTORS)
+        from kb.formats.hnsw import BadIndex, check_hnsw
+
+        try:  # usearch trusts the graph it is given: a bad slot would crash the process
+            check_hnsw(view, self.n_chunks)
+        except BadIndex as e:
+            raise self._corrupt(f"vector index: {e}") from None
         try:
             idx = UIndex.restore(view, view=True)
         except Exception as e:  # usearch raises plain RuntimeError/ValueError on bad bytes
             raise self._corrupt(f"vector index does not load: {e}") from None
         if idx is None or len(idx) != self.n_chunks:
             raise self._corrupt("vector index does not match the chunk table")
+        dim = (self.meta.embedder or {}).get("dim", idx.ndim)  # the card of the model that made the vectors
+        if dim != idx.ndim:
+            raise self._corrupt(f"vector index has {idx.ndim} dimensions, its embedder {dim}")
         return idx
 
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:

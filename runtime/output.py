@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 
+from kb.common.usage import printable
+
 from .results import Notice, Response, Result
-from .search import SCHEMA_VERSION
+from .results import SCHEMA_VERSION
 
 
 def _present(record) -> dict:
@@ -144,9 +146,3 @@ def render_human(resp: Response, show_status: bool = True, highlight=None) -> st
 def render_notices(resp: Response) -> list[str]:
     """The notices as lines for stderr."""
     return [f"kb: note: {n.message}" + (f" ({n.reason})" if n.reason else "") for n in resp.notices]
-
-
-def printable(s: str) -> str:
-    """``s`` with control characters (but tab) escaped: text for a terminal (a file name can
-    hold any byte but / and NUL)."""
-    return "".join(c if c == "\t" or c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)

@@ -12,15 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kb.common.options import GROUPS, MAX_TOP_K, MODES
+from kb.common.options import DEFAULT_DOC_CHUNKS, GROUPS, MAX_CONTEXT, MAX_DOC_CHUNKS, MAX_TOP_K, MODES
 from kb.common.options import SETTINGS as OPTION_SETTINGS
 
 from .search import Query
 
 MAX_QUERY_CHARS = 8192  # a query or rewrite longer than this is refused (the models truncate far earlier)
-MAX_CONTEXT = 10  # neighbouring chunks on each side that ``get`` returns
-MAX_DOC_CHUNKS = 1000  # chunks of one document that ``get`` returns
-DEFAULT_DOC_CHUNKS = 200
 
 
 class RequestError(Exception):

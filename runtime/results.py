@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from .fusion import Fused
 
+SCHEMA_VERSION = 1  # of the JSON a search returns (runtime/output.py)
+
 
 @dataclass(frozen=True)
 class RerankScore:

@@ -34,7 +34,6 @@ from .query_syntax import parse
 from .results import Candidate, Explain, Notice, Response, Result
 from .snippets import snippet
 
-SCHEMA_VERSION = 1
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
 # Scripts an embedding model was trained on, by model name. A dense leg on a script the model
 # never saw ranks noise (all-MiniLM-L6-v2 on CMRC2018-zh: nDCG@10 0.10 against BM25's 0.98,
@@ -82,7 +81,12 @@ class Searcher:
         if self._embedder is None:
             from kb.common.encoders import load_embedder
 
-            self._embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
+            embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
+            if self.ix.has_vectors and embedder.dim != self.ix.vectors.ndim:
+                from kb.formats.artifact import CorruptArtifact
+
+                raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vectors.ndim} dimensions, its embedder {embedder.dim}")
+            self._embedder = embedder
         return self._embedder
 
     def reranker(self):

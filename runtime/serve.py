@@ -17,15 +17,22 @@ Safety: it listens on loopback by default, and answers only requests whose Host 
 a browser sends one) names this server, so a web page cannot reach it through DNS rebinding or a
 cross-site form. At most ``max_concurrent`` searches run at once, each on a worker thread that the
 request thread waits on for at most ``timeout`` seconds; a search that overruns keeps its slot
-until it really ends, so the bound holds. Keep-alive connections close after ``IDLE_TIMEOUT_S``
-without a request.
+until it really ends, so the bound holds. Up to ``max_queue`` more wait ``queue_wait`` seconds
+for a slot before 503. A request's head and body must arrive within ``deadline`` seconds of its
+first byte (not per read, so trickling does not keep a connection); keep-alive connections close
+after ``IDLE_TIMEOUT_S`` without a request; the listen backlog is BACKLOG; and past
+``max_connections`` the connection that has been sending its request the longest is closed to
+make room (KbHTTPServer).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,11 +47,17 @@ DEFAULT_PORT = 8181
 MAX_BODY = 64 * 1024  # bytes of a request body; a search request is a few hundred
 DRAIN_MAX = 1024 * 1024  # an oversized body up to this is read and dropped so the 413 arrives cleanly
 MAX_CONCURRENT = 4  # searches running at once; CTranslate2 runs one model call at a time anyway
-MAX_CONNECTIONS = 64  # open connections (one thread each); more are answered 503 and closed
-QUEUE_WAIT_S = 0.0  # how long a request waits for a free search slot before 503
+MAX_CONNECTIONS = 256  # open connections (one thread each); see process_request for what happens past it
+MAX_QUEUE = 64  # requests waiting for a search slot; past this a request gets 503 at once
+QUEUE_WAIT_S = 2.0  # how long a queued request waits for a free search slot before 503
 REQUEST_TIMEOUT_S = 30.0
 MAX_QUERY_FIELDS = 256  # query parameters of one GET
-IDLE_TIMEOUT_S = 15.0  # socket timeout: an idle keep-alive connection, or a stalled body, is dropped
+IDLE_TIMEOUT_S = 15.0  # an idle keep-alive connection is closed after this long without a request
+REQUEST_DEADLINE_S = 10.0  # from a request's first byte, its head and body must arrive within this
+WRITE_TIMEOUT_S = 10.0  # a client that does not read its response for this long is dropped
+BACKLOG = 1024  # the listen queue (the kernel caps it at net.core.somaxconn)
+ADMIT_WAIT_S = 1.0  # past max_connections, how long a new connection waits for one to end before 503
+EVICT_AFTER_S = 1.0  # past max_connections, a connection still sending its request after this long is closed
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ROUTES = {"/search": ("GET", "POST"), "/get": ("GET", "POST"), "/info": ("GET",), "/health": ("GET",)}
 
@@ -66,23 +79,62 @@ def allowed_hosts(host: str, port: int, extra=()) -> frozenset[str]:
     return frozenset(out)
 
 
+def _refuse_busy(sock, message: str) -> None:
+    """Answer 503 on a connection no handler will serve, then close it cleanly: read what the
+    client sent (briefly), so the close does not reset a connection whose client has yet to read
+    the answer."""
+    import socket
+    import time
+
+    body = json.dumps({"error": {"code": "busy", "message": message}}).encode()
+    head = f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    try:
+        sock.settimeout(1.0)
+        sock.sendall(head.encode() + body)
+        sock.shutdown(socket.SHUT_WR)
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and sock.recv(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
 class KbHTTPServer(ThreadingHTTPServer):
-    """A ThreadingHTTPServer holding the shared Service and the limits."""
+    """A ThreadingHTTPServer holding the shared Service and the limits.
+
+    Connections: at most ``max_connections`` have a handler thread. Past that, a new connection
+    closes the connection that has been sending its request the longest (more than
+    EVICT_AFTER_S: a slow or stalled client, never one whose request is being answered), then
+    waits up to ADMIT_WAIT_S for a free place, and only then gets a 503. Every 503 is sent after
+    the client's request is read and before a clean close, so the client reads it rather than a
+    reset. Requests: each has REQUEST_DEADLINE_S from its first byte for its head and body
+    (trickling bytes does not extend it). Searches: ``max_concurrent`` run at once; up to
+    ``max_queue`` more wait up to ``queue_wait`` seconds for a slot, the rest get 503.
+    """
 
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
+    request_queue_size = BACKLOG
 
     def __init__(self, address, service, *, max_body=MAX_BODY, max_concurrent=MAX_CONCURRENT, timeout=REQUEST_TIMEOUT_S,
-                 queue_wait=QUEUE_WAIT_S, max_connections=MAX_CONNECTIONS, extra_hosts=(), access_log=False, log=None):
+                 queue_wait=QUEUE_WAIT_S, max_queue=MAX_QUEUE, max_connections=MAX_CONNECTIONS, deadline=REQUEST_DEADLINE_S,
+                 extra_hosts=(), access_log=False, log=None):
         import socket
 
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, Handler)
         self.service = service
-        self.max_body, self.request_timeout, self.queue_wait = max_body, timeout, queue_wait
+        self.max_body, self.request_timeout, self.queue_wait, self.deadline = max_body, timeout, queue_wait, deadline
         self.slots = threading.BoundedSemaphore(max_concurrent)
+        self.queue = threading.BoundedSemaphore(max(max_queue, 1))
+        self.max_queue = max_queue
         self.connections = threading.BoundedSemaphore(max_connections)
+        self.waiting = threading.BoundedSemaphore(max_connections)  # connections waiting for admission
+        self.reading: dict = {}  # socket -> monotonic time its handler began waiting for a request
+        self.reading_lock = threading.Lock()
         self.max_concurrent = max_concurrent
         self.pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="kb-search")
         self.host, self.port = address[0], self.server_address[1]
@@ -91,26 +143,56 @@ class KbHTTPServer(ThreadingHTTPServer):
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
 
     def process_request(self, request, client_address):
-        """One thread per connection, up to max_connections; past that a 503 and close."""
-        if not self.connections.acquire(blocking=False):
-            body = b'{"error": {"code": "busy", "message": "too many open connections; retry shortly"}}'
-            head = f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-            try:
-                request.sendall(head.encode() + body)
-            except OSError:
-                pass
+        """A handler thread per connection, up to max_connections (see the class docstring)."""
+        if self.connections.acquire(blocking=False):
+            return self._start(request, client_address)
+        self._evict_slowest()
+        if not self.waiting.acquire(blocking=False):  # a flood far past every limit: refuse outright
             self.shutdown_request(request)
             return
+        threading.Thread(target=self._admit, args=(request, client_address), daemon=True).start()
+
+    def _start(self, request, client_address):
         try:
             super().process_request(request, client_address)
         except BaseException:
             self.connections.release()
             raise
 
+    def _admit(self, request, client_address):
+        try:
+            if self.connections.acquire(timeout=ADMIT_WAIT_S):
+                self.process_request_thread(request, client_address)  # served on this thread
+                return
+            _refuse_busy(request, "too many open connections; retry shortly")
+        finally:
+            self.waiting.release()
+
+    def _evict_slowest(self):
+        """Close the connection that has been sending its request the longest, if that is past
+        EVICT_AFTER_S: a slowloris client must not hold a place a prompt client needs."""
+        import socket
+        import time
+
+        now = time.monotonic()
+        with self.reading_lock:
+            if not self.reading:
+                return
+            sock, since = min(self.reading.items(), key=lambda kv: kv[1])
+            if now - since < EVICT_AFTER_S:
+                return
+            del self.reading[sock]
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # its handler's read returns at once and the thread ends
+        except OSError:
+            pass
+
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self.reading_lock:
+                self.reading.pop(request, None)
             self.connections.release()
 
     @property
@@ -124,6 +206,35 @@ class KbHTTPServer(ThreadingHTTPServer):
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A connection's reads, under a deadline for the whole request rather than a timeout per
+    read: waiting for a request may take IDLE_TIMEOUT_S, and from the request's first byte its
+    head and body must all arrive within ``limit`` seconds, however the bytes trickle in."""
+
+    def __init__(self, sock, idle: float, limit: float):
+        self.sock, self.idle, self.limit = sock, idle, limit
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def next_request(self) -> None:
+        self.deadline = None
+
+    def readinto(self, b) -> int:
+        if self.deadline is None:
+            self.sock.settimeout(self.idle)
+        else:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request did not arrive within its deadline")
+            self.sock.settimeout(left)
+        n = self.sock.recv_into(b)
+        if self.deadline is None and n:
+            self.deadline = time.monotonic() + self.limit
+        return n
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive; every response carries Content-Length
     server_version = f"kb/{KB_VERSION}"
@@ -133,6 +244,22 @@ class Handler(BaseHTTPRequestHandler):
     server: KbHTTPServer
 
     # --- plumbing ------------------------------------------------------------------------------
+    def setup(self):
+        super().setup()
+        self.rfile.close()  # http.server's own reader times out per read; this one per request
+        self._reader = _DeadlineReader(self.connection, IDLE_TIMEOUT_S, self.server.deadline)
+        self.rfile = io.BufferedReader(self._reader, 65536)
+
+    def handle_one_request(self):
+        self._reader.next_request()
+        with self.server.reading_lock:  # waiting for (or reading) a request: may be evicted
+            self.server.reading[self.connection] = time.monotonic()
+        super().handle_one_request()
+
+    def _busy(self):
+        with self.server.reading_lock:
+            self.server.reading.pop(self.connection, None)
+
     def log_message(self, fmt, *args):
         if self.server.access_log:
             self.server.log(f"kb serve: {self.address_string()} {fmt % args}")
@@ -144,8 +271,10 @@ class Handler(BaseHTTPRequestHandler):
         self._json(code, {"error": {"code": words.get(code, "http_error"), "message": message or self.responses.get(code, ("",))[0]}})
 
     def _json(self, status: int, body: dict, headers=()):
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        # a lone surrogate a client sent as \\ud800 and the answer echoes stays that escape
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
         try:
+            self.connection.settimeout(WRITE_TIMEOUT_S)
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
@@ -158,7 +287,7 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
+        except OSError:  # the client went away, or stopped reading (WRITE_TIMEOUT_S)
             self.close_connection = True
 
     def _error(self, status: int, code: str, message: str, field=None, headers=(), close=False):
@@ -185,6 +314,7 @@ class Handler(BaseHTTPRequestHandler):
         return self.server_version
 
     def _dispatch(self):
+        self._busy()
         self._body_read = False
         refused = self._refuse_foreign()
         if refused:
@@ -253,10 +383,10 @@ class Handler(BaseHTTPRequestHandler):
             body = self._read_chunked()
             return None if body is None else parse_json(body) if body.strip() else {}
         raw_len = self.headers.get("Content-Length", "0").strip() or "0"
-        if not raw_len.isdigit():
-            self._error(400, "bad_request", f"bad Content-Length {raw_len!r}", close=True)
+        if not (raw_len.isascii() and raw_len.isdigit()):  # str.isdigit alone takes "5³8"
+            self._error(400, "bad_request", f"bad Content-Length {raw_len[:40]!r}", close=True)
             return None
-        n = int(raw_len)
+        n = int(raw_len) if len(raw_len) <= 18 else 10**18  # int() refuses over 4300 digits
         if n > self.server.max_body:
             self._drain(n)
             self._error(413, "payload_too_large", f"the body is {n} bytes; the most is {self.server.max_body}", close=True)
@@ -281,11 +411,10 @@ class Handler(BaseHTTPRequestHandler):
             while True:
                 line = self.rfile.readline(1024)
                 size_text = line.split(b";")[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
+                if not _HEX.fullmatch(size_text):  # int(..., 16) would also take "-80" and "0x80"
                     self._error(400, "bad_request", "malformed chunked body", close=True)
                     return None
+                size = int(size_text, 16)
                 if size == 0:
                     while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):  # trailers
                         pass
@@ -320,7 +449,12 @@ class Handler(BaseHTTPRequestHandler):
     def _run_bounded(self, run, req):
         """Run ``run(req)`` on a search slot: 503 when none frees up in time, 504 past the timeout."""
         srv = self.server
-        got = srv.slots.acquire(timeout=srv.queue_wait) if srv.queue_wait > 0 else srv.slots.acquire(blocking=False)
+        got = srv.slots.acquire(blocking=False)
+        if not got and srv.queue_wait > 0 and srv.max_queue > 0 and srv.queue.acquire(blocking=False):
+            try:  # a place in the bounded queue: wait a little for a slot
+                got = srv.slots.acquire(timeout=srv.queue_wait)
+            finally:
+                srv.queue.release()
         if not got:
             return self._error(503, "busy", f"all {srv.max_concurrent} search slots are busy; retry shortly", headers=[("Retry-After", "1")])
         try:
@@ -349,14 +483,38 @@ def _object_pairs(pairs):
     return d
 
 
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+
+
+def _check_unicode(obj) -> None:
+    """Strings must be valid Unicode (I-JSON, RFC 7493): a lone surrogate escape such as \\ud800
+    decodes to a string that UTF-8 cannot encode, and paths and ids are encoded to be looked up."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RequestError("bad_json", "a string holds a lone surrogate escape (such as \\ud800); strings must be valid Unicode") from None
+
+
 def parse_json(body: bytes):
-    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, bounded nesting (RecursionError)."""
+    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, bounded nesting (RecursionError),
+    no lone surrogate escapes."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise RequestError("bad_json", f"the body is not UTF-8 ({e.reason} at byte {e.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_no_constant)
+        obj = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_no_constant)
+        _check_unicode(obj)
+        return obj
     except json.JSONDecodeError as e:
         raise RequestError("bad_json", f"the body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except ValueError as e:

@@ -43,17 +43,19 @@ def _open_service(index_path, device, compute_type, stale_check):
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on. Loopback by default; anything else exposes the artifact to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="Port; 0 picks a free one (printed on the first stderr line).")
 @click.option("--allow-host", multiple=True, metavar="NAME", help="Another Host name clients use for this server (e.g. a LAN name when --host is 0.0.0.0). Repeatable.")
-@click.option("--max-concurrent", type=click.IntRange(1, 256), default=4, show_default=True, help="Searches running at once; more get 503.")
-@click.option("--queue-wait", type=click.FloatRange(0, 60), default=0.0, show_default=True, help="Seconds a request waits for a free search slot before 503.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True, help="Seconds one request may take before 504.")
-@click.option("--max-connections", type=click.IntRange(1, 4096), default=64, show_default=True, help="Open connections at once (one thread each); more get 503.")
+@click.option("--max-concurrent", type=click.IntRange(1, 256), default=4, show_default=True, help="Searches running at once; more wait in the queue.")
+@click.option("--max-queue", type=click.IntRange(0, 4096), default=64, show_default=True, help="Searches waiting for a slot; more get 503 at once.")
+@click.option("--queue-wait", type=click.FloatRange(0, 60), default=2.0, show_default=True, help="Seconds a queued search waits for a free slot before 503.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True, help="Seconds one search may take before 504.")
+@click.option("--request-deadline", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True, help="Seconds from a request's first byte for its head and body to arrive (a trickling client is cut off).")
+@click.option("--max-connections", type=click.IntRange(1, 4096), default=256, show_default=True, help="Open connections at once (one thread each). Past it the slowest still sending its request is closed; else 503.")
 @click.option("--max-body", type=click.IntRange(1024, 16 * 1024 * 1024), default=64 * 1024, show_default=True, help="Largest request body in bytes; more gets 413.")
 @click.option("--access-log", is_flag=True, help="Log one line per request to stderr.")
 @_stale
 @device_option
 @compute_option
 @debug_option
-def serve(index_path, host, port, allow_host, max_concurrent, queue_wait, timeout_s, max_connections, max_body, access_log, no_stale_check, device, compute_type):
+def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_wait, timeout_s, request_deadline, max_connections, max_body, access_log, no_stale_check, device, compute_type):
     """Serve search over HTTP: GET|POST /search, /get; GET /info, /health (JSON)."""
     from .serve import LOOPBACK, host_port, make_server
     from .serve import serve as serve_forever
@@ -61,7 +63,7 @@ def serve(index_path, host, port, allow_host, max_concurrent, queue_wait, timeou
     svc = _open_service(index_path, device, compute_type, not no_stale_check)
     try:
         try:
-            server = make_server(svc, host, port, max_body=max_body, max_concurrent=max_concurrent, timeout=timeout_s, queue_wait=queue_wait, max_connections=max_connections, extra_hosts=allow_host, access_log=access_log)
+            server = make_server(svc, host, port, max_body=max_body, max_concurrent=max_concurrent, timeout=timeout_s, queue_wait=queue_wait, max_queue=max_queue, deadline=request_deadline, max_connections=max_connections, extra_hosts=allow_host, access_log=access_log)
         except OSError as e:
             raise KbError(f"cannot listen on {host_port(host, port)}: {e.strerror or e}") from None
         click.echo(f"kb serve: listening on {server.url}", err=True)

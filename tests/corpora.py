@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "examples" / "kb-sample"
 TINY = Path(__file__).resolve().parent / "data" / "tiny"
 GOLDEN = Path(__file__).resolve().parent / "golden"
-# `kb serve` / `kb mcp` in a subprocess, able to load artifacts built with the stand-in embedder
-SERVE_CLI = (sys.executable, str(Path(__file__).resolve().parent / "fakes.py"))
+# `kb` in a subprocess, able to load artifacts built with the stand-in embedder
+KB_CLI = SERVE_CLI = (sys.executable, str(Path(__file__).resolve().parent / "fakes.py"))
 
 fakes.register()
 

@@ -54,11 +54,11 @@ def register() -> None:
     register_backend("hash", lambda files, card, device, compute_type: HashEmbedder(card["dim"], card["name"], card.get("max_tokens", 256)))
 
 
-if __name__ == "__main__":  # `python tests/fakes.py serve|mcp ...`: the servers, with the stand-ins registered
+if __name__ == "__main__":  # `python tests/fakes.py search|serve|mcp ...`: kb, with the stand-ins registered
     import sys
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
     register()
-    from kb.runtime.serve_cli import _standalone
+    from kb.runtime.entry import run
 
-    _standalone()
+    run()

@@ -1,0 +1,124 @@
+"""Shape checks for the msgpack values inside an artifact: ``meta``, ``manifest`` and the chunk
+records of ``text.blocks`` (SPEC.md names every field).
+
+The container's crc32s prove that bytes are the ones the section table names, not that a writer
+we trust wrote them: a forged checksum is four bytes of arithmetic. So the runtime checks the
+type and range of every value it uses, once, where the value is decoded, and the code that
+uses them can index and iterate without guarding each access. A failed check raises
+``ShapeError``; the reader turns it into CorruptArtifact (exit 3).
+"""
+
+from __future__ import annotations
+
+import math
+
+U32 = 1 << 32
+
+
+class ShapeError(ValueError):
+    """A value has the wrong type or range; the message names it."""
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise ShapeError(what)
+
+
+def _is_int(v, lo: int = 0, hi: int = 1 << 63) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_strs(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _optional_dict(meta: dict, key: str) -> None:
+    _need(meta.get(key) is None or isinstance(meta[key], dict), f"meta.{key} must be a map or nil")
+
+
+def _check_plain(value, what: str) -> None:
+    """Only what JSON can say (kb info --json and /info print meta's maps as they are): maps with
+    string keys, lists, strings, numbers, booleans, nil; no byte strings."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            _need(all(isinstance(k, str) for k in v), f"{what} has a key that is not a string")
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        else:
+            _need(v is None or isinstance(v, (str, int, float, bool)), f"{what} holds a {type(v).__name__} value")
+
+
+def check_meta(meta) -> None:
+    """Every ``meta`` field the runtime reads, by type and range."""
+    _need(isinstance(meta, dict), "meta is not a map")
+    _check_plain(meta, "meta")
+    for key in ("kb_version", "source"):
+        _need(isinstance(meta.get(key), str), f"meta.{key} must be a string")
+    _need(_is_int(meta.get("format_version")), "meta.format_version must be an integer")
+    counts = meta.get("counts")
+    _need(isinstance(counts, dict), "meta.counts must be a map")
+    for key in ("documents", "chunks", "terms", "vectors"):
+        _need(_is_int(counts.get(key), 0, U32), f"meta.counts.{key} must be an integer in 0..2^32-1")
+    bm25 = meta.get("bm25")
+    _need(isinstance(bm25, dict), "meta.bm25 must be a map")
+    for key in ("k1", "b", "avg_length"):
+        _need(_is_num(bm25.get(key)) and bm25[key] >= 0, f"meta.bm25.{key} must be a finite number >= 0")
+    _check_analyzer(meta.get("analyzer"))
+    for key in ("embedder", "reranker", "vectors"):
+        _optional_dict(meta, key)
+    _need(meta.get("embedder") is None or isinstance(meta["embedder"].get("name", ""), str), "meta.embedder.name must be a string")
+    tags = meta.get("tags")
+    _need(isinstance(tags, dict) and _is_strs(tags.get("names")), "meta.tags.names must be a list of strings")
+    descr = tags.get("descriptions")
+    _need(isinstance(descr, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in descr.items()),
+          "meta.tags.descriptions must map strings to strings")
+    for key in ("statuses", "excluded_statuses"):
+        _need(_is_strs(meta.get(key)), f"meta.{key} must be a list of strings")
+    _need(isinstance(meta.get("search"), dict), "meta.search must be a map")
+    _need(_is_int(meta.get("text_block"), 1, 1 << 16), "meta.text_block must be an integer in 1..65535")
+
+
+def _check_analyzer(params) -> None:
+    _need(isinstance(params, dict), "meta.analyzer must be a map")
+    stop = params.get("stopwords", [])  # version 1: a list; version 2: language -> list
+    _need(_is_strs(stop) or (isinstance(stop, dict) and all(isinstance(k, str) and _is_strs(v) for k, v in stop.items())),
+          "meta.analyzer.stopwords must be a list of strings, or map languages to them")
+    _need(isinstance(params.get("cjk_bigrams"), bool), "meta.analyzer.cjk_bigrams must be a boolean")
+    _need(_is_int(params.get("max_term_chars"), 1, 1 << 16), "meta.analyzer.max_term_chars must be an integer in 1..65535")
+    # Whether this kb has the analyzer (its name, version, stemmers) is the analyzer's to say,
+    # when a search first needs it: an unknown stemmer is "upgrade kb" (exit 4), not corruption.
+
+
+def check_manifest(man) -> None:
+    """The manifest fields ``kb info`` and ``kb status`` read."""
+    _need(isinstance(man, dict), "the manifest is not a map")
+    _need(isinstance(man.get("root"), str), "manifest.root must be a string")
+    _need(man.get("config_file") is None or isinstance(man["config_file"], str), "manifest.config_file must be a string or nil")
+    sources = man.get("sources")
+    _need(isinstance(sources, list), "manifest.sources must be a list")
+    for s in sources:
+        _need(isinstance(s, list) and len(s) == 4 and isinstance(s[0], str) and _is_int(s[1]) and _is_int(s[2], -(1 << 63))
+              and isinstance(s[3], str), "manifest.sources entries must be [path, size, mtime_ns, sha256]")
+    skipped = man.get("skipped")
+    _need(isinstance(skipped, list) and all(isinstance(s, list) and len(s) == 2 and _is_strs(s) for s in skipped),
+          "manifest.skipped entries must be [path, reason]")
+    _need(_is_int(man.get("excluded", 0)), "manifest.excluded must be an integer")
+    for key in ("jsonl", "include", "exclude"):
+        _need(_is_strs(man.get(key, [])), f"manifest.{key} must be a list of strings")
+
+
+def check_model_card(card, names=()) -> None:
+    """The fields of kb_model.json the runtime reads before a model loads, and the weights file a
+    converted model needs beside it (``names``: the files of the model section)."""
+    _need(isinstance(card, dict) and isinstance(card.get("name"), str), "kb_model.json must be an object with a string name")
+    _need(card.get("backend", "ctranslate2") != "ctranslate2" or "model.bin" in names, "a converted model section without model.bin")
+    for key in ("dim", "max_tokens"):
+        _need(key not in card or _is_int(card[key], 1, 1 << 16), f"kb_model.json {key} must be an integer in 1..65535")
+

@@ -1,0 +1,72 @@
+"""The fuzz targets (tests/fuzz/), briefly, under hypothesis: a few hundred inputs each in the
+normal test run. ``python -m tests.fuzz.run --inputs 1000000 --target artifact|parsers|http``
+runs them at length (bench/RESULTS.md, "Fuzzing")."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzz import targets as T
+
+BRIEF = settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.fixture(scope="module")
+def seed_artifacts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fuzz-seeds")
+    return folder, T.build_seed_artifacts(folder)
+
+
+def test_the_seed_artifacts_are_read_whole(seed_artifacts):
+    folder, seeds = seed_artifacts
+    reader = T.ArtifactReader(folder)
+    assert [reader(s) for s in seeds] == ["ok", "ok"]
+
+
+@BRIEF
+@given(rng=st.randoms(use_true_random=False))
+def test_the_artifact_reader_refuses_mutated_artifacts_with_exit_3_or_4(seed_artifacts, rng):
+    folder, seeds = seed_artifacts
+    outcome = T.ArtifactReader(folder)(T.mutate_artifact(rng, seeds))
+    assert outcome in ("ok", "exit 2", "exit 3", "exit 4")
+
+
+@pytest.mark.parametrize("kind", T.PARSER_KINDS)
+@settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rng=st.randoms(use_true_random=False))
+def test_corpus_parsers_index_or_skip_mutated_and_generated_files(kind, rng):
+    assert T.parse_corpus_input(kind, T.generate_parser_input(rng, kind)) in ("ok", "skipped")
+
+
+@pytest.fixture(scope="module")
+def http_target(seed_artifacts):
+    folder, seeds = seed_artifacts
+    (folder / "http.kb").write_bytes(seeds[0])
+    target = T.HttpRequests(folder / "http.kb")
+    yield target
+    target.close()
+
+
+@BRIEF
+@given(rng=st.randoms(use_true_random=False))
+def test_the_http_handler_answers_mutated_requests_without_a_500(http_target, rng):
+    http_target(T.generate_http(rng))
+
+
+@BRIEF
+@given(body=st.one_of(st.binary(max_size=300), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.sampled_from(["query", "top_k", "mode", "tag", "path", "chunk_id", "context", "x"]), kids, max_size=4),
+    max_leaves=12).map(lambda v: __import__("json").dumps(v).encode())))
+def test_the_json_request_parser_answers_400_or_a_request(body):
+    assert T.json_body_input(body) in ("ok", "400")
+
+
+def test_the_long_runner_counts_inputs_and_findings(tmp_path):
+    from fuzz import run
+
+    summary = run.fuzz("parsers", 40, None, seed=1, hang_s=10.0, out=tmp_path / "parsers.json")
+    assert (summary["inputs"], summary["findings"], summary["hangs"], summary["crashes"]) == (40, 0, 0, 0)
+    assert sum(summary["by_kind"].values()) == 40 and (tmp_path / "parsers.json").is_file()
