@@ -70,6 +70,8 @@ def check_meta(meta) -> None:
     _need(isinstance(bm25, dict), "meta.bm25 must be a map")
     for key in ("k1", "b", "avg_length"):
         _need(_is_num(bm25.get(key)) and bm25[key] >= 0, f"meta.bm25.{key} must be a finite number >= 0")
+    for key in ("title_weight", "section_weight", "document_weight"):  # optional (document_weight: format 2)
+        _need(key not in bm25 or (_is_num(bm25[key]) and bm25[key] >= 0), f"meta.bm25.{key} must be a finite number >= 0")
     _check_analyzer(meta.get("analyzer"))
     for key in ("embedder", "reranker", "vectors"):
         _optional_dict(meta, key)
@@ -92,6 +94,11 @@ def _check_analyzer(params) -> None:
           "meta.analyzer.stopwords must be a list of strings, or map languages to them")
     _need(isinstance(params.get("cjk_bigrams"), bool), "meta.analyzer.cjk_bigrams must be a boolean")
     _need(_is_int(params.get("max_term_chars"), 1, 1 << 16), "meta.analyzer.max_term_chars must be an integer in 1..65535")
+    _need(_is_strs(params.get("languages", [])), "meta.analyzer.languages must be a list of strings")  # format 2
+    stemmers = params.get("stemmers", {})
+    _need(isinstance(stemmers, dict) and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in stemmers.items()),
+          "meta.analyzer.stemmers must map languages to stemmer names")
+    _need(isinstance(params.get("stemmer_library", ""), str), "meta.analyzer.stemmer_library must be a string")
     # Whether this kb has the analyzer (its name, version, stemmers) is the analyzer's to say,
     # when a search first needs it: an unknown stemmer is "upgrade kb" (exit 4), not corruption.
 

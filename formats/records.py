@@ -372,7 +372,7 @@ def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list[
         raise _corrupt(f"{what} holds {len(items) if isinstance(items, list) else 'no'} records, expected {expect}")
     out = []
     for it in items if isinstance(items, list) else [None]:
-        if not (isinstance(it, list) and len(it) == 5 and all(isinstance(x, str) for x in it[:4]) and isinstance(it[4], list)):
+        if not (isinstance(it, list) and len(it) == 5 and all(isinstance(x, str) for x in it[:4]) and isinstance(it[4], list) and all(isinstance(t, str) for t in it[4])):
             raise _corrupt(f"{what} is malformed")
         out.append(ChunkRecord(it[0], it[1], it[2], it[3], tuple(it[4])))
     return out

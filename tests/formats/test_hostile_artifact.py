@@ -186,3 +186,15 @@ def test_build_json_report_lists_skips_with_their_reasons(tmp_path):
     import json
 
     assert json.loads(r.stdout)["skipped"] == [["deep.json", "malformed JSON: nested more than 100 levels deep"]]
+
+
+def test_format_2_values_behind_the_checksums_are_checked_too(tmp_path, tiny_artifact):
+    """Found by the artifact fuzzer on the merged reader: document_weight, the analyzer's
+    languages and stemmers, and chunk tags that are not strings gave raw TypeErrors."""
+    for key, value in (("bm25", {"document_weight": [1]}), ("analyzer", {"languages": 5}), ("analyzer", {"stemmers": [1]})):
+        p = copy_of(tmp_path, tiny_artifact)
+        meta = msgpack.unpackb(dict((s.name, s.data) for s in sections_of(p))[L.META])
+        meta[key] = meta[key] | value
+        replace_section(p, L.META, msgpack.packb(meta))
+        r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+        assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: meta: meta.{key}."), r.stderr
