@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from .errors import ModelError
+from .errors import ModelError, UnsupportedVersion
 
 __all__ = ["ModelError", "CT2Embedder", "physical_cores", "load_embedder", "register_backend"]
 
@@ -267,6 +267,6 @@ def load_embedder(files: dict[str, bytes], device: str = "auto", compute_type: s
     if backend == "ctranslate2":
         return CT2Embedder(files, device=device, compute_type=compute_type)
     factory = _BACKENDS.get(backend)
-    if factory is None:
-        raise ModelError(f"embedder backend {backend!r} is not available in this kb; rebuild the index with kb-build")
+    if factory is None:  # an artifact from a kb that has it (exit 4, like a format this kb does not read)
+        raise UnsupportedVersion(f"embedder backend {backend!r} is not available in this kb; upgrade kb, or rebuild the index with this kb-build")
     return factory(files, card, device, compute_type)

@@ -376,6 +376,15 @@ class Index:
             raise self._corrupt(f"vector index has {idx.ndim} dimensions, its embedder {dim}")
         return idx
 
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors of chunks ``ids`` as float32 (len(ids), dim); corrupt when the index
+        lacks one of them (its keys must be the chunk ids)."""
+        got = self.vectors.get(np.asarray(ids, dtype=np.uint64))
+        try:
+            return np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
+        except (ValueError, TypeError):
+            raise self._corrupt("the vector index lacks the vectors of some chunks") from None
+
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
         """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""
         try:

@@ -64,7 +64,7 @@ def top_vector(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndar
     index = ix.vectors
     if n_allowed <= EXACT_VECTOR_MAX and n_allowed < ix.n_chunks:
         ids = np.flatnonzero(allowed)
-        vecs = np.asarray(index.get(ids.astype(np.uint64)), dtype=np.float32).reshape(len(ids), -1)
+        vecs = ix.vectors_of(ids)
         norms = np.linalg.norm(vecs, axis=1)
         sims = vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)
         order = np.lexsort((ids, -sims))[:k]

@@ -198,7 +198,7 @@ class Searcher:
             return candidates
         cosines = None
         if qv is not None:
-            vecs = np.asarray(self.ix.vectors.get(np.array([c.chunk for c in candidates], dtype=np.uint64)), dtype=np.float32).reshape(len(candidates), -1)
+            vecs = self.ix.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64))
             cosines = (vecs @ qv / np.maximum(np.linalg.norm(vecs, axis=1) * np.linalg.norm(qv), 1e-12)).tolist()
         rows = feature_rows(candidates, legs, cosines)
         probs = predict(backend, rows)

@@ -198,3 +198,15 @@ def test_format_2_values_behind_the_checksums_are_checked_too(tmp_path, tiny_art
         replace_section(p, L.META, msgpack.packb(meta))
         r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
         assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: meta: meta.{key}."), r.stderr
+
+
+def test_an_embedder_backend_this_kb_lacks_is_unsupported_exit_4(tmp_path, tiny_artifact):
+    import json
+
+    p = copy_of(tmp_path, tiny_artifact)
+    items = [bytes(x) for x in L.BlobTable(dict((s.name, s.data) for s in sections_of(p))[L.MODEL_EMBED])]
+    i = msgpack.unpackb(items[0]).index("kb_model.json") + 1
+    items[i] = json.dumps(json.loads(items[i]) | {"backend": "has("}).encode()  # found by the fuzzer (seed 9, input 30235)
+    replace_section(p, L.MODEL_EMBED, L.pack_blobs(items))
+    r = kb_run("search", "backup", "-i", p, "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (4, "kb: error: embedder backend 'has(' is not available in this kb; upgrade kb, or rebuild the index with this kb-build\n")
