@@ -126,6 +126,7 @@ def check_model_card(card, names=()) -> None:
     converted model needs beside it (``names``: the files of the model section)."""
     _need(isinstance(card, dict) and isinstance(card.get("name"), str), "kb_model.json must be an object with a string name")
     _need(card.get("backend", "ctranslate2") != "ctranslate2" or "model.bin" in names, "a converted model section without model.bin")
+    _need(card.get("kind", "embedder") != "embedder" or "dim" in card, "an embedder's kb_model.json needs dim")
     for key in ("dim", "max_tokens"):
         _need(key not in card or _is_int(card[key], 1, 1 << 16), f"kb_model.json {key} must be an integer in 1..65535")
 
