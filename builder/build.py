@@ -33,7 +33,7 @@ from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
 from .embedders import AUTO_MODEL, choose_embedder, make_embedder, reranker_files
 from .filetypes import SOURCE_EXTENSIONS
-from .ingest import Corpus, Document, read_corpus
+from .ingest import Document, read_corpus
 from .language import document_languages
 
 Progress = Callable[[str, int, int], None]
