@@ -23,9 +23,9 @@ import numpy as np
 from kb.common.errors import KbError
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats import roaring
 from kb.formats.analyzer import STOP_MARK, Analyzer
 from kb.formats.artifact import FORMAT_VERSION, SectionData, write_artifact
+from kb.formats.bm25 import quantize_impacts, tf_component
 from kb.formats.version import KB_VERSION
 
 from . import shards
@@ -79,13 +79,20 @@ class ChunkRow:
 
 @dataclass
 class Postings:
+    """The inverted index: term t's postings are items offsets[t]..offsets[t+1] of ``ids`` (chunk
+    ids ascending), ``tf`` and ``impacts``; its document postings likewise over ``doc_offsets``."""
+
     terms: list[str]  # sorted by (term_hash, term)
     hashes: np.ndarray
-    bitmaps: bytes  # the postings section: a blob table of portable roaring bitmaps
-    tf_offsets: np.ndarray
-    tf: np.ndarray
+    offsets: np.ndarray  # u64 x (terms + 1)
+    ids: np.ndarray  # u32 chunk ids
+    tf: np.ndarray  # f32 weighted term frequencies (the impacts' input; not stored)
+    impacts: np.ndarray  # u8 quantized saturated tf (formats/bm25.py)
     lengths: np.ndarray
     doc_df: np.ndarray  # u32 per term: documents holding it
+    doc_offsets: np.ndarray  # u64 x (terms + 1)
+    doc_ids: np.ndarray  # u32 document ids
+    doc_impacts: np.ndarray  # u8
 
 
 def _without_cyclic_gc(fn):
@@ -157,7 +164,7 @@ def build(
     )  # fmt: skip
     rep.documents, rep.chunks = len(docs), len(rows)
     with clock("postings"):
-        post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)))
+        post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)), len(docs))
     rep.terms = len(post.terms)
 
     if embedder is None:
@@ -392,13 +399,18 @@ def merge_fields(parts: list[Fields]) -> Fields:
     )
 
 
-def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None) -> Postings:
+def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None, n_docs: int | None = None) -> Postings:
     """Weighted term frequencies per (term, chunk), vectorised: every occurrence becomes one
     (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'.
     Stopword terms (``STOP_MARK`` + word) get postings but count in no chunk's length.
-    ``chunk_doc``: each chunk's document, for the document frequencies (None: one per chunk)."""
+    ``chunk_doc``: each chunk's document, for the document frequencies and impacts (None: one
+    per chunk); ``n_docs``: the documents (default: the highest in ``chunk_doc`` + 1)."""
     p = config.bm25
     n = max(f.chunks, 1)
+    if chunk_doc is None:
+        chunk_doc = np.arange(f.chunks, dtype=np.int64)
+    if n_docs is None:
+        n_docs = int(chunk_doc.max()) + 1 if len(chunk_doc) else 0
     terms, hashes, order = sorted_vocabulary(f.vocabulary, f.hashes)
     rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
     rank[order] = np.arange(len(terms))
@@ -427,7 +439,7 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
     ukey = key[starts]
     post_term, post_chunk = ukey // n, (ukey % n).astype(np.uint32)
     df = np.bincount(post_term, minlength=len(terms))
-    post_doc = post_chunk.astype(np.int64) if chunk_doc is None else chunk_doc[post_chunk]
+    post_doc = chunk_doc[post_chunk]
     # postings are sorted by (term, chunk) and a document's chunks are consecutive ids, so a
     # term's documents are non-decreasing: each change of (term, document) is one more document
     new_doc = np.r_[True, (post_term[1:] != post_term[:-1]) | (post_doc[1:] != post_doc[:-1])] if len(post_term) else np.zeros(0, bool)
@@ -436,10 +448,23 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
         live = np.flatnonzero(df > 0)
         terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
         post_term = np.searchsorted(live, post_term)
-    tf_offsets = np.zeros(len(terms) + 1, dtype="<u8")
-    np.cumsum(df, out=tf_offsets[1:])
-    bitmaps = L.pack_blob_buffer(*roaring.serialize_many(post_term, post_chunk, len(terms)))
-    return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths, doc_df.astype("<u4"))
+    offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    np.cumsum(df, out=offsets[1:])
+    avg = float(lengths.mean()) if len(lengths) else 0.0
+    impacts = quantize_impacts(tf_component(tf, lengths[post_chunk], max(avg, 1e-9), p.k1, p.b))
+    # document postings: a document's tf' and len' are its chunks' sums (formats/bm25.py)
+    doc_start = np.flatnonzero(new_doc)
+    doc_tf = np.add.reduceat(tf.astype(np.float64), doc_start) if len(doc_start) else np.zeros(0)
+    doc_ids = post_doc[doc_start]
+    doc_len = np.bincount(chunk_doc, weights=lengths, minlength=n_docs)
+    doc_avg = float(doc_len.mean()) if len(doc_len) else 0.0
+    doc_impacts = quantize_impacts(tf_component(doc_tf, doc_len[doc_ids], max(doc_avg, 1e-9), p.k1, p.b))
+    doc_offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    np.cumsum(doc_df, out=doc_offsets[1:])
+    return Postings(
+        terms, hashes, offsets, post_chunk.astype("<u4"), tf, impacts, lengths, doc_df.astype("<u4"),
+        doc_offsets, doc_ids.astype("<u4"), doc_impacts,
+    )  # fmt: skip
 
 
 def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -572,9 +597,12 @@ def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
         SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
-        SectionData(L.POSTINGS, post.bitmaps),
-        SectionData(L.POSTING_TF_OFFSETS, post.tf_offsets.tobytes()),
-        SectionData(L.POSTING_TF, post.tf.tobytes()),
+        SectionData(L.POSTING_OFFSETS, post.offsets.tobytes()),
+        SectionData(L.POSTING_IDS, post.ids.tobytes()),
+        SectionData(L.POSTING_IMPACTS, post.impacts.tobytes()),
+        SectionData(L.DOC_POSTING_OFFSETS, post.doc_offsets.tobytes()),
+        SectionData(L.DOC_POSTING_IDS, post.doc_ids.tobytes()),
+        SectionData(L.DOC_POSTING_IMPACTS, post.doc_impacts.tobytes()),
         SectionData(L.STATUS_BITMAPS, L.pack_blobs(status_bitmaps)),
         SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
         SectionData(L.TEXT_DICT, zdict),

@@ -362,17 +362,20 @@ def pack_text_block(records: list[bytes]) -> bytes:
     return msgpack.Packer().pack_array_header(len(records)) + b"".join(records)
 
 
-def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list[ChunkRecord]:
-    """The records of a text block (``expect`` of them, when given)."""
+def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list:
+    """The records of a text block (``expect`` of them, when given), each as msgpack decoded it:
+    ``chunk_record`` checks one when it is used (a search shows a few records of each block)."""
     try:
         items = msgpack.unpackb(raw)
     except (ValueError, msgpack.UnpackException):
         raise _corrupt(f"{what} does not decode") from None
-    if expect is not None and (not isinstance(items, list) or len(items) != expect):
+    if not isinstance(items, list) or (expect is not None and len(items) != expect):
         raise _corrupt(f"{what} holds {len(items) if isinstance(items, list) else 'no'} records, expected {expect}")
-    out = []
-    for it in items if isinstance(items, list) else [None]:
-        if not (isinstance(it, list) and len(it) == 5 and all(isinstance(x, str) for x in it[:4]) and isinstance(it[4], list) and all(isinstance(t, str) for t in it[4])):
-            raise _corrupt(f"{what} is malformed")
-        out.append(ChunkRecord(it[0], it[1], it[2], it[3], tuple(it[4])))
-    return out
+    return items
+
+
+def chunk_record(item, what: str) -> ChunkRecord:
+    """One record of ``unpack_text_block``'s, checked: [text, section, title, doc_id, [tags]]."""
+    if not (isinstance(item, list) and len(item) == 5 and all(isinstance(x, str) for x in item[:4]) and isinstance(item[4], list) and all(isinstance(t, str) for t in item[4])):
+        raise _corrupt(f"{what} is malformed")
+    return ChunkRecord(item[0], item[1], item[2], item[3], tuple(item[4]))

@@ -19,8 +19,13 @@ from kb.common.usage import count, debug_option, printable
 from kb.formats.version import KB_VERSION
 
 from .clikit import command_group, compute_option, device_option, index_option, open_index, search_option_flags
-from .output import FORMATS
+from .output import FORMATS, json_text
 from .serve_cli import mcp as mcp_command, serve as serve_command
+
+
+def pretty() -> bool:
+    """JSON output is indented for a person at a terminal, one compact line otherwise."""
+    return sys.stdout.isatty()
 
 
 @command_group()
@@ -44,7 +49,7 @@ def info(index_path, as_json, verify):
         d = describe(ix)
     if verify:
         d["verified"] = {"sections": len(d["sections"]), "crc32": "ok"}
-    click.echo(json.dumps(d, indent=2, ensure_ascii=False) if as_json else render_info(d))
+    click.echo(json_text(d, pretty()) if as_json else render_info(d))
 
 
 @main.command()
@@ -62,7 +67,7 @@ def status(index_path, as_json):
     n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
     rep["fresh"] = rep["root_exists"] and n == 0
     if as_json:
-        click.echo(json.dumps(rep, indent=2, ensure_ascii=False))
+        click.echo(json_text(rep, pretty()))
     elif not rep["root_exists"]:
         click.echo(f"corpus root {printable(rep['root'])} is not on this machine; cannot check staleness")
     else:
@@ -89,7 +94,7 @@ def status(index_path, as_json):
 @search_option_flags
 @click.option("--literal", is_flag=True, help="Take QUERY as plain words: quotes, a leading - and field: are not syntax.")
 @click.option("--explain", is_flag=True, help="Per result: each leg's rank and raw score, RRF parts, bonus, rerank logit and blend weights.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object; indented on a terminal, one line otherwise), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="Same as --format jsonl.")
 @click.option("--min-score", type=click.FloatRange(0, 1), help="Only results whose confidence is at least this (0..1).")
@@ -141,7 +146,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
         artifact = {"id": ix.artifact.id, "path": str(ix.path)}
         notes = [] if fmt in ("text", "json", "md") else render_notices(resp)
         if fmt == "json":
-            out = render_json(resp, artifact)
+            out = render_json(resp, artifact, pretty())
         elif fmt == "jsonl":
             out = render_jsonl(resp, artifact)
         elif fmt == "csv":
@@ -195,7 +200,7 @@ def get(target, index_path, whole_doc, context, max_chunks, as_json):
         except RequestError as e:
             raise UsageError(e.message) from None
     if as_json:
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        click.echo(json_text(out, pretty()))
         return
     doc = out["document"]
     chunks = out["previous"] + [out["chunk"]] + out["next"] if "chunk" in out else out["chunks"]
@@ -269,7 +274,7 @@ def bench(fixture, index_path, beir_dir, split, k, backends, as_json, device, co
     with open_index(index_path) as ix:
         res = run_bench(Searcher(ix, device, compute_type), bset, k, list(backends) or None)
         res["artifact"] = {"id": ix.artifact.id, "path": str(ix.path)}
-    click.echo(json.dumps(res, indent=2) if as_json else render_table(res))
+    click.echo(json_text(res, pretty()) if as_json else render_table(res))
 
 
 main.add_command(serve_command, "serve")

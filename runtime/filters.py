@@ -21,10 +21,9 @@ def allowed_mask(ix, statuses=(), all_statuses: bool = False, tags=(), path: str
         wanted = list(statuses)
     else:
         wanted = [s for s in known if s not in ix.meta.excluded_statuses]
-    mask = np.zeros(ix.n_chunks, dtype=bool)
-    codes = ix.chunks["status"]
-    for s in wanted:
-        mask |= codes == known.index(s)
+    mask = _status_mask(ix, tuple(known.index(s) for s in wanted))
+    if tags or path:
+        mask = mask.copy()
     for t in tags:
         check_tag(ix, t)
         bm = ix.tag_bitmap(t.casefold())
@@ -39,6 +38,18 @@ def allowed_mask(ix, statuses=(), all_statuses: bool = False, tags=(), path: str
         window = np.zeros(ix.n_chunks, dtype=bool)
         window[a:b] = True
         mask &= window
+    return mask
+
+
+def _status_mask(ix, codes: tuple[int, ...]) -> np.ndarray:
+    """Chunks whose status is one of ``codes``: computed once per process and set of statuses,
+    read-only (callers that narrow it copy it)."""
+    cache = ix.leg_cache.setdefault("status_masks", {})
+    mask = cache.get(codes)
+    if mask is None:
+        mask = np.isin(ix.chunks["status"], codes) if codes else np.zeros(ix.n_chunks, dtype=bool)
+        mask.flags.writeable = False
+        cache[codes] = mask
     return mask
 
 
@@ -98,7 +109,7 @@ def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
             if tid is None:
                 return np.zeros(ix.n_chunks, dtype=bool)
             has = np.zeros(ix.n_chunks, dtype=bool)
-            has[ix.posting(tid)[0]] = True
+            has[ix.posting_ids(tid)] = True
             hold &= has
         return hold
 

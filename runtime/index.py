@@ -17,7 +17,7 @@ from kb.formats import layout as L
 from kb.formats import records as R
 from kb.formats.artifact import MAX_ZSTD_RATIO, Artifact, CorruptArtifact
 
-BLOCK_CACHE = 256  # decoded text blocks kept (16 chunks each)
+BLOCK_CACHE = 1024  # decoded text blocks kept (meta.text_block chunks each: 4 from kb-build)
 TERM_CACHE = 65536  # term -> term id lookups kept
 
 
@@ -45,15 +45,20 @@ REQUIRED = (
     L.DOC_FIRST_CHUNK,
     L.TERM_HASHES,
     L.TERM_STRINGS,
-    L.POSTINGS,
-    L.POSTING_TF_OFFSETS,
-    L.POSTING_TF,
     L.STATUS_BITMAPS,
     L.TAG_BITMAPS,
     L.TEXT_DICT,
     L.TEXT_BLOCKS,
 )
-REQUIRED_V2 = (L.TERM_DOC_DF,)  # format 2: BM25 statistics over documents
+ROARING_POSTINGS = (L.POSTINGS, L.POSTING_TF_OFFSETS, L.POSTING_TF)  # formats 1-2
+IMPACT_POSTINGS = (L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS, L.DOC_POSTING_OFFSETS, L.DOC_POSTING_IDS, L.DOC_POSTING_IMPACTS)  # format 3
+
+
+def required_sections(version: int) -> tuple[str, ...]:
+    """Format 1: roaring postings with f32 tf; 2: + document frequencies; 3: impact postings."""
+    if version >= 3:
+        return REQUIRED + (L.TERM_DOC_DF,) + IMPACT_POSTINGS
+    return REQUIRED + ROARING_POSTINGS + ((L.TERM_DOC_DF,) if version >= 2 else ())
 
 
 class Index:
@@ -90,7 +95,7 @@ class Index:
     def _check_structure(self):
         secs = self.artifact.sections
         self.version = self.artifact.version
-        missing = [n for n in REQUIRED + (REQUIRED_V2 if self.version >= 2 else ()) if n not in secs]
+        missing = [n for n in required_sections(self.version) if n not in secs]
         if missing:
             raise self._corrupt(f"missing sections: {', '.join(missing)}")
         try:
@@ -105,10 +110,18 @@ class Index:
             L.CHUNK_LENGTHS: n_chunks * 4,
             L.DOC_FIRST_CHUNK: (n_docs + 1) * 4,
             L.TERM_HASHES: n_terms * 8,
-            L.POSTING_TF_OFFSETS: (n_terms + 1) * 8,
         }
         if self.version >= 2:
             expect[L.TERM_DOC_DF] = n_terms * 4
+        if self.version >= 3:
+            expect[L.POSTING_OFFSETS] = expect[L.DOC_POSTING_OFFSETS] = (n_terms + 1) * 8
+            expect[L.POSTING_IMPACTS] = secs[L.POSTING_IDS].length // 4
+            expect[L.DOC_POSTING_IMPACTS] = secs[L.DOC_POSTING_IDS].length // 4
+            for name in (L.POSTING_IDS, L.DOC_POSTING_IDS):
+                if secs[name].length % 4:
+                    raise self._corrupt(f"section {name!r} is {secs[name].length} bytes, not a whole number of u32")
+        else:
+            expect[L.POSTING_TF_OFFSETS] = (n_terms + 1) * 8
         for name, size in expect.items():
             if secs[name].length != size:
                 raise self._corrupt(f"section {name!r} is {secs[name].length} bytes, expected {size}")
@@ -204,8 +217,35 @@ class Index:
             i += 1
         return None
 
+    @cached_property
+    def _impact_postings(self) -> tuple[np.ndarray, ...]:
+        """(offsets, chunk ids, impacts, doc offsets, doc ids, doc impacts) of a format 3
+        artifact, viewed in place; the offsets' ends are checked here, each term's slice when used."""
+        out = []
+        for offs, ids, imps in ((L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS), (L.DOC_POSTING_OFFSETS, L.DOC_POSTING_IDS, L.DOC_POSTING_IMPACTS)):
+            o = np.frombuffer(self.artifact.section(offs), dtype="<u8")
+            i = np.frombuffer(self.artifact.section(ids), dtype="<u4")
+            if o[0] != 0 or o[-1] != len(i):
+                raise self._corrupt(f"section {offs!r} does not cover {ids!r}")
+            out += [o, i, np.frombuffer(self.artifact.section(imps), dtype="u1")]
+        return tuple(out)
+
+    def impact_posting(self, tid: int, document: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, u8 impacts) of term ``tid`` (``document``: its document ids and
+        document impacts); format 3. The ids are not checked against the tables here: an id
+        past them makes the scatter that uses it fail, which runtime/bm25.py reports as corrupt."""
+        o, ids, imps = self._impact_postings[3:] if document else self._impact_postings[:3]
+        a, b = int(o[tid]), int(o[tid + 1])
+        if not a <= b <= len(ids):
+            raise self._corrupt(f"posting offsets of term {tid} are out of order")
+        return ids[a:b], imps[a:b]
+
+    def posting_ids(self, tid: int) -> np.ndarray:
+        """The chunk ids holding term ``tid``, any format."""
+        return self.impact_posting(tid)[0] if self.version >= 3 else self.posting(tid)[0]
+
     def posting(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk ids as uint32, weighted term frequencies) of term ``tid``."""
+        """(chunk ids as uint32, weighted term frequencies) of term ``tid``; formats 1-2."""
         from pyroaring import BitMap
 
         try:
@@ -296,7 +336,10 @@ class Index:
         block = self._block(cid // per)
         if cid % per >= len(block):
             raise self._corrupt(f"text block of chunk {cid} is malformed")
-        rec = block[cid % per]
+        try:
+            rec = R.chunk_record(block[cid % per], f"text block {cid // per}")
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None
         row = self.chunks[cid]
         return StoredChunk(
             chunk_id=int(cid),
@@ -310,7 +353,7 @@ class Index:
             text=rec.text,
         )
 
-    def _block(self, b: int) -> list[R.ChunkRecord]:
+    def _block(self, b: int) -> list:
         """Decoded text block ``b``, from a small LRU cache. Thread-safe: a zstd decompression
         context must not be used by two threads at once (kb serve shares one Index)."""
         with self._block_lock:

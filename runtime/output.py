@@ -60,8 +60,17 @@ def response_dict(resp: Response, artifact: dict) -> dict:
     }
 
 
-def render_json(resp: Response, artifact: dict) -> str:
-    return json.dumps(response_dict(resp, artifact), ensure_ascii=False, indent=2)
+def json_text(obj, pretty: bool = False) -> str:
+    """JSON as kb prints it: indented for a person at a terminal (``pretty``), else one compact
+    line for a pipe, a script or an agent (json's C encoder, which it uses only without indent:
+    several times faster, and fewer tokens)."""
+    if pretty:
+        return json.dumps(obj, ensure_ascii=False, indent=2)
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def render_json(resp: Response, artifact: dict, pretty: bool = False) -> str:
+    return json_text(response_dict(resp, artifact), pretty)
 
 
 def render_jsonl(resp: Response, artifact: dict) -> str:

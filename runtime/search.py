@@ -35,6 +35,7 @@ from .results import Candidate, Explain, Notice, Response, Result
 from .snippets import snippet
 
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
+BM25_ALONE_DEPTH = 10  # a lone BM25 leg (--mode bm25) ranks top_k, and at least the 10 its confidence features read
 # Scripts an embedding model was trained on, by model name. A dense leg on a script the model
 # never saw ranks noise (all-MiniLM-L6-v2 on CMRC2018-zh: nDCG@10 0.10 against BM25's 0.98,
 # and it dragged hybrid to 0.73), so such queries skip the dense legs, with a notice.
@@ -208,6 +209,8 @@ class Searcher:
         """BM25 and dense legs for the query and each rewrite, then the tag leg for entities;
         and the query's own embedding (None without a dense leg)."""
         depth = max(LEG_DEPTH, top_k, o.rerank_top)
+        if q.mode == "bm25" and not q.rewrites and not q.entities and q.group == "chunk":
+            depth = max(top_k, BM25_ALONE_DEPTH)  # one leg: fusion keeps its order, nothing reranks
         w_dense = o.semantic_weight if q.mode == "hybrid" else 1.0
         w_lex = 1.0 - o.semantic_weight if q.mode == "hybrid" else 1.0
         texts = [("", q.text, 1.0)] if q.text.strip() else []

@@ -48,8 +48,10 @@ class Service:
     def warm(self) -> Service:
         """Create every lazy view and load the models now, once, before requests share them."""
         ix = self.ix
-        for name in ("chunks", "lengths", "first_chunk", "doc_paths", "term_hashes", "term_strings", "postings", "tf_offsets", "tf", "_text_blocks", "_dctx"):
+        for name in ("chunks", "lengths", "first_chunk", "doc_paths", "term_hashes", "term_strings", "_text_blocks", "_dctx"):
             getattr(ix, name, None)
+        for name in ("_impact_postings",) if ix.version >= 3 else ("postings", "tf_offsets", "tf"):
+            getattr(ix, name)
         if ix.has_vectors:
             getattr(ix, "vectors")  # noqa: B009 - a cached property: creating it is the point
             getattr(self.searcher, "embedder")  # noqa: B009

@@ -11,6 +11,7 @@ import sys
 import zlib
 
 import msgpack
+import numpy as np
 from click.testing import CliRunner
 
 from kb.builder.cli import main as kb_build
@@ -53,7 +54,7 @@ def test_nonzero_header_flags_are_refused(tmp_path, tiny_artifact):
     data[60:64] = zlib.crc32(bytes(data[:60])).to_bytes(4, "little")
     p.write_bytes(bytes(data))
     r = kb_run("info", "-i", p)
-    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: header flags 0x00000001 are not defined in format version 2\n")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: header flags 0x00000001 are not defined in format version 3\n")
 
 
 def test_a_renamed_vector_section_with_forged_checksums_is_corrupt(tmp_path, tiny_artifact):
@@ -210,3 +211,31 @@ def test_an_embedder_backend_this_kb_lacks_is_unsupported_exit_4(tmp_path, tiny_
     replace_section(p, L.MODEL_EMBED, L.pack_blobs(items))
     r = kb_run("search", "backup", "-i", p, "--no-stale-check")
     assert (r.exit_code, r.stderr) == (4, "kb: error: embedder backend 'has(' is not available in this kb; upgrade kb, or rebuild the index with this kb-build\n")
+
+
+def _postings(path):
+    secs = {s.name: s for s in sections_of(path)}
+    return {n: np.frombuffer(bytes(secs[n].data), dtype=d).copy() for n, d in ((L.POSTING_OFFSETS, "<u8"), (L.POSTING_IDS, "<u4"), (L.DOC_POSTING_IDS, "<u4"))}
+
+
+def test_an_impact_posting_past_the_chunk_or_document_table_is_corrupt_not_a_crash(tmp_path, tiny_artifact):
+    for name in (L.POSTING_IDS, L.DOC_POSTING_IDS):
+        p = copy_of(tmp_path, tiny_artifact)
+        ids = _postings(p)[name]
+        ids[:] = 2**32 - 1  # every term's first posting, whichever the query uses
+        replace_section(p, name, ids.tobytes())
+        r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+        assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: a posting names a chunk or document past the tables\n"), name
+
+
+def test_impact_posting_offsets_out_of_order_or_past_the_ids_are_corrupt(tmp_path, tiny_artifact):
+    p = copy_of(tmp_path, tiny_artifact)
+    offsets = _postings(p)[L.POSTING_OFFSETS]
+    offsets[1:-1] = offsets[1:-1][::-1]  # first and last still cover the ids
+    replace_section(p, L.POSTING_OFFSETS, offsets.tobytes())
+    r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+    assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: posting offsets of term ") and r.stderr.endswith(" are out of order\n")
+    offsets[-1] += 1
+    replace_section(p, L.POSTING_OFFSETS, offsets.tobytes())
+    r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section 'postings.offsets' does not cover 'postings.ids'\n")

@@ -242,3 +242,14 @@ def test_a_bm25_only_build_packs_no_reranker_and_searches_without_a_notice(tmp_p
     assert d["models"] == {"embedder": None, "reranker": None} and "model.rerank" not in {s["name"] for s in d["sections"]}
     d = json.loads(run("search", "backup", "-i", out, "--json", "--no-stale-check").stdout)
     assert d["results"] and "no_vectors" not in {n["kind"] for n in d["notices"]}
+
+
+def test_json_is_one_compact_line_on_a_pipe_and_indented_on_a_terminal(sample_artifact, monkeypatch):
+    args = ["search", "backup", "-i", str(sample_artifact), "--mode", "bm25", "--json", "--no-stale-check"]
+    r = CliRunner().invoke(kb, args)
+    assert r.exit_code == 0 and r.stdout.count("\n") == 1 and r.stdout.startswith('{"schema_version":')
+    from kb.runtime import cli
+
+    monkeypatch.setattr(cli, "pretty", lambda: True)
+    r2 = CliRunner().invoke(kb, args)
+    assert r2.stdout.startswith('{\n  "schema_version":') and json.loads(r2.stdout) == json.loads(r.stdout)
