@@ -230,3 +230,17 @@ def test_a_chunk_score_adds_its_documents_score_summed_over_its_chunks(tmp_path)
     got[ids] = scores
     hit = [c for c in range(len(want)) if c in set(ids.tolist())]
     np.testing.assert_allclose(got[hit], np.array(want)[hit], rtol=1e-5)
+
+
+def test_a_corpus_whose_languages_have_no_stemmer_builds_an_artifact_that_opens(tmp_path):
+    """CJK only: the analyzer records no stemmer library (nil), which the reader accepts."""
+    corpus = tmp_path / "zh"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("# 存储集群\n\n存储集群的备份在每天夜里运行。\n")
+    (corpus / "b.md").write_text("# 网关\n\n网关把端口转发到反向代理。\n")
+    out = tmp_path / "zh.kb"
+    build([corpus], out, replace(BuildConfig(), reranker="none", embedding_model="none"))
+    with Index(out) as ix:
+        assert ix.meta.analyzer["stemmer_library"] is None and ix.meta.analyzer["documents"] == {"zh": 2}
+        ids, _ = bm25_scores(ix, query_terms(ix, "存储集群"))
+        assert [ix.chunk(int(c)).path for c in ids] == ["a.md"]
