@@ -90,7 +90,7 @@ def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
     """``allowed`` narrowed by a parsed query's path:, phrases, title:/section: scopes and
     exclusions (runtime/query_syntax.py). Candidates come from the postings of each needle's
     terms; the needle is then verified against the chunk's text, title or section."""
-    from .bm25 import analyzer_of, query_terms
+    from .bm25 import analyzer_of
     from .query_syntax import matches
 
     mask = allowed.copy()
@@ -102,14 +102,17 @@ def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
     analyzer = analyzer_of(ix)
 
     def holding(needle: str) -> np.ndarray:
-        """Chunks whose postings hold every term of ``needle`` (a superset of its matches)."""
+        """Chunks whose postings hold, for every word of ``needle``, one of the terms the word
+        can be (its stem in each of the artifact's languages, or its stopword term): a superset
+        of the chunks the needle matches."""
         hold = np.ones(ix.n_chunks, dtype=bool)
-        for t in dict.fromkeys(query_terms(ix, needle)):
-            tid = ix.term_id(t)
-            if tid is None:
-                return np.zeros(ix.n_chunks, dtype=bool)
+        for w in dict.fromkeys(analyzer.words(needle)):
+            forms, stop = analyzer.forms(w)
             has = np.zeros(ix.n_chunks, dtype=bool)
-            has[ix.posting_ids(tid)] = True
+            for t in (*forms, stop) if stop is not None else forms:
+                tid = ix.term_id(t)
+                if tid is not None:
+                    has[ix.posting_ids(tid)] = True
             hold &= has
         return hold
 
