@@ -188,7 +188,7 @@ class Index:
     @cached_property
     def tf_offsets(self) -> np.ndarray:
         o = np.frombuffer(self.artifact.section(L.POSTING_TF_OFFSETS), dtype="<u8")
-        if o[0] != 0 or o[-1] * 4 != self.artifact.sections[L.POSTING_TF].length:
+        if int(o[0]) != 0 or int(o[-1]) * 4 != self.artifact.sections[L.POSTING_TF].length:  # Python ints: a forged u64 must not wrap
             raise self._corrupt("term-frequency offsets do not cover postings.tf")
         return o
 
@@ -225,7 +225,7 @@ class Index:
         for offs, ids, imps in ((L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS), (L.DOC_POSTING_OFFSETS, L.DOC_POSTING_IDS, L.DOC_POSTING_IMPACTS)):
             o = np.frombuffer(self.artifact.section(offs), dtype="<u8")
             i = np.frombuffer(self.artifact.section(ids), dtype="<u4")
-            if o[0] != 0 or o[-1] != len(i):
+            if int(o[0]) != 0 or int(o[-1]) != len(i):
                 raise self._corrupt(f"section {offs!r} does not cover {ids!r}")
             out += [o, i, np.frombuffer(self.artifact.section(imps), dtype="u1")]
         return tuple(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, fields
 
@@ -13,7 +14,12 @@ from .results import SCHEMA_VERSION
 
 def _present(record) -> dict:
     """A record as a dict in field order, without the fields it does not have (None)."""
-    return {f.name: _plain(getattr(record, f.name)) for f in fields(record) if getattr(record, f.name) is not None}
+    return {name: _plain(v) for name in _field_names(type(record)) if (v := getattr(record, name)) is not None}
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def _plain(v):
