@@ -1,71 +1,17 @@
 """kb mcp: the real stdio server as a subprocess, spoken to in raw JSON-RPC lines."""
 
 import json
-import selectors
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
 from kb.runtime.cli import main as kb
 
 from corpora import GOLDEN, REPO, SERVE_CLI
+from servers import Client
 
 GOLD = GOLDEN / "tiny-v1.kb"
-
-
-class Client:
-    """Writes JSON-RPC lines to the server's stdin; reads its stdout, where every line must be JSON-RPC."""
-
-    def __init__(self, *args):
-        cmd = [*SERVE_CLI, "mcp", *map(str, args)]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self.next_id = 0
-        self.seen: list = []  # every message read, in order
-
-    def send_raw(self, data: bytes):
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def send(self, msg):
-        self.send_raw(json.dumps(msg).encode() + b"\n")
-
-    def read(self, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self.sel.select(left):
-                raise AssertionError("no reply in time")
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"server closed stdout; stderr: {self.proc.stderr.read().decode()}")
-            msg = json.loads(line)  # anything that is not JSON fails here
-            self.seen.append(msg)
-            return msg
-
-    def request(self, method, params=None):
-        self.next_id += 1
-        msg = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
-        if params is not None:
-            msg["params"] = params
-        self.send(msg)
-        reply = self.read()
-        assert reply["id"] == self.next_id and reply["jsonrpc"] == "2.0"
-        return reply
-
-    def call(self, tool, arguments=None):
-        r = self.request("tools/call", {"name": tool, "arguments": arguments or {}})
-        return r["result"]
-
-    def close(self):
-        self.proc.stdin.close()
-        rest = self.proc.stdout.read()
-        code = self.proc.wait(10)
-        err = self.proc.stderr.read().decode()
-        return code, rest, err
 
 
 @pytest.fixture(scope="module")
