@@ -142,6 +142,7 @@ def build(
     docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
     if not docs:
         raise BuildError("nothing to index: no readable documents in the inputs")
+    rep.warnings.extend(unmatched_contexts(config.contexts, docs))
     with clock("language"):
         doc_langs = document_languages(docs, config.languages)
     rep.languages = dict(sorted(Counter(doc_langs).items()))
@@ -195,6 +196,7 @@ def build(
         search=config.search,
         text_block=L.TEXT_BLOCK,
         source="jsonl" if jsonl and not roots else "files",
+        path_contexts=config.contexts,
     )
     manifest = R.Manifest(
         root=corpus.root,
@@ -218,6 +220,20 @@ def build(
         rep.artifact_bytes = write_artifact(out, sections)
     rep.section_bytes = {s.name: len(s.data) for s in sections}
     return rep
+
+
+def unmatched_contexts(contexts: dict, docs: list[Document]) -> list[str]:
+    """A warning for each [contexts] prefix no document path starts with. Not an error: the
+    kb.toml may describe a folder the corpus does not hold yet; the prefix is kept, unused."""
+    from bisect import bisect_left
+
+    paths = sorted(d.path for d in docs)  # the paths under a prefix are the ones from bisect_left on
+
+    def matched(p: str) -> bool:
+        i = bisect_left(paths, p)
+        return i < len(paths) and paths[i].startswith(p)
+
+    return [f"[contexts] {p!r} matches no document path; no result will carry its description" for p in contexts if not matched(p)]
 
 
 def _clock(into: dict):

@@ -173,9 +173,15 @@ class Meta:
     search: dict  # kb.toml [search] as given (validated by kb-build)
     text_block: int  # chunks per text block
     source: str  # "files" or "jsonl"
+    path_contexts: dict = field(default_factory=dict)  # path prefix -> one-line context from kb.toml [contexts]; written only when not empty
+
+    def contexts_of(self, path: str) -> tuple[tuple[str, str], ...]:
+        """(prefix, description) of every path context ``path`` is under, most specific (longest) first."""
+        return tuple(sorted(((p, d) for p, d in self.path_contexts.items() if path.startswith(p)), key=lambda pd: -len(pd[0])))
 
 
 def pack_meta(m: Meta) -> bytes:
+    optional = {"path_contexts": m.path_contexts} if m.path_contexts else {}
     return msgpack.packb(
         {
             "kb_version": m.kb_version,
@@ -192,6 +198,7 @@ def pack_meta(m: Meta) -> bytes:
             "search": m.search,
             "text_block": m.text_block,
             "source": m.source,
+            **optional,
         }
     )
 
@@ -241,6 +248,7 @@ def unpack_meta(buf) -> Meta:
         search=_typed(d, "search", dict, what),
         text_block=text_block,
         source=str(d.get("source", "files")),
+        path_contexts=d.get("path_contexts", {}),
     )
 
 

@@ -57,7 +57,8 @@ TOOLS = (
             "Hybrid search over the knowledge base: BM25 (exact words) and dense vectors (meaning), fused "
             "with Reciprocal Rank Fusion, plus a tag leg for `entities`; with `rerank` (off unless the "
             "artifact's kb.toml turned it on) the top candidates are rescored by the artifact's cross-encoder. Returns JSON: `results` ranked best first (rank, score, score_kind, "
-            "path, section, lines, status, tags, chunk_id, doc_id, title, snippet or text), `tag_contexts` "
+            "path, section, lines, status, tags, `path_contexts` (what the folders the path is under hold, "
+            "most specific first), chunk_id, doc_id, title, snippet or text), `tag_contexts` "
             "(what each tag means) and `notices` (low confidence, stale index). An empty `results` means "
             "nothing matched in the chosen scope."
         ),

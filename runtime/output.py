@@ -18,7 +18,7 @@ def _present(record) -> dict:
 
 def _plain(v):
     if isinstance(v, tuple):
-        return list(v)
+        return [_plain(x) for x in v]
     if hasattr(v, "__dataclass_fields__"):
         return asdict(v)
     return v
@@ -130,6 +130,8 @@ def render_human(resp: Response, show_status: bool = True, highlight=None) -> st
         if r.also_matched:
             extra.append(f"{r.also_matched} more matching chunk{'' if r.also_matched == 1 else 's'} in this document")
         out.append("   " + (f"Status: {r.status} · " if show_status else "") + " · ".join(extra))
+        if r.path_contexts:
+            out.append(printable("   Context: " + "; ".join(f"{c.prefix}: {c.description}" for c in r.path_contexts)))
         if r.explain is not None:
             e = r.explain
             legs = ", ".join(f"{n} #{v['rank']} ({v['raw_score']:.3f}) +{v['rrf']:.4f}" for n, v in e.legs.items())

@@ -134,10 +134,11 @@ def _chunk_dict(ix, cid: int) -> dict:
 def doc_summary(ix, d: int) -> dict:
     chunks = ix.doc_chunks(d)
     path = ix.doc_path(d)
+    contexts = [{"prefix": p, "description": c} for p, c in ix.meta.contexts_of(path)]
     if not chunks:
-        return {"doc_id": None, "path": path, "title": None, "status": None, "tags": [], "n_chunks": 0, "first_chunk_id": chunks.start}
+        return {"doc_id": None, "path": path, "title": None, "status": None, "tags": [], "path_contexts": contexts, "n_chunks": 0, "first_chunk_id": chunks.start}
     r = ix.chunk(chunks[0])
-    return {"doc_id": r.doc_id, "path": path, "title": r.title, "status": r.status, "tags": list(r.tags), "n_chunks": len(chunks), "first_chunk_id": chunks.start}
+    return {"doc_id": r.doc_id, "path": path, "title": r.title, "status": r.status, "tags": list(r.tags), "path_contexts": contexts, "n_chunks": len(chunks), "first_chunk_id": chunks.start}
 
 
 def get_chunk(ix, chunk_id: int, context: int = 1) -> dict:

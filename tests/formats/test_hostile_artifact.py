@@ -210,3 +210,13 @@ def test_an_embedder_backend_this_kb_lacks_is_unsupported_exit_4(tmp_path, tiny_
     replace_section(p, L.MODEL_EMBED, L.pack_blobs(items))
     r = kb_run("search", "backup", "-i", p, "--no-stale-check")
     assert (r.exit_code, r.stderr) == (4, "kb: error: embedder backend 'has(' is not available in this kb; upgrade kb, or rebuild the index with this kb-build\n")
+
+
+def test_a_forged_meta_context_is_corrupt_not_a_crash(tmp_path, sample_artifact):
+    for bad, message in (([1], "meta.path_contexts must be a map of at most 1000 prefixes"), ({"a/": "two\nlines"}, "meta.path_contexts descriptions must be one line of at most 300 characters")):
+        p = copy_of(tmp_path, sample_artifact)
+        meta = msgpack.unpackb(dict((s.name, s.data) for s in sections_of(p))[L.META])
+        meta["path_contexts"] = bad
+        replace_section(p, L.META, msgpack.packb(meta))
+        r = kb_run("search", "backup", "-i", p, "--no-stale-check")
+        assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: meta: {message}\n")
