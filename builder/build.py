@@ -177,6 +177,7 @@ def build(
 
     with clock("text"):
         zdict, blocks = build_text_blocks(docs, rows)
+        sources = build_sources(docs, zdict)
 
     embed_card = None if embedder is None else _card(embedder.files())
     rerank_card = _card(rerank_files)
@@ -213,7 +214,7 @@ def build(
         analyzer=analyzer.params() | {"documents": rep.languages},
         file_types=tuple(sorted(SOURCE_EXTENSIONS)),
     )
-    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
+    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder)
     if rerank_files is not None:
         sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
     with clock("write"):
@@ -562,14 +563,29 @@ def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes
             zdict = d.as_bytes()
         except zstandard.ZstdError:
             zdict = b""  # too little or too uniform text to train on: plain zstd still works
+    return zdict, [_compressor(zdict).compress(b) for b in raw_blocks]
+
+
+def _compressor(zdict: bytes):
+    """The zstd compressor of text.blocks and docs.source: with text.dict when there is one."""
+    import zstandard
+
     params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
     if zdict:
         params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
-    cctx = zstandard.ZstdCompressor(**params)
-    return zdict, [cctx.compress(b) for b in raw_blocks]
+    return zstandard.ZstdCompressor(**params)
 
 
-def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder) -> list[SectionData]:
+def build_sources(docs: list[Document], zdict: bytes) -> list[bytes]:
+    """docs.source: each document's source text (front matter included), so ``kb get
+    PATH:FROM:COUNT`` gives the exact lines the chunks' line numbers count. Chunk texts cannot:
+    they drop front matter and the blank lines between chunks, repeat the overlap, and rejoin
+    a line split into sentences with single spaces."""
+    cctx = _compressor(zdict)
+    return [cctx.compress(R.pack_source(d.source)) for d in docs]
+
+
+def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder) -> list[SectionData]:
     table = np.zeros(len(rows), dtype=L.CHUNK_DTYPE)
     status_index = {s: i for i, s in enumerate(meta.statuses)}
     first_chunk = np.zeros(len(docs) + 1, dtype="<u4")
@@ -595,6 +611,7 @@ def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows
         SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
         SectionData(L.TEXT_DICT, zdict),
         SectionData(L.TEXT_BLOCKS, L.pack_blobs(blocks)),
+        SectionData(L.DOC_SOURCES, L.pack_blobs(sources)),
     ]
     if vectors_bytes is not None:
         sections.append(SectionData(L.VECTORS, vectors_bytes))

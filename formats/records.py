@@ -3,6 +3,7 @@
     meta          Meta (msgpack map)                       pack_meta / unpack_meta
     manifest      Manifest (zstd msgpack map)              manifest_section / unpack_manifest
     text.blocks   ChunkRecord lists (zstd msgpack arrays)  pack_chunk_record, pack_text_block / unpack_text_block
+    docs.source   a document's source text (zstd UTF-8)    pack_source / unpack_source, text_lines
     model.*       model files + ModelCard (kb_model.json)  pack_model_files / unpack_model_files, ModelCard
 
 The builder writes these sections only through the pack side and the runtime reads them only
@@ -384,3 +385,27 @@ def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list[
             raise _corrupt(f"{what} is malformed")
         out.append(ChunkRecord(it[0], it[1], it[2], it[3], tuple(it[4])))
     return out
+
+
+# --- document sources ----------------------------------------------------------------------------
+def text_lines(text: str) -> list[str]:
+    """The lines that chunks' StartLine and EndLine count (1-based): ``text`` split at each \\n,
+    without the empty piece after a final \\n. The chunker and ``kb get PATH:FROM:COUNT`` both
+    number lines with it."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def pack_source(text: str) -> bytes:
+    """A docs.source item before compression: the document's source text as UTF-8."""
+    return text.encode("utf-8")
+
+
+def unpack_source(raw: bytes, what: str) -> list[str]:
+    """The lines of a decompressed docs.source item."""
+    try:
+        return text_lines(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _corrupt(f"{what} is not UTF-8") from None

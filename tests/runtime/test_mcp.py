@@ -53,7 +53,7 @@ def test_ping_and_notifications(client):
 
 def test_tools_list_documents_every_input(client):
     tools = {t["name"]: t for t in client.request("tools/list")["result"]["tools"]}
-    assert set(tools) == {"search", "get", "info"}
+    assert set(tools) == {"search", "get", "multi_get", "info", "status"}
     s = tools["search"]["inputSchema"]
     assert s["type"] == "object" and s["additionalProperties"] is False
     assert set(s["properties"]) == {"query", "rewrites", "entities", "status", "all_statuses", "tag", "path", "top_k", "mode", "rerank", "full", "group"}
@@ -61,7 +61,8 @@ def test_tools_list_documents_every_input(client):
     assert s["properties"]["rewrites"]["type"] == "array" and s["properties"]["mode"]["enum"] == ["hybrid", "bm25", "vector"]
     assert "natural language" in s["properties"]["query"]["description"]
     assert set(tools["get"]["inputSchema"]["properties"]) == {"chunk_id", "doc_id", "path", "context", "max_chunks"}
-    assert tools["info"]["inputSchema"]["properties"] == {}
+    assert set(tools["multi_get"]["inputSchema"]["properties"]) == {"targets", "glob", "max_bytes", "context", "max_chunks"}
+    assert tools["info"]["inputSchema"]["properties"] == tools["status"]["inputSchema"]["properties"] == {}
     assert all(t["annotations"]["readOnlyHint"] for t in tools.values())
 
 
