@@ -7,8 +7,10 @@ from __future__ import annotations
 import http.client
 import json
 import selectors
+import signal
 import subprocess
 import time
+from contextlib import contextmanager
 
 from corpora import REPO, SERVE_CLI
 
@@ -22,6 +24,17 @@ def start_server(*args, timeout=20.0):
         proc.kill()
         raise AssertionError(f"unexpected first stderr line {line!r}: {proc.stderr.read().decode()}")
     return proc, int(line.rsplit(":", 1)[1])
+
+
+@contextmanager
+def serving(*args):
+    """``kb serve ARGS`` on a free port for the block (yields the port); it must stop cleanly on SIGTERM."""
+    proc, port = start_server(*args)
+    try:
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
 
 
 def read_line(stream, timeout: float) -> str:
@@ -100,3 +113,17 @@ class Client:
         code = self.proc.wait(10)
         err = self.proc.stderr.read().decode()
         return code, rest, err
+
+
+@contextmanager
+def mcp_session(*args):
+    """A ``kb mcp ARGS`` client past the initialize handshake (protocol 2025-06-18) for the block;
+    the server must then end cleanly, having written nothing but JSON-RPC."""
+    c = Client(*args)
+    init = c.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pytest", "version": "1"}})
+    assert init["result"]["protocolVersion"] == "2025-06-18"
+    c.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    yield c
+    code, rest, err = c.close()
+    assert code == 0 and rest == b""
+    assert err.startswith("kb mcp: serving ")

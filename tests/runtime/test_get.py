@@ -3,7 +3,6 @@ the same arguments (issue 21). Line ranges come from the source text the artifac
 (docs.source), so they are the file's lines exactly, front matter included."""
 
 import json
-import signal
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +12,7 @@ from kb.runtime.cli import main as kb
 from kb.runtime.index import Index
 
 from corpora import GOLDEN, SAMPLE, build_hash
-from servers import Client, call, start_server
+from servers import call, mcp_session, serving
 
 V2 = GOLDEN / "tiny-v2.kb"
 RUNBOOKS = sorted(p.name for p in (SAMPLE / "runbooks").glob("*.md"))
@@ -215,8 +214,7 @@ def cli_many(sample_artifact, args):
 
 
 def test_http_get_takes_targets_glob_and_max_bytes(sample_artifact):
-    proc, port = start_server("-i", sample_artifact, "--no-stale-check")
-    try:
+    with serving("-i", sample_artifact, "--no-stale-check") as port:
         body = dict(MANY, targets=MANY["targets"][:2])
         status, _, d = call(port, "POST", "/get", body)
         assert status == 200 and d == json.loads(cli_many(sample_artifact, body).stdout)
@@ -232,14 +230,14 @@ def test_http_get_takes_targets_glob_and_max_bytes(sample_artifact):
         assert status == 400 and e["error"]["code"] == "too_large" and e["error"]["field"] == "max_bytes"
         status, _, e = call(port, "POST", "/get", {"path": "runbooks/gpu-nodes.md", "targets": ["12"]})
         assert (status, e["error"]["message"]) == (400, "give chunk_id, doc_id or path, or targets or a glob, not both (got path, targets)")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
 
 
 def test_mcp_multi_get_and_status(sample_artifact):
-    c = Client("-i", sample_artifact, "--no-stale-check")
-    c.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
+    with mcp_session("-i", sample_artifact, "--no-stale-check") as c:
+        _multi_get_and_status(c, sample_artifact)
+
+
+def _multi_get_and_status(c, sample_artifact):
     args = dict(MANY, targets=MANY["targets"][:2])
     got = c.call("multi_get", args)
     assert got["isError"] is False and got["structuredContent"] == json.loads(cli_many(sample_artifact, args).stdout)
@@ -255,4 +253,3 @@ def test_mcp_multi_get_and_status(sample_artifact):
     assert status == {**cli, "counts": info["counts"], "models": info["models"], "artifact": status["artifact"]}
     assert status["fresh"] is True and status["counts"]["documents"] == 17
     assert c.call("status", {"x": 1})["content"][0]["text"] == "error (unknown_field, field x): status takes no arguments, got 'x'"
-    assert c.close()[0] == 0

@@ -9,21 +9,15 @@ from click.testing import CliRunner
 from kb.runtime.cli import main as kb
 
 from corpora import GOLDEN, REPO, SERVE_CLI
-from servers import Client
+from servers import Client, mcp_session
 
 GOLD = GOLDEN / "tiny-v1.kb"
 
 
 @pytest.fixture(scope="module")
 def client():
-    c = Client("-i", GOLD, "--no-stale-check")
-    init = c.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pytest", "version": "1"}})
-    assert init["result"]["protocolVersion"] == "2025-06-18"
-    c.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    yield c
-    code, rest, err = c.close()
-    assert code == 0 and rest == b""
-    assert err.startswith("kb mcp: serving ")
+    with mcp_session("-i", GOLD, "--no-stale-check") as c:
+        yield c
 
 
 def cli_json(*args):

@@ -2,7 +2,6 @@
 it (most specific first) in JSON, text, HTTP and MCP, and listed by kb info (issue 21)."""
 
 import json
-import signal
 
 import msgpack
 from click.testing import CliRunner
@@ -12,7 +11,7 @@ from kb.formats.artifact import Artifact
 from kb.runtime.cli import main as kb
 
 from corpora import GOLDEN, SAMPLE
-from servers import Client, call, start_server
+from servers import call, mcp_session, serving
 
 RUNBOOKS = {"prefix": "runbooks/", "description": "Step-by-step procedures for running the lab; follow these first"}
 LEGACY = {"prefix": "runbooks/backup-rsync-legacy.md", "description": "Superseded in 2021; kept only to read old backup disks"}
@@ -89,26 +88,20 @@ def test_kb_info_lists_them(sample_artifact):
 
 
 def test_http_search_results_carry_them(sample_artifact):
-    proc, port = start_server("-i", sample_artifact, "--no-stale-check")
-    try:
+    with serving("-i", sample_artifact, "--no-stale-check") as port:
         status, _, d = call(port, "POST", "/search", {"query": QUERY[0], "all_statuses": True, "top_k": 8})
         assert status == 200 and d["results"]
         assert all(r["path_contexts"] == expected_contexts(r["path"]) for r in d["results"])
         assert any(r["path_contexts"] == [LEGACY, RUNBOOKS] for r in d["results"])
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
 
 
 def test_mcp_search_results_carry_them(sample_artifact):
-    c = Client("-i", sample_artifact, "--no-stale-check")
-    c.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
-    d = c.call("search", {"query": QUERY[0], "all_statuses": True, "top_k": 8})["structuredContent"]
+    with mcp_session("-i", sample_artifact, "--no-stale-check") as c:
+        d = c.call("search", {"query": QUERY[0], "all_statuses": True, "top_k": 8})["structuredContent"]
+        search_tool = next(t for t in c.request("tools/list")["result"]["tools"] if t["name"] == "search")
     assert d["results"] and all(r["path_contexts"] == expected_contexts(r["path"]) for r in d["results"])
     assert any(r["path_contexts"] == [LEGACY, RUNBOOKS] for r in d["results"])
-    search_tool = next(t for t in c.request("tools/list")["result"]["tools"] if t["name"] == "search")
     assert "`path_contexts`" in search_tool["description"]
-    assert c.close()[0] == 0
 
 
 def test_the_sample_kb_toml_describes_every_top_folder():

@@ -7,7 +7,6 @@ reranker, so they can hold a search open.
 
 import http.client
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -23,17 +22,15 @@ from kb.runtime.search import Searcher
 from kb.runtime.serve import make_server
 
 from corpora import GOLDEN, REPO, SERVE_CLI
-from servers import call, start_server
+from servers import call, serving
 
 GOLD = GOLDEN / "tiny-v1.kb"
 
 
 @pytest.fixture(scope="module")
 def server():
-    proc, port = start_server("-i", GOLD, "--no-stale-check")
-    yield port
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(10) == 0
+    with serving("-i", GOLD, "--no-stale-check") as port:
+        yield port
 
 
 def recv_until_closed(s) -> str:
