@@ -201,7 +201,8 @@ def get(targets, index_path, glob, max_bytes, whole_doc, context, max_chunks, as
             out = Service(ix, stale_check=False).get(req)
         except RequestError as e:
             raise UsageError(e.message) from None
-    if len(targets) == 1 and glob is None:  # one target: its record, as the servers' single get
+    single = len(targets) == 1 and glob is None  # one target: its record, as the servers' single get
+    if single:
         if out["omitted"]:
             left = out["omitted"][0]
             raise UsageError(too_large(left["target"], left["bytes"], max_bytes, "--max-bytes"))
@@ -209,7 +210,7 @@ def get(targets, index_path, glob, max_bytes, whole_doc, context, max_chunks, as
     else:
         records = out["items"]
     if as_json:
-        click.echo(json.dumps(records[0] if len(targets) == 1 and glob is None else out, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(records[0] if single else out, indent=2, ensure_ascii=False))
         return
     click.echo("\n\n".join(render_get(r) for r in records))
     for left in out["omitted"]:

@@ -13,10 +13,10 @@ to stderr, where the logs go too.
 Messages: ``initialize`` (version negotiation: the client's version when it is one of
 PROTOCOL_VERSIONS, else the newest), ``notifications/initialized``, ``ping``, ``tools/list``,
 ``tools/call``, ``notifications/cancelled`` (a cancelled call's result is dropped); JSON-RPC
-batches (arrays) are accepted. Tools: ``search``, ``get``, ``multi_get``, ``info``, ``status``. A tool's own failure (bad
-argument, unknown status, chunk not found) is a tool result with ``isError: true`` that names the
-field, so the model can correct itself; malformed messages, unknown methods, unknown tools and
-non-object arguments are JSON-RPC errors.
+batches (arrays) are accepted. Tools: ``search``, ``get``, ``multi_get``, ``info``, ``status``. A
+tool's own failure (bad argument, unknown status, chunk not found) is a tool result with
+``isError: true`` that names the field, so the model can correct itself; malformed messages,
+unknown methods, unknown tools and non-object arguments are JSON-RPC errors.
 """
 
 from __future__ import annotations
