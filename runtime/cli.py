@@ -182,7 +182,7 @@ def get(targets, index_path, glob, max_bytes, whole_doc, context, max_chunks, as
       12                a chunk id (a search result's chunk_id), with -C neighbours each side
       PATH or DOC_ID    the document's chunks in order
       PATH:FROM:COUNT   COUNT lines from line FROM, numbered as in the source file (front
-                        matter included; lines past the end are not there to give)
+                        matter included); a COUNT past the end stops at the last line
       PATH:FROM         from line FROM to the end of the document
     One TARGET prints its record. Several TARGETs or --glob print each record that fits in
     --max-bytes, in order, and name every one left out.

@@ -201,6 +201,7 @@ def test_get_needs_a_target_or_a_glob_and_at_most_100_targets(sample_artifact):
 def test_kb_get_help_says_what_a_target_is():
     r = run("get", "--help")
     assert "PATH:FROM:COUNT   COUNT lines from line FROM, numbered as in the source file" in r.stdout
+    assert "a COUNT past the end stops at the last line" in r.stdout
     assert "--max-bytes INTEGER RANGE" in r.stdout and "--glob PATTERN" in r.stdout
 
 
