@@ -149,6 +149,7 @@ def build(
     docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
     if not docs:
         raise BuildError("nothing to index: no readable documents in the inputs")
+    rep.warnings.extend(unmatched_contexts(config.contexts, docs))
     with clock("language"):
         doc_langs = document_languages(docs, config.languages)
     rep.languages = dict(sorted(Counter(doc_langs).items()))
@@ -183,6 +184,7 @@ def build(
 
     with clock("text"):
         zdict, blocks = build_text_blocks(docs, rows)
+        sources = build_sources(docs, zdict)
 
     embed_card = None if embedder is None else _card(embedder.files())
     rerank_card = _card(rerank_files)
@@ -202,6 +204,7 @@ def build(
         search=config.search,
         text_block=L.TEXT_BLOCK,
         source="jsonl" if jsonl and not roots else "files",
+        path_contexts=config.contexts,
     )
     manifest = R.Manifest(
         root=corpus.root,
@@ -218,13 +221,27 @@ def build(
         analyzer=analyzer.params() | {"documents": rep.languages},
         file_types=tuple(sorted(SOURCE_EXTENSIONS)),
     )
-    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
+    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder)
     if rerank_files is not None:
         sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
     with clock("write"):
         rep.artifact_bytes = write_artifact(out, sections)
     rep.section_bytes = {s.name: len(s.data) for s in sections}
     return rep
+
+
+def unmatched_contexts(contexts: dict, docs: list[Document]) -> list[str]:
+    """A warning for each [contexts] prefix no document path starts with. Not an error: the
+    kb.toml may describe a folder the corpus does not hold yet; the prefix is kept, unused."""
+    from bisect import bisect_left
+
+    paths = sorted(d.path for d in docs)  # the paths under a prefix are the ones from bisect_left on
+
+    def matched(p: str) -> bool:
+        i = bisect_left(paths, p)
+        return i < len(paths) and paths[i].startswith(p)
+
+    return [f"[contexts] {p!r} matches no document path; no result will carry its description" for p in contexts if not matched(p)]
 
 
 def _clock(into: dict):
@@ -571,14 +588,29 @@ def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes
             zdict = d.as_bytes()
         except zstandard.ZstdError:
             zdict = b""  # too little or too uniform text to train on: plain zstd still works
+    return zdict, [_compressor(zdict).compress(b) for b in raw_blocks]
+
+
+def _compressor(zdict: bytes):
+    """The zstd compressor of text.blocks and docs.source: with text.dict when there is one."""
+    import zstandard
+
     params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
     if zdict:
         params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
-    cctx = zstandard.ZstdCompressor(**params)
-    return zdict, [cctx.compress(b) for b in raw_blocks]
+    return zstandard.ZstdCompressor(**params)
 
 
-def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder) -> list[SectionData]:
+def build_sources(docs: list[Document], zdict: bytes) -> list[bytes]:
+    """docs.source: each document's source text (front matter included), so ``kb get
+    PATH:FROM:COUNT`` gives the exact lines the chunks' line numbers count. Chunk texts cannot:
+    they drop front matter and the blank lines between chunks, repeat the overlap, and rejoin
+    a line split into sentences with single spaces."""
+    cctx = _compressor(zdict)
+    return [cctx.compress(R.pack_source(d.source)) for d in docs]
+
+
+def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder) -> list[SectionData]:
     table = np.zeros(len(rows), dtype=L.CHUNK_DTYPE)
     status_index = {s: i for i, s in enumerate(meta.statuses)}
     first_chunk = np.zeros(len(docs) + 1, dtype="<u4")
@@ -607,6 +639,7 @@ def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows
         SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
         SectionData(L.TEXT_DICT, zdict),
         SectionData(L.TEXT_BLOCKS, L.pack_blobs(blocks)),
+        SectionData(L.DOC_SOURCES, L.pack_blobs(sources)),
     ]
     if vectors_bytes is not None:
         sections.append(SectionData(L.VECTORS, vectors_bytes))

@@ -45,6 +45,12 @@ class Document:
     tags: tuple[str, ...] = ()
     status: str | None = None
     description: str = ""
+    head: str = ""  # what the file holds before text (front matter): first_line - 1 whole lines
+
+    @property
+    def source(self) -> str:
+        """The text chunks' line numbers count in: head + text (the artifact's docs.source)."""
+        return self.head + self.text
 
 
 @dataclass(frozen=True)
@@ -488,7 +494,7 @@ def _parse_markdown(rel: str, text: str, stem: str) -> Document:
     status = _str(meta.get("status")) or None
     tags, description = tags_of(meta.get("tags")), _str(meta.get("description"))
     _check_unicode("front matter", title, status or "", description, *tags)
-    return Document(rel, rel, "markdown", title, body, first, tags, status, description)
+    return Document(rel, rel, "markdown", title, body, first, tags, status, description, head=text[: len(text) - len(body)])
 
 
 def _check_unicode(what: str, *values: str) -> None:

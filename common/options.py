@@ -30,6 +30,10 @@ MAX_RERANK_TOP = 200  # candidates the cross-encoder rescores; its cost is linea
 MAX_CONTEXT = 10  # neighbouring chunks on each side that a get returns
 MAX_DOC_CHUNKS = 1000  # chunks of one document that a get returns
 DEFAULT_DOC_CHUNKS = 200
+MAX_GET_TARGETS = 100  # targets of one get (kb get TARGET..., targets of /get and multi_get)
+MAX_GLOB_MATCHES = 1000  # documents one get's glob may match; a glob that matches more is refused
+DEFAULT_GET_BYTES = 1 << 20  # bytes of text one get returns unless max_bytes says otherwise
+MAX_GET_BYTES = 16 << 20
 BLENDS = ("position", "sigmoid")
 
 

@@ -44,6 +44,7 @@ TAG_BITMAPS = "tags.bitmaps"  # blob table of roaring bitmaps, order of meta["ta
 STATUS_BITMAPS = "status.bitmaps"  # blob table of roaring bitmaps, order of meta["statuses"]
 TEXT_DICT = "text.dict"  # raw zstd dictionary for text.blocks
 TEXT_BLOCKS = "text.blocks"  # blob table of zstd(msgpack list of chunk records), TEXT_BLOCK chunks each
+DOC_SOURCES = "docs.source"  # blob table of zstd(UTF-8 source text), one per document, with text.dict (optional)
 VECTORS = "vectors.hnsw"  # raw usearch index (Index.save bytes), keys = chunk ids
 MODEL_EMBED = "model.embed"  # blob table: kb_model.json first, then (name, bytes) pairs
 MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder

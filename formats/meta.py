@@ -13,6 +13,10 @@ from __future__ import annotations
 import math
 
 U32 = 1 << 32
+# Bounds on kb.toml [contexts] (meta.path_contexts): kb-build refuses more, a reader finds more corrupt.
+MAX_PATH_CONTEXTS = 1000  # prefixes
+MAX_CONTEXT_PREFIX_CHARS = 1024  # characters of one prefix
+MAX_CONTEXT_CHARS = 300  # characters of one description (one line)
 
 
 class ShapeError(ValueError):
@@ -83,8 +87,17 @@ def check_meta(meta) -> None:
           "meta.tags.descriptions must map strings to strings")
     for key in ("statuses", "excluded_statuses"):
         _need(_is_strs(meta.get(key)), f"meta.{key} must be a list of strings")
+    _check_path_contexts(meta.get("path_contexts", {}))
     _need(isinstance(meta.get("search"), dict), "meta.search must be a map")
     _need(_is_int(meta.get("text_block"), 1, 1 << 16), "meta.text_block must be an integer in 1..65535")
+
+
+def _check_path_contexts(contexts) -> None:
+    """meta.path_contexts (optional): at most MAX_PATH_CONTEXTS prefixes, each mapped to one line."""
+    _need(isinstance(contexts, dict) and len(contexts) <= MAX_PATH_CONTEXTS, f"meta.path_contexts must be a map of at most {MAX_PATH_CONTEXTS} prefixes")
+    for k, v in contexts.items():
+        _need(isinstance(k, str) and len(k) <= MAX_CONTEXT_PREFIX_CHARS, f"meta.path_contexts prefixes must be strings of at most {MAX_CONTEXT_PREFIX_CHARS} characters")
+        _need(isinstance(v, str) and len(v) <= MAX_CONTEXT_CHARS and not ({"\n", "\r"} & set(v)), f"meta.path_contexts descriptions must be one line of at most {MAX_CONTEXT_CHARS} characters")
 
 
 def _check_analyzer(params) -> None:

@@ -34,7 +34,7 @@ def allowed_mask(ix, statuses=(), all_statuses: bool = False, tags=(), path: str
     if path:
         a, b = ix.path_range(path)
         if a == b and not _any_document_under(ix, path):
-            raise UsageError(f"no document path starts with {path!r}{_closest(path, _path_prefixes(ix))}")
+            raise UsageError(f"no document path starts with {path!r}{closest(path, _path_prefixes(ix))}")
         window = np.zeros(ix.n_chunks, dtype=bool)
         window[a:b] = True
         mask &= window
@@ -56,7 +56,7 @@ def _status_mask(ix, codes: tuple[int, ...]) -> np.ndarray:
 def check_tag(ix, tag: str) -> None:
     """A tag filter must name a tag the artifact knows (tags are casefolded at build time)."""
     if tag.casefold() not in ix.meta.tag_names:
-        raise UsageError(f"unknown tag {tag!r}{_closest(tag.casefold(), ix.meta.tag_names)}")
+        raise UsageError(f"unknown tag {tag!r}{closest(tag.casefold(), ix.meta.tag_names)}")
 
 
 def _any_document_under(ix, prefix: str) -> bool:
@@ -75,14 +75,16 @@ def _path_prefixes(ix) -> list[str]:
     return sorted(out)
 
 
-def _closest(value: str, known) -> str:
-    """'; closest: a, b' from ``known``, or '' when nothing is close."""
+def closest(value: str, known, cutoff: float = 0.5) -> str:
+    """'; closest: a, b' from ``known``, or '' when nothing is close: the folders ``value`` names
+    ('/notes' -> 'notes/'), the paths it is the end of ('disk-full.md' -> 'runbooks/disk-full.md'),
+    then difflib's matches of at least ``cutoff``."""
     import difflib
 
     known = list(known)
     stripped = value.strip("/")
-    folders = [k for k in known if stripped and k.startswith(stripped) and k.endswith("/")]  # '/notes' -> 'notes/'
-    near = list(dict.fromkeys(folders + difflib.get_close_matches(value, known, n=3, cutoff=0.5)))[:3]
+    named = [k for k in known if stripped and ((k.startswith(stripped) and k.endswith("/")) or k.endswith("/" + stripped))]
+    near = list(dict.fromkeys(named + difflib.get_close_matches(value, known, n=3, cutoff=cutoff)))[:3]
     return f"; closest: {', '.join(near)}" if near else ""
 
 

@@ -361,15 +361,7 @@ class Index:
             if b in cache:
                 cache.move_to_end(b)
                 return cache[b]
-            import zstandard
-
-            try:
-                data = bytes(self._text_blocks[b])
-                if zstandard.frame_content_size(data) > MAX_ZSTD_RATIO * max(len(data), 1024):
-                    raise zstandard.ZstdError("implausible decoded size")  # a forged size would allocate it
-                raw = self._dctx.decompress(data)
-            except zstandard.ZstdError:
-                raise self._corrupt(f"text block {b} does not decode") from None
+            raw = self._decompress(self._text_blocks[b], f"text block {b}")
             try:
                 per = self.meta.text_block
                 block = R.unpack_text_block(raw, f"text block {b}", min(per, self.n_chunks - b * per))
@@ -379,6 +371,41 @@ class Index:
             if len(cache) > BLOCK_CACHE:
                 cache.popitem(last=False)
             return block
+
+    def _decompress(self, data, what: str) -> bytes:
+        """A zstd frame of text.blocks or docs.source, decoded with text.dict; the caller holds
+        ``_block_lock`` (one decompression context)."""
+        import zstandard
+
+        try:
+            data = bytes(data)
+            if zstandard.frame_content_size(data) > MAX_ZSTD_RATIO * max(len(data), 1024):
+                raise zstandard.ZstdError("implausible decoded size")  # a forged size would allocate it
+            return self._dctx.decompress(data)
+        except zstandard.ZstdError:
+            raise self._corrupt(f"{what} does not decode") from None
+
+    # --- document sources ----------------------------------------------------------------------
+    @property
+    def has_sources(self) -> bool:
+        """Whether the artifact holds its documents' source text (docs.source; kb-build wrote it
+        from issue 21 on)."""
+        return L.DOC_SOURCES in self.artifact.sections
+
+    @cached_property
+    def _sources(self) -> L.BlobTable:
+        return self._blobs(L.DOC_SOURCES, self.n_docs)
+
+    def source_lines(self, d: int) -> list[str]:
+        """Document ``d``'s source text as lines: line n (1-based) is the line chunks' ``lines``
+        number n. Only when ``has_sources``."""
+        what = f"the source of document {d}"
+        with self._block_lock:
+            raw = self._decompress(self._sources[d], what)
+        try:
+            return R.unpack_source(raw, what)
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None
 
     def manifest(self) -> R.Manifest:
         try:

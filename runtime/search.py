@@ -31,7 +31,7 @@ from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor
 from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf
 from .rerank import rerank
 from .query_syntax import parse
-from .results import Candidate, Explain, Notice, Response, Result
+from .results import Candidate, Explain, Notice, PathContext, Response, Result
 from .snippets import snippet
 
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
@@ -265,6 +265,7 @@ class Searcher:
             lines=rec.lines,
             status=rec.status,
             tags=rec.tags,
+            path_contexts=tuple(PathContext(p, d) for p, d in self.ix.meta.contexts_of(rec.path)),
             chunk_id=rec.chunk_id,
             doc_id=rec.doc_id,
             title=rec.title,

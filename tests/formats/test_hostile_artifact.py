@@ -239,3 +239,33 @@ def test_impact_posting_offsets_out_of_order_or_past_the_ids_are_corrupt(tmp_pat
     replace_section(p, L.POSTING_OFFSETS, offsets.tobytes())
     r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
     assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section 'postings.offsets' does not cover 'postings.ids'\n")
+
+
+def test_a_forged_meta_context_is_corrupt_not_a_crash(tmp_path, sample_artifact):
+    for bad, message in (([1], "meta.path_contexts must be a map of at most 1000 prefixes"), ({"a/": "two\nlines"}, "meta.path_contexts descriptions must be one line of at most 300 characters")):
+        p = copy_of(tmp_path, sample_artifact)
+        meta = msgpack.unpackb(dict((s.name, s.data) for s in sections_of(p))[L.META])
+        meta["path_contexts"] = bad
+        replace_section(p, L.META, msgpack.packb(meta))
+        r = kb_run("search", "backup", "-i", p, "--no-stale-check")
+        assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: meta: {message}\n")
+
+
+def test_a_forged_document_source_is_corrupt_not_a_crash(tmp_path, sample_artifact):
+    import zstandard
+
+    def with_sources(items):
+        p = copy_of(tmp_path, sample_artifact)
+        replace_section(p, L.DOC_SOURCES, L.pack_blobs(items))
+        return kb_run("get", "runbooks/disk-full.md:1:1", "-i", p), p
+
+    items = [bytes(x) for x in L.BlobTable(dict((s.name, s.data) for s in sections_of(copy_of(tmp_path, sample_artifact)))[L.DOC_SOURCES])]
+    r, p = with_sources(items[:-1])
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section 'docs.source' holds 16 items, expected 17\n")
+    from kb.runtime.index import Index
+
+    with Index(sample_artifact) as ix:
+        d = ix.doc_by_path("runbooks/disk-full.md")
+    for forged, why in ((zstandard.ZstdCompressor().compress(b"\xff\xfe"), "is not UTF-8"), (b"\x28\xb5\x2f\xfd\x00\x00\x00\x00\x00\x10", "does not decode"), (b"junk", "does not decode")):
+        r, p = with_sources(items[:d] + [forged] + items[d + 1 :])
+        assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: the source of document {d} {why}\n"), forged

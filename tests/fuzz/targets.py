@@ -197,7 +197,7 @@ def _mutate_section(rng: random.Random, sd, sections):
             raw = msgpack.packb(_mutate_tree(rng, msgpack.unpackb(raw)), use_bin_type=True)
         elif sd.name == L.TEXT_BLOCKS and r < 0.6:
             raw = _mutate_text_blocks(rng, raw, sections)
-        elif sd.name in (L.DOC_PATHS, L.TERM_STRINGS, L.POSTINGS, L.TAG_BITMAPS, L.STATUS_BITMAPS) and r < 0.5:
+        elif sd.name in (L.DOC_PATHS, L.TERM_STRINGS, L.POSTINGS, L.TAG_BITMAPS, L.STATUS_BITMAPS, L.DOC_SOURCES) and r < 0.5:
             items = [bytes(x) for x in L.BlobTable(raw)]
             if items:
                 i = rng.randrange(len(items))
@@ -366,6 +366,8 @@ class ArtifactReader:
                 first = svc.get(parse_get({"chunk_id": ix.n_chunks - 1}))
                 path = first["chunks"][0]["path"] if first.get("chunks") else "backups.md"
                 svc.get(parse_get({"path": path}))
+                if ix.has_sources:  # kb get PATH:FROM:COUNT (older artifacts refuse it: rebuild)
+                    svc.get(parse_get({"targets": [f"{path}:2:3", path], "max_bytes": 4096}))
 
 
 def _one_line(e: Exception) -> None:

@@ -138,7 +138,7 @@ def test_kb_get_is_the_servers_get_record():
 
 def test_kb_get_refuses_what_is_not_there():
     r = run("get", "nosuch.md", "-i", GOLD)
-    assert (r.exit_code, r.stderr) == (2, "kb: error: no document with doc_id 'nosuch.md'\n")
+    assert (r.exit_code, r.stderr) == (2, "kb: error: no document with path or doc_id 'nosuch.md'\n")
 
 
 def test_kb_status_exits_0_when_fresh_and_1_when_stale(tmp_path):
