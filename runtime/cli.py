@@ -108,7 +108,8 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
 
     \b
     QUERY is natural language, and may hold:
-      "exact phrase"      chunks must contain the phrase
+      "exact phrase"      chunks must contain the phrase (if none does: a notice,
+                          and the words in any order)
       -term  -"phrase"    chunks must not contain it (put -- before a query that starts with -)
       title:word          the document's title must hold it (also title:"a phrase")
       section:word        the chunk's headings must hold it

@@ -112,7 +112,14 @@ class Searcher:
         use_bm25, use_vectors = self._legs_to_run(q, notices)
         allowed = allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         if parsed is not None and (parsed.filters or parsed.path):
-            allowed = syntax_mask(self.ix, parsed, allowed)
+            scoped = syntax_mask(self.ix, parsed, allowed)
+            if not scoped.any() and allowed.any() and (parsed.phrases or parsed.title or parsed.section) and not syntax_mask(self.ix, replace(parsed, excluded=()), allowed).any():
+                # no chunk in scope holds the phrases (or title:/section: words) as written (not
+                # merely excluded): say so, and search the words with the exclusions and path:
+                # only, rather than return nothing
+                scoped = syntax_mask(self.ix, replace(parsed, phrases=(), title=(), section=()), allowed)
+                notices.append(Notice("phrase_not_found", f"no chunk contains {_quoted_requirements(parsed)} as written; these results hold the words in any order"))
+            allowed = scoped
         timings["filter"] = _ms(t0)
         if not allowed.any():
             notices.append(self._empty_scope_notice(q))
@@ -274,6 +281,12 @@ class Searcher:
             also_matched=c.also_matched,
             explain=explain,
         )
+
+
+def _quoted_requirements(parsed) -> str:
+    """The phrases and title:/section: scopes of a query, as the user wrote them."""
+    parts = [f'"{p}"' for p in parsed.phrases] + [f'{k}:"{v}"' if " " in v else f"{k}:{v}" for k, vs in (("title", parsed.title), ("section", parsed.section)) for v in vs]
+    return ", ".join(parts)
 
 
 def _fusion(o: SearchOptions) -> FusionParams:
