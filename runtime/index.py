@@ -142,7 +142,11 @@ class Index:
 
     @cached_property
     def lengths(self) -> np.ndarray:
-        return np.frombuffer(self.artifact.section(L.CHUNK_LENGTHS), dtype="<f4")
+        """Each chunk's weighted BM25 length: finite and not negative (formats 1-2 score with them)."""
+        n = np.frombuffer(self.artifact.section(L.CHUNK_LENGTHS), dtype="<f4")
+        if len(n) and not (np.isfinite(n).all() and n.min() >= 0):
+            raise self._corrupt("chunk lengths must be finite and not negative")
+        return n
 
     @cached_property
     def first_chunk(self) -> np.ndarray:

@@ -269,3 +269,17 @@ def test_a_forged_document_source_is_corrupt_not_a_crash(tmp_path, sample_artifa
     for forged, why in ((zstandard.ZstdCompressor().compress(b"\xff\xfe"), "is not UTF-8"), (b"\x28\xb5\x2f\xfd\x00\x00\x00\x00\x00\x10", "does not decode"), (b"junk", "does not decode")):
         r, p = with_sources(items[:d] + [forged] + items[d + 1 :])
         assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: the source of document {d} {why}\n"), forged
+
+
+def test_chunk_lengths_that_are_not_finite_are_corrupt_in_the_formats_that_score_with_them(tmp_path):
+    """Found by the artifact fuzzer (a NaN length in a format 2 artifact reached a float cast)."""
+    from corpora import GOLDEN
+
+    p = copy_of(tmp_path, GOLDEN / "tiny-v2.kb")
+    version = A.validate(memoryview(p.read_bytes()), "x")[0]
+    secs = sections_of(p)
+    lengths = np.frombuffer(bytes(next(s for s in secs if s.name == L.CHUNK_LENGTHS).data), dtype="<f4").copy()
+    lengths[0] = np.nan
+    p.write_bytes(b"".join(A.serialize([A.SectionData(s.name, lengths.tobytes()) if s.name == L.CHUNK_LENGTHS else s for s in secs], version)))
+    r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: chunk lengths must be finite and not negative\n")
