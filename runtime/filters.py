@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kb.common.errors import UsageError
+from kb.common.usage import printable
 
 
 def allowed_mask(ix, statuses=(), all_statuses: bool = False, tags=(), path: str | None = None) -> np.ndarray:
@@ -85,7 +86,7 @@ def closest(value: str, known, cutoff: float = 0.5) -> str:
     stripped = value.strip("/")
     named = [k for k in known if stripped and ((k.startswith(stripped) and k.endswith("/")) or k.endswith("/" + stripped))]
     near = list(dict.fromkeys(named + difflib.get_close_matches(value, known, n=3, cutoff=cutoff)))[:3]
-    return f"; closest: {', '.join(near)}" if near else ""
+    return f"; closest: {', '.join(printable(n) for n in near)}" if near else ""  # a path may hold control characters
 
 
 def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:

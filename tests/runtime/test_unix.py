@@ -253,3 +253,11 @@ def test_json_is_one_compact_line_on_a_pipe_and_indented_on_a_terminal(sample_ar
     monkeypatch.setattr(cli, "pretty", lambda: True)
     r2 = CliRunner().invoke(kb, args)
     assert r2.stdout.startswith('{\n  "schema_version":') and json.loads(r2.stdout) == json.loads(r.stdout)
+
+
+def test_suggested_paths_are_escaped_so_an_error_stays_one_line():
+    """Found by the artifact fuzzer: a forged path with a line break, suggested as the closest."""
+    from kb.runtime.filters import closest
+
+    got = closest("backups.md", ["backups.m\n", "ba\nkups.md"])
+    assert "\n" not in got and got.startswith("; closest: ")
