@@ -10,6 +10,8 @@ uses them can index and iterate without guarding each access. A failed check rai
 
 from __future__ import annotations
 
+import functools
+
 import math
 
 U32 = 1 << 32
@@ -72,10 +74,11 @@ def check_meta(meta) -> None:
         _need(_is_int(counts.get(key), 0, U32), f"meta.counts.{key} must be an integer in 0..2^32-1")
     bm25 = meta.get("bm25")
     _need(isinstance(bm25, dict), "meta.bm25 must be a map")
-    for key in ("k1", "b", "avg_length"):
-        _need(_is_num(bm25.get(key)) and bm25[key] >= 0, f"meta.bm25.{key} must be a finite number >= 0")
-    for key in ("title_weight", "section_weight", "document_weight"):  # optional (document_weight: format 2)
-        _need(key not in bm25 or (_is_num(bm25[key]) and bm25[key] >= 0), f"meta.bm25.{key} must be a finite number >= 0")
+    _need(_is_num(bm25.get("avg_length")) and bm25["avg_length"] >= 0, "meta.bm25.avg_length must be a finite number >= 0")
+    for s in _bm25_settings():  # the ranges kb-build accepts (formats/bm25.py BM25Params)
+        lo, hi = s.spec.minimum, s.spec.maximum
+        optional = s.name in ("title_weight", "section_weight", "document_weight")  # document_weight: format 2
+        _need((optional and s.name not in bm25) or (_is_num(bm25.get(s.name)) and lo <= bm25[s.name] <= hi), f"meta.bm25.{s.name} must be a number in {lo:g}..{hi:g}")
     _check_analyzer(meta.get("analyzer"))
     for key in ("embedder", "reranker", "vectors"):
         _optional_dict(meta, key)
@@ -143,3 +146,12 @@ def check_model_card(card, names=()) -> None:
     for key in ("dim", "max_tokens"):
         _need(key not in card or _is_int(card[key], 1, 1 << 16), f"kb_model.json {key} must be an integer in 1..65535")
 
+
+
+@functools.lru_cache(maxsize=1)
+def _bm25_settings():
+    from kb.common.settings import settings_of
+
+    from .bm25 import BM25Params
+
+    return settings_of(BM25Params)

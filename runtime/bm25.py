@@ -63,16 +63,21 @@ def _computed_impacts(ix, tid: int) -> tuple:
     p = ix.meta.bm25
     ids, tf = ix.posting(tid)
     w = term_weight(ix, tid)
-    out = (ids, w * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"]))
-    if document_weight(ix) > 0:
-        chunk_doc, doc_len, avg = _doc_stats(ix)
-        dtf = np.bincount(chunk_doc[ids], weights=tf, minlength=ix.n_docs)
-        docs = np.flatnonzero(dtf)
-        out += (docs, w * tf_component(dtf[docs], doc_len[docs], avg, p["k1"], p["b"]))
+    with np.errstate(all="ignore"):  # forged tf or lengths: a posting that overflows scores 0, not NaN
+        out = (ids, _finite(w * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"])))
+        if document_weight(ix) > 0:
+            chunk_doc, doc_len, avg = _doc_stats(ix)
+            dtf = np.bincount(chunk_doc[ids], weights=tf, minlength=ix.n_docs)
+            docs = np.flatnonzero(dtf)
+            out += (docs, _finite(w * tf_component(dtf[docs], doc_len[docs], avg, p["k1"], p["b"])))
     if len(cache) >= IMPACT_CACHE:
         cache.clear()
     cache[tid] = out
     return out
+
+
+def _finite(x: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def term_weight(ix, tid: int) -> float:

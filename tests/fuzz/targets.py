@@ -478,7 +478,7 @@ def parse_corpus_input(kind: str, data: bytes) -> str:
             docs = [parse_file(f"dir/fuzz{_EXT[kind]}", _EXT[kind], data)]
         analyzer = Analyzer()
         for doc in docs:
-            for v in (doc.doc_id, doc.path, doc.title, doc.text, doc.status or "", doc.description, *doc.tags):
+            for v in (doc.doc_id, doc.path, doc.title, doc.text, doc.source, doc.status or "", doc.description, *doc.tags):
                 v.encode("utf-8")  # what the final write does with every string
             for chunk in chunk_document(doc, estimate_tokens):
                 chunk.text.encode("utf-8")
