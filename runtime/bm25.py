@@ -5,11 +5,10 @@ Formula and variant: formats/bm25.py. Chunks are scored; from format 2 N and df 
 document's own BM25. Format 3 stores each posting's impact (quantized saturated tf, for the chunk
 and for the document), so a query costs one idf and two slices per term over views of the mmap,
 then one weighted bincount for the chunks and one for the documents; formats 1-2 compute the
-impacts from the stored tf, once per term per process. A query
-term repeated n times adds its impact n times (formats 2-3; format 1 queries hold distinct
-terms). The ``allowed`` filter (a boolean mask over chunk ids) is applied before ranking, so the
-top hits are drawn from the allowed set only, and the top k are selected by partition, not a
-full sort.
+impacts from the stored tf, once per term per process. A query term repeated n times adds its
+impact n times (formats 2-3; format 1 queries hold distinct terms). The ``allowed`` filter (a
+boolean mask over chunk ids) is applied before ranking, so the top hits are drawn from the
+allowed set only, and the top k are selected by partition, not a full sort.
 """
 
 from __future__ import annotations
