@@ -103,7 +103,7 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None) -> np
 def predict(backend: str, rows: np.ndarray) -> np.ndarray:
     """P(relevant) per row under the backend's fitted model."""
     z = expand(rows) @ _weights(backend)
-    return 1.0 / (1.0 + np.exp(-z))
+    return np.exp(-np.logaddexp(0.0, -z))  # the logistic function, without overflow for any z
 
 
 @functools.lru_cache(maxsize=None)
