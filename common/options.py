@@ -58,6 +58,23 @@ class SearchOptions:
 SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
 
 
+# Defaults that differ by embedding model (the artifact's embedder, meta.embedder.name), under the
+# artifact's own [search] table. multilingual-e5-small's cosines sit high and close together
+# (bench/RESULTS.md "dense-noise"), and its dense leg earns less of the fusion: semantic_weight
+# 0.5 against 0.7 lifts hybrid nDCG@10 on Hugo 0.513 -> 0.574, CMRC2018 0.952 -> 0.966 and
+# JSQuAD 0.850 -> 0.889 (bench/RESULTS.md "e5"); MiniLM keeps SearchOptions' defaults.
+MODEL_DEFAULTS: dict[str, dict] = {
+    "multilingual-e5-small": {"semantic_weight": 0.5},
+}
+
+
+def stored_search(meta) -> dict:
+    """The [search] table an artifact searches with: its embedding model's defaults
+    (MODEL_DEFAULTS), then the artifact's own kb.toml [search] over them."""
+    model = (meta.embedder or {}).get("name")
+    return {**MODEL_DEFAULTS.get(model, {}), **(meta.search or {})}
+
+
 def resolve(stored: dict | None, overrides: dict | None = None) -> SearchOptions:
     """The options for a search: defaults, then the artifact's stored ``[search]`` table, then
     ``overrides`` (None values mean "not given"). A bad value is a UsageError naming its key.

@@ -116,7 +116,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
       path:prefix         only documents under prefix
     Phrases, exclusions and scopes filter; the words still rank.
     """
-    from kb.common.options import resolve
+    from kb.common.options import resolve, stored_search
 
     from .output import render_csv, render_files, render_human, render_json, render_jsonl, render_md, render_notices
     from .search import Query, Searcher
@@ -131,7 +131,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
 
         reranker = load_reranker_path(reranker_path, device, compute_type)  # a bad model refuses loudly, before any search
     with open_index(index_path) as ix:
-        options = resolve(ix.meta.search, overrides)
+        options = resolve(stored_search(ix.meta), overrides)
         q = Query(
             text=query, rewrites=tuple(rewrite), entities=tuple(entity), top_k=top_k, statuses=tuple(status),
             all_statuses=all_statuses, tags=tuple(tag), path=path_prefix, mode=mode, budget_ms=budget_ms,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kb.common.errors import UsageError
-from kb.common.options import GROUPS, MODES, SearchOptions, resolve
+from kb.common.options import GROUPS, MODES, SearchOptions, resolve, stored_search
 
 from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
@@ -74,7 +74,7 @@ class Searcher:
         self.device, self.compute_type = device, compute_type
         self._embedder = None
         self._reranker = reranker
-        self.defaults = resolve(index.meta.search)  # the artifact's [search] over kb's defaults
+        self.defaults = resolve(stored_search(index.meta))  # the artifact's [search] over its model's and kb's defaults
 
     # --- models --------------------------------------------------------------------------------
     @property

@@ -24,7 +24,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from kb.common.errors import UsageError
-from kb.common.options import MAX_GLOB_MATCHES, resolve
+from kb.common.options import MAX_GLOB_MATCHES, resolve, stored_search
 
 from .requests import DEFAULT_DOC_CHUNKS, GetRequest, RequestError, SearchRequest
 from .search import Query
@@ -92,7 +92,7 @@ class Service:
             getattr(self.searcher, "embedder")  # noqa: B009
         self.searcher.reranker()
         if ix.n_chunks:  # first-call costs, not the first client's
-            self.searcher.search(Query("warm up", top_k=1, all_statuses=True), resolve(ix.meta.search, {"rerank_top": 1}))
+            self.searcher.search(Query("warm up", top_k=1, all_statuses=True), resolve(stored_search(ix.meta), {"rerank_top": 1}))
         self.info()
         if self.stale_check:
             self.stale_notice()
@@ -103,7 +103,7 @@ class Service:
         from .output import response_dict
 
         try:
-            options = resolve(self.ix.meta.search, req.options)
+            options = resolve(stored_search(self.ix.meta), req.options)
             resp = self.searcher.search(req.query, options)
         except UsageError as e:
             raise RequestError("bad_value", str(e)) from None

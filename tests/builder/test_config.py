@@ -161,3 +161,21 @@ def test_auto_picks_minilm_for_english_and_e5_when_a_tenth_is_not():
     assert choose_embedder({"en": 3, None: 1}) == "multilingual-e5-small"  # CJK documents have no Snowball language
     assert choose_embedder({}) == "all-MiniLM-L6-v2"
     assert load_config(None).embedding_model == "auto"
+
+
+def test_model_search_defaults_sit_under_the_artifacts_own_search_table_and_the_readme_names_them():
+    from types import SimpleNamespace
+
+    from kb.common.options import MODEL_DEFAULTS, resolve, stored_search
+
+    from corpora import REPO
+
+    e5 = SimpleNamespace(embedder={"name": "multilingual-e5-small"}, search={})
+    assert resolve(stored_search(e5)).semantic_weight == 0.5
+    assert resolve(stored_search(SimpleNamespace(embedder={"name": "multilingual-e5-small"}, search={"semantic_weight": 0.9}))).semantic_weight == 0.9
+    assert resolve(stored_search(SimpleNamespace(embedder={"name": "all-MiniLM-L6-v2"}, search={}))).semantic_weight == 0.7
+    assert resolve(stored_search(SimpleNamespace(embedder=None, search={}))).semantic_weight == 0.7
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    for model, values in MODEL_DEFAULTS.items():
+        for key, value in values.items():
+            assert f"built with `{model}` searches with `{key}` {value:g}" in readme

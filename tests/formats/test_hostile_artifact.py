@@ -283,3 +283,22 @@ def test_chunk_lengths_that_are_not_finite_are_corrupt_in_the_formats_that_score
     p.write_bytes(b"".join(A.serialize([A.SectionData(s.name, lengths.tobytes()) if s.name == L.CHUNK_LENGTHS else s for s in secs], version)))
     r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
     assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: chunk lengths must be finite and not negative\n")
+
+
+def test_a_vector_index_whose_metric_kind_is_forged_is_corrupt_not_a_segfault(tmp_path, tiny_artifact):
+    """Found by the artifact fuzzer (seed 12, input 901270): metric byte 'c' (cos) set to 0
+    ("unknown") left usearch a null distance function, and the search killed the process."""
+    import struct
+
+    from kb.formats import hnsw as H
+
+    p = copy_of(tmp_path, tiny_artifact)
+    secs = sections_of(p)
+    vec = bytearray(next(s for s in secs if s.name == L.VECTORS).data)
+    rows, cols = struct.unpack("<II", vec[:8])
+    metric_at = 8 + rows * cols + 7 + 3 * 2  # after "usearch" and the three version fields
+    assert vec[metric_at] == H.METRIC_COS
+    vec[metric_at] = 0
+    replace_section(p, L.VECTORS, bytes(vec))
+    r = kb_run("search", "backup", "-i", p, "--no-stale-check")
+    assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: ") and "metric kind 0, expected cos" in r.stderr
