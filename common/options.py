@@ -62,7 +62,8 @@ SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
 # artifact's own [search] table. multilingual-e5-small's cosines sit high and close together
 # (bench/RESULTS.md "dense-noise"), and its dense leg earns less of the fusion: semantic_weight
 # 0.5 against 0.7 lifts hybrid nDCG@10 on Hugo 0.513 -> 0.574, CMRC2018 0.952 -> 0.966 and
-# JSQuAD 0.850 -> 0.889 (bench/RESULTS.md "e5"); MiniLM keeps SearchOptions' defaults.
+# JSQuAD 0.850 -> 0.889 (first 300 dev queries; bench/RESULTS.md "e5"); MiniLM keeps
+# SearchOptions' defaults.
 MODEL_DEFAULTS: dict[str, dict] = {
     "multilingual-e5-small": {"semantic_weight": 0.5},
 }
