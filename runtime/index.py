@@ -455,9 +455,12 @@ class Index:
         lacks one of them (its keys must be the chunk ids)."""
         got = self.vectors.get(np.asarray(ids, dtype=np.uint64))
         try:
-            return np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
+            vecs = np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
         except (ValueError, TypeError):
             raise self._corrupt("the vector index lacks the vectors of some chunks") from None
+        if not np.isfinite(vecs).all():
+            raise self._corrupt("a stored vector is not finite")
+        return vecs
 
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
         """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""

@@ -302,3 +302,17 @@ def test_a_vector_index_whose_metric_kind_is_forged_is_corrupt_not_a_segfault(tm
     replace_section(p, L.VECTORS, bytes(vec))
     r = kb_run("search", "backup", "-i", p, "--no-stale-check")
     assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: ") and "metric kind 0, expected cos" in r.stderr
+
+
+def test_a_stored_vector_that_is_not_finite_is_corrupt_not_a_nan_in_the_json(tmp_path, tiny_artifact):
+    """Seen under the artifact fuzzer: NaN vectors gave NaN cosines and confidences, which JSON
+    output printed as NaN (not JSON)."""
+    import struct
+
+    p = copy_of(tmp_path, tiny_artifact)
+    vec = bytearray(next(s for s in sections_of(p) if s.name == L.VECTORS).data)
+    rows, cols = struct.unpack("<II", vec[:8])
+    vec[8 : 8 + cols * rows] = np.full(cols * rows // 2, np.nan, dtype="<f2").tobytes()  # every vector (f16)
+    replace_section(p, L.VECTORS, bytes(vec))
+    r = kb_run("search", "backup", "-i", p, "--json", "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: a stored vector is not finite\n")
