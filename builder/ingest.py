@@ -349,23 +349,20 @@ def _too_deep(what: str) -> ParseError:
 
 def load_json(text: str, what: str):
     """Parse JSON within the bounds: one ParseError for bad syntax, depth or huge integers."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ParseError(f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:
-        raise _too_deep(what) from None
-    except ValueError as e:
-        raise _value_error(what, e) from None
-    check_nesting(obj, what)
-    return obj
+    return _load_bounded(json.loads, text, what, json.JSONDecodeError, lambda e: f"{e.msg} at line {e.lineno} column {e.colno}")
 
 
 def load_toml(text: str, what: str) -> dict:
+    return _load_bounded(tomllib.loads, text, what, tomllib.TOMLDecodeError, str)
+
+
+def _load_bounded(parse, text: str, what: str, syntax_error: type, describe):
+    """``parse(text)`` with its syntax error (``describe``d), too deep a nesting and oversized
+    integers each as one ParseError naming ``what``."""
     try:
-        obj = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ParseError(f"{what}: {e}") from None
+        obj = parse(text)
+    except syntax_error as e:
+        raise ParseError(f"{what}: {describe(e)}") from None
     except RecursionError:
         raise _too_deep(what) from None
     except ValueError as e:
