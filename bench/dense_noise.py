@@ -38,8 +38,9 @@ def sample(data: Path, name: str, passages: int, queries: int) -> tuple[list[str
 
         docs = P.load_corpus_markdown(data / "hugo-docs" / "content" / "en")[:passages]
         texts = [P._content(d)[:600] for d in docs]
-        qs = [q["query"] for q in json.loads((data.parent / "fixtures" / "hugo-docs.json").read_text())["queries"]][:queries]
-        return texts, qs
+        from kb.runtime.bench import load_fixture
+
+        return texts, [q.text for q in load_fixture(data.parent / "fixtures" / "hugo-docs.json").queries][:queries]
     rows = []
     with open(data / name / "corpus.jsonl", encoding="utf-8") as f:
         for line in f:
