@@ -385,9 +385,11 @@ def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list:
 
 def chunk_record(item, what: str) -> ChunkRecord:
     """One record of ``unpack_text_block``'s, checked: [text, section, title, doc_id, [tags]]."""
-    if not (isinstance(item, list) and len(item) == 5 and all(isinstance(x, str) for x in item[:4]) and isinstance(item[4], list) and all(isinstance(t, str) for t in item[4])):
-        raise _corrupt(f"{what} is malformed")
-    return ChunkRecord(item[0], item[1], item[2], item[3], tuple(item[4]))
+    if type(item) is list and len(item) == 5:
+        text, section, title, doc_id, tags = item
+        if type(text) is str and type(section) is str and type(title) is str and type(doc_id) is str and type(tags) is list and all(type(t) is str for t in tags):
+            return ChunkRecord(text, section, title, doc_id, tuple(tags))
+    raise _corrupt(f"{what} is malformed")
 
 
 # --- document sources ----------------------------------------------------------------------------

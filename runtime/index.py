@@ -344,15 +344,15 @@ class Index:
             rec = R.chunk_record(block[cid % per], f"text block {cid // per}")
         except CorruptArtifact as e:
             raise CorruptArtifact(f"{self.path}: {e}") from None
-        row = self.chunks[cid]
+        doc, start, end, status = self.chunks[cid].item()[:4]  # one conversion, not one per field
         return StoredChunk(
             chunk_id=int(cid),
             doc_id=rec.doc_id,
-            path=self.doc_path(int(row["doc"])),
+            path=self.doc_path(doc),
             title=rec.title,
             section=rec.section,
-            lines=(int(row["start_line"]), int(row["end_line"])),
-            status=self.meta.statuses[int(row["status"])],
+            lines=(start, end),
+            status=self.meta.statuses[status],
             tags=rec.tags,
             text=rec.text,
         )

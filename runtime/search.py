@@ -210,7 +210,7 @@ class Searcher:
             cosines = (vecs @ qv / np.maximum(np.linalg.norm(vecs, axis=1) * np.linalg.norm(qv), 1e-12)).tolist()
         rows = feature_rows(candidates, legs, cosines)
         probs = predict(backend, rows)
-        return [replace(c, confidence=float(p), features=tuple(float(x) for x in r)) for c, p, r in zip(candidates, probs, rows)]
+        return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates, probs.tolist(), rows.tolist())]
 
     def _run_legs(self, q: Query, o: SearchOptions, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
         """BM25 and dense legs for the query and each rewrite, then the tag leg for entities;
