@@ -38,6 +38,7 @@ TEXT_BLOCKS = "text.blocks"  # blob table of zstd(msgpack list of chunk records)
 VECTORS = "vectors.hnsw"  # raw usearch index (Index.save bytes), keys = chunk ids
 MODEL_EMBED = "model.embed"  # blob table: kb_model.json first, then (name, bytes) pairs
 MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder
+MODEL_QUERY = "model.query"  # optional: the query encoder's directory into model.embed, and the tokenizer's vocabulary pages (formats/query_model.py)
 
 TEXT_BLOCK = 16  # chunks per compressed text block
 
@@ -92,11 +93,15 @@ class BlobTable:
     def __len__(self) -> int:
         return self.count
 
-    def __getitem__(self, i: int) -> memoryview:
+    def span(self, i: int) -> tuple[int, int]:
+        """Where item i lies, as [start, end) offsets into the whole table's buffer."""
         if not 0 <= i < self.count:
             raise IndexError(i)
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self._buf[self._head + a : self._head + b]
+        return self._head + int(self.offsets[i]), self._head + int(self.offsets[i + 1])
+
+    def __getitem__(self, i: int) -> memoryview:
+        a, b = self.span(i)
+        return self._buf[a:b]
 
 
 def term_hash(term: str) -> int:

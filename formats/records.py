@@ -124,8 +124,7 @@ def pack_model_files(files: dict[str, bytes]) -> bytes:
     return pack_blobs([msgpack.packb(names)] + [bytes(files[n]) for n in names])
 
 
-def unpack_model_files(buf, what: str) -> dict[str, bytes]:
-    t = BlobTable(buf, what)
+def _model_names(t: BlobTable, what: str) -> list[str]:
     if len(t) < 1:
         raise _corrupt(f"{what} is empty")
     try:
@@ -134,6 +133,21 @@ def unpack_model_files(buf, what: str) -> dict[str, bytes]:
         names = None
     if not isinstance(names, list) or len(names) != len(t) - 1 or not all(isinstance(n, str) for n in names) or CARD_FILE not in names:
         raise _corrupt(f"{what} is inconsistent")
+    return names
+
+
+def model_file_span(buf, name: str, what: str) -> tuple[int, int]:
+    """Where file ``name`` of a model section lies in the section's bytes: [start, end)."""
+    t = BlobTable(buf, what)
+    names = _model_names(t, what)
+    if name not in names:
+        raise _corrupt(f"{what} has no {name}")
+    return t.span(names.index(name) + 1)
+
+
+def unpack_model_files(buf, what: str) -> dict[str, bytes]:
+    t = BlobTable(buf, what)
+    names = _model_names(t, what)
     files = {n: bytes(t[i + 1]) for i, n in enumerate(names)}
     from .meta import check_model_card
 
@@ -254,6 +268,8 @@ def check_optional_sections(m: Meta, names) -> None:
             raise _corrupt("meta: a vectors section without its settings and embedder")
     elif m.counts.vectors:
         raise _corrupt(f"meta: meta counts {m.counts.vectors} vectors but there is no 'vectors.hnsw' section")
+    if "model.query" in names and ("model.embed" not in names or m.embedder is None):
+        raise _corrupt("meta: a query-model section without its embedding model")
 
 
 # --- manifest ------------------------------------------------------------------------------------
