@@ -1,0 +1,181 @@
+"""The query encoder: one query's embedding in numpy, over the int8 weights of the artifact's
+embedding model read in place (formats/query_model.py), with no CTranslate2 and no warm-up.
+
+kb-build embeds passages with CTranslate2 (common/encoders.py) at compute type int8: every dense
+layer quantizes its input per row (scale 127 / max |x|, round half to even, shifted into uint8
+as the MKL kernel CTranslate2 prefers on x86 takes it), multiplies int8 by int8 into int32, and
+scales back by 1 / (input scale x weight scale). This encoder does the same arithmetic, so a
+query lands where CTranslate2 would put it: the int8 products are exact either way, and only
+float rounding elsewhere differs. Int8 activation rounding amplifies those differences (a 1e-6
+relative change of the inputs moves a MiniLM vector by up to 0.0035 in cosine, and CTranslate2
+itself moves a text by 0.002 when the batch around it changes), so this encoder and
+CTranslate2 agree at cosine 0.998 or more per query and 0.9997 or more on average
+(tests/models/test_query_encoder.py), not to the last bit.
+
+The int8 matrix products run on numkong's packed int8 kernels (AVX-512 VNNI, AMX, NEON dot
+products; usearch's own dependency), else in float32 numpy, where int8 x int8 sums stay exact
+(|sum| < 2^24 for a row of up to 1040 typical activations; float rounding beyond that is
+1e-7 relative). The rest (attention, layer norms, GELU) is float32 numpy. Per query it reads
+the weights once (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only the
+word-embedding rows of the query's tokens. Weights are packed for numkong on first use and kept,
+so a long-lived process pays that once.
+
+The architecture is the BERT encoder CTranslate2's TransformerEncoderSpec describes for kb's
+converted models (common/convert.py): post-norm layers, fused QKV, erf GELU, absolute positions,
+token-type 0, mean pooling over all tokens, then L2 normalisation.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from .errors import ModelError
+
+__all__ = ["QueryEncoder", "dense_int8", "erf"]
+
+_F = np.float32
+# Abramowitz & Stegun 7.1.26 (numpy has no erf): 1.5e-7 absolute, 5e-7 in float32 arithmetic.
+_ERF_P = _F(0.3275911)
+_ERF_A = tuple(_F(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf of a float32 array, absolute error under 5e-7 (1.5e-7 before float32 rounding)."""
+    a = np.abs(x)
+    t = _F(1) / (_F(1) + _ERF_P * a)
+    poly = _ERF_A[0]
+    for c in _ERF_A[1:]:
+        poly = poly * t + c
+    return np.copysign(_F(1) - poly * t * np.exp(-a * a), x)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    return _F(0.5) * x * (_F(1) + erf(x * _F(1 / math.sqrt(2))))
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    # CTranslate2's formula: variance = E[x^2] - mean^2 (clamped at 0).
+    mean = x.mean(-1, keepdims=True)
+    var = np.maximum((x * x).mean(-1, keepdims=True) - mean * mean, _F(0))
+    return (x - mean) / np.sqrt(var + _F(eps)) * gamma + beta
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row int8 quantization as CTranslate2's CPU kernels do it: (int8 rows, scales)."""
+    amax = np.abs(x).max(-1)
+    scale = np.where(amax != 0, _F(127) / np.where(amax != 0, amax, _F(1)), _F(1)).astype(_F)
+    q = np.rint(x * scale[:, None] + _F(128)) - _F(128)  # shifted to uint8 and back, as MKL's u8s8 GEMM sees it
+    return q.astype(np.int8), scale
+
+
+def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray, packed=None) -> np.ndarray:
+    """``x @ W.T + b`` for int8 ``weight`` (out, in) with per-row ``weight_scale``, in int8 like
+    CTranslate2. ``packed``: ``weight`` packed by numkong.dots_pack, or None for numpy."""
+    q, scale = quantize_rows(x)
+    if packed is not None:
+        import numkong
+
+        acc = np.asarray(numkong.dots_packed(q, packed)).astype(_F)
+    else:
+        acc = q.astype(_F) @ weight.astype(_F).T
+    return acc / (scale[:, None] * weight_scale[None, :]) + bias
+
+
+def _numkong():
+    """numkong if it has the packed int8 products, else None (numpy does them)."""
+    try:
+        import numkong
+
+        numkong.dots_pack  # noqa: B018 - present since numkong 7
+        return numkong
+    except (ImportError, AttributeError):
+        return None
+
+
+_LINEARS = ("qkv", "ao", "fi", "fo")
+
+
+class QueryEncoder:
+    """Embeds queries like the artifact's CTranslate2 embedder, from a formats.query_model
+    ``QueryModel`` and the model card (meta.embedder). ``kernels``: "auto" (numkong when it
+    is installed), "numkong" or "numpy"."""
+
+    def __init__(self, model, card: dict, kernels: str = "auto"):
+        from .query_tokenizer import QueryTokenizer
+
+        self.model = model
+        self.meta = card
+        self.name = str(card.get("name", ""))
+        try:
+            self.dim, self.max_tokens = int(card["dim"]), int(card["max_tokens"])
+        except (KeyError, TypeError, ValueError):
+            raise ModelError("the embedding model's card lacks dim or max_tokens; rebuild the index with kb-build") from None
+        self.query_prefix = str(card.get("query_prefix", ""))
+        self.normalize = bool(card.get("normalize", True))
+        e = model.encoder
+        self.layers, self.heads, self.hidden, self.eps = e["layers"], e["heads"], e["hidden"], e["eps"]
+        if self.hidden != self.dim:
+            raise ModelError(f"the query encoder's hidden size {self.hidden} is not the model card's dim {self.dim}")
+        if self.max_tokens > e["positions"]:
+            raise ModelError(f"the model card's window of {self.max_tokens} tokens exceeds the encoder's {e['positions']} positions")
+        self._nk = None if kernels == "numpy" else _numkong()
+        if kernels == "numkong" and self._nk is None:
+            raise ModelError("numkong with packed int8 products is not installed")
+        self._packed: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self.tokenizer = QueryTokenizer(model.tokenizer, model.lookup, self.max_tokens)
+
+    # ----------------------------------------------------------------------------------------
+    def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
+        m = self.model
+        w = m.tensor(name + ".w")
+        packed = None
+        if self._nk is not None:
+            packed = self._packed.get(name)
+            if packed is None:
+                packed = self._nk.dots_pack(w)
+                with self._lock:
+                    self._packed[name] = packed
+        return dense_int8(x, w, m.tensor(name + ".s"), m.tensor(name + ".b"), packed)
+
+    def forward(self, ids: list[int]) -> np.ndarray:
+        """The last hidden state (len(ids), hidden) of one sequence of token ids."""
+        m, n, H = self.model, len(ids), self.heads
+        if not 0 < n <= self.max_tokens:
+            raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")
+        d = self.hidden // H
+        x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
+        x += m.tensor("embed.type")[0].astype(_F) * (_F(1) / m.tensor("embed.type.scale")[0])
+        x += m.rows("embed.pos", np.arange(n))
+        x = layer_norm(x, m.tensor("embed.ln.g"), m.tensor("embed.ln.b"), self.eps)
+        for i in range(self.layers):
+            p = f"l{i}."
+            qkv = self._dense(x, p + "qkv")
+            q, k, v = (qkv[:, j * self.hidden : (j + 1) * self.hidden].reshape(n, H, d).transpose(1, 0, 2) for j in range(3))
+            s = (q * _F(1 / math.sqrt(d))) @ k.transpose(0, 2, 1)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            a = (s @ v).transpose(1, 0, 2).reshape(n, self.hidden)
+            x = layer_norm(x + self._dense(a, p + "ao"), m.tensor(p + "aln.g"), m.tensor(p + "aln.b"), self.eps)
+            h = gelu(self._dense(x, p + "fi"))
+            x = layer_norm(x + self._dense(h, p + "fo"), m.tensor(p + "oln.g"), m.tensor(p + "oln.b"), self.eps)
+        return x
+
+    def token_ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One query (with the model's query prefix) -> float32 (dim,), L2-normalised."""
+        h = self.forward(self.tokenizer.encode(self.query_prefix + text))
+        e = h.mean(0, dtype=np.float64).astype(_F)
+        if self.normalize:
+            e /= max(float(np.linalg.norm(e)), 1e-12)
+        if not np.all(np.isfinite(e)):
+            raise ModelError("the query's embedding is not finite; the artifact's model is damaged, rebuild it with kb-build")
+        return e
+
+    def __repr__(self) -> str:
+        return f"QueryEncoder({self.name!r}, dim={self.dim}, kernels={'numkong' if self._nk else 'numpy'})"
