@@ -143,17 +143,28 @@ def _phase_timers() -> None:
 
         setattr(owner, name, wrapper)
 
+    def timed_property(owner, name, label):
+        prop = owner.__dict__[name]
+        timed(prop, "func", label)
+        replacement = functools.cached_property(prop.func)
+        replacement.__set_name__(owner, name)
+        setattr(owner, name, replacement)
+
     t = time.perf_counter()
     import kb.runtime.cli  # noqa: F401
     spans.append(("import kb.runtime.cli (click)", t - t0, time.perf_counter() - t))
     t = time.perf_counter()
-    from kb.common import encoders
+    from kb.common import encoders, query_encoder
     from kb.runtime import index, legs, output, search
 
     spans.append(("import search/index/output (numpy)", t - t0, time.perf_counter() - t))
     timed(index.Index, "__init__", "open artifact")
     timed(index.Index, "model_files", "model section -> bytes")
+    timed_property(index.Index, "vectors", "vector index: import usearch, check, restore")
+    timed_property(index.Index, "query_model", "query model: validate directory")
     timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
+    timed(query_encoder.QueryEncoder, "__init__", "query encoder: import tokenizers, pipeline")
+    timed(query_encoder.QueryEncoder, "embed_query", "query encoder: tokenize + forward (first: crc, pack)")
     timed(search.Searcher, "search", "Searcher.search (all legs)")
     timed(legs, "top_vector", "vector leg: usearch")
     timed(output, "render_json", "render JSON")

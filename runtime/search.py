@@ -78,10 +78,18 @@ class Searcher:
     # --- models --------------------------------------------------------------------------------
     @property
     def embedder(self):
+        """The query embedder: kb's in-place encoder (common/query_encoder.py) when the artifact
+        has its section and no CTranslate2 setting was asked for (``--device cuda`` or a
+        ``--compute-type``), else the CTranslate2 embedder the artifact's model was built with."""
         if self._embedder is None:
-            from kb.common.encoders import load_embedder
+            if self.ix.has_query_model and self.device != "cuda" and self.compute_type == "auto":
+                from kb.common.query_encoder import QueryEncoder
 
-            embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
+                embedder = QueryEncoder(self.ix.query_model, self.ix.meta.embedder or {})
+            else:
+                from kb.common.encoders import load_embedder
+
+                embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
             if self.ix.has_vectors and embedder.dim != self.ix.vectors.ndim:
                 from kb.formats.artifact import CorruptArtifact
 
