@@ -116,7 +116,8 @@ class QueryTokenizer:
         todo = [s for s in strings if s not in cache]
         if todo:
             if len(cache) + len(todo) > LOOKUP_CACHE:
-                cache.clear()
+                cache.clear()  # a crude bound, as runtime/index.py's term cache
+                todo = strings
             cache.update(zip(todo, self._lookup(todo)))
         return {s: cache[s] for s in strings if cache[s] is not None}
 

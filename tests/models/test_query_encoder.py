@@ -151,6 +151,17 @@ def test_special_tokens_are_cut_out_with_the_spaces_they_strip():
     assert t.split_specials("<s>") == [0]
 
 
+def test_the_lookup_cache_is_bounded_and_stays_right_when_it_fills(monkeypatch):
+    from kb.common import query_tokenizer
+
+    m = _tiny("unigram")
+    t = m.encoder.tokenizer
+    monkeypatch.setattr(query_tokenizer, "LOOKUP_CACHE", 40)
+    for text in ["abc dei", "nor st abc", "tsa eis " * 3, "abc dei"]:
+        assert t.encode(text) == m.reference.encode(text).ids
+        assert len(t._cache) <= max(40, len(t._candidates(t.words(text))))
+
+
 def test_a_long_query_is_cut_to_the_window_with_its_special_tokens():
     m = _tiny("wordpiece")
     ids = m.encoder.token_ids("cat " * 100)
