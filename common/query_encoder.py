@@ -45,29 +45,54 @@ _ERF_A = tuple(_F(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496
 def erf(x: np.ndarray) -> np.ndarray:
     """erf of a float32 array, absolute error under 5e-7 (1.5e-7 before float32 rounding)."""
     a = np.abs(x)
-    t = _F(1) / (_F(1) + _ERF_P * a)
-    poly = _ERF_A[0]
+    t = a * _ERF_P
+    t += _F(1)
+    np.reciprocal(t, out=t)
+    poly = t * _ERF_A[0]
     for c in _ERF_A[1:]:
-        poly = poly * t + c
-    return np.copysign(_F(1) - poly * t * np.exp(-a * a), x)
+        poly += c
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a
+    np.subtract(_F(1), poly, out=poly)
+    return np.copysign(poly, x, out=poly)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    return _F(0.5) * x * (_F(1) + erf(x * _F(1 / math.sqrt(2))))
+    """0.5 x (1 + erf(x / sqrt 2)), as CTranslate2's GELU (in place of ``x``)."""
+    e = erf(x * _F(1 / math.sqrt(2)))
+    e += _F(1)
+    x *= _F(0.5)
+    x *= e
+    return x
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
     # CTranslate2's formula: variance = E[x^2] - mean^2 (clamped at 0).
     mean = x.mean(-1, keepdims=True)
-    var = np.maximum((x * x).mean(-1, keepdims=True) - mean * mean, _F(0))
-    return (x - mean) / np.sqrt(var + _F(eps)) * gamma + beta
+    var = np.square(x).mean(-1, keepdims=True)
+    var -= mean * mean
+    np.maximum(var, _F(0), out=var)
+    var += _F(eps)
+    np.sqrt(var, out=var)
+    y = x - mean
+    y /= var
+    y *= gamma
+    y += beta
+    return y
 
 
 def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-row int8 quantization as CTranslate2's CPU kernels do it: (int8 rows, scales)."""
     amax = np.abs(x).max(-1)
-    scale = np.where(amax != 0, _F(127) / np.where(amax != 0, amax, _F(1)), _F(1)).astype(_F)
-    q = np.rint(x * scale[:, None] + _F(128)) - _F(128)  # shifted to uint8 and back, as MKL's u8s8 GEMM sees it
+    amax[amax == 0] = _F(127)  # a row of zeros keeps scale 1
+    scale = _F(127) / amax
+    q = x * scale[:, None]
+    q += _F(128)  # shifted to uint8 and back, as MKL's u8s8 GEMM sees it
+    np.rint(q, out=q)
+    q -= _F(128)
     return q.astype(np.int8), scale
 
 
@@ -81,7 +106,9 @@ def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias
         acc = np.asarray(numkong.dots_packed(q, packed)).astype(_F)
     else:
         acc = q.astype(_F) @ weight.astype(_F).T
-    return acc / (scale[:, None] * weight_scale[None, :]) + bias
+    acc /= scale[:, None] * weight_scale[None, :]
+    acc += bias
+    return acc
 
 
 def _numkong():
@@ -94,8 +121,6 @@ def _numkong():
     except (ImportError, AttributeError):
         return None
 
-
-_LINEARS = ("qkv", "ao", "fi", "fo")
 
 
 class QueryEncoder:
