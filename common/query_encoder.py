@@ -32,6 +32,8 @@ import threading
 
 import numpy as np
 
+from kb.formats.query_model import encoder_tensors
+
 from .errors import ModelError
 
 __all__ = ["QueryEncoder", "dense_int8", "erf"]
@@ -150,13 +152,14 @@ class QueryEncoder:
         if kernels == "numkong" and self._nk is None:
             raise ModelError("numkong with packed int8 products is not installed")
         self._packed: dict[str, object] = {}
+        # Tensors read whole (all but the embedding tables, read by rows)
+        self._whole_tensors = [n for n in encoder_tensors(e) if n not in ("embed.word", "embed.word.scale", "embed.pos")]
         self._lock = threading.Lock()
         self.tokenizer = QueryTokenizer(model.tokenizer, model.lookup, self.max_tokens)
 
     # ----------------------------------------------------------------------------------------
-    def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
-        m = self.model
-        w = m.tensor(name + ".w")
+    def _dense(self, x: np.ndarray, name: str, get) -> np.ndarray:
+        w = get(name + ".w")
         packed = None
         if self._nk is not None:
             packed = self._packed.get(name)
@@ -164,37 +167,65 @@ class QueryEncoder:
                 packed = self._nk.dots_pack(w)
                 with self._lock:
                     self._packed[name] = packed
-        return dense_int8(x, w, m.tensor(name + ".s"), m.tensor(name + ".b"), packed)
+        return dense_int8(x, w, get(name + ".s"), get(name + ".b"), packed)
 
-    def forward(self, ids: list[int]) -> np.ndarray:
-        """The last hidden state (len(ids), hidden) of one sequence of token ids."""
+    def forward(self, ids: list[int], get=None) -> np.ndarray:
+        """The last hidden state (len(ids), hidden) of one sequence of token ids. ``get``: how
+        whole tensors are read (default: verified first)."""
         m, n, H = self.model, len(ids), self.heads
+        get = get or m.tensor
         if not 0 < n <= self.max_tokens:
             raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")
         d = self.hidden // H
         x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
-        x += m.tensor("embed.type")[0].astype(_F) * (_F(1) / m.tensor("embed.type.scale")[0])
+        x += get("embed.type")[0].astype(_F) * (_F(1) / get("embed.type.scale")[0])
         x += m.rows("embed.pos", np.arange(n))
-        x = layer_norm(x, m.tensor("embed.ln.g"), m.tensor("embed.ln.b"), self.eps)
+        x = layer_norm(x, get("embed.ln.g"), get("embed.ln.b"), self.eps)
         for i in range(self.layers):
             p = f"l{i}."
-            qkv = self._dense(x, p + "qkv")
+            qkv = self._dense(x, p + "qkv", get)
             q, k, v = (qkv[:, j * self.hidden : (j + 1) * self.hidden].reshape(n, H, d).transpose(1, 0, 2) for j in range(3))
             s = (q * _F(1 / math.sqrt(d))) @ k.transpose(0, 2, 1)
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             a = (s @ v).transpose(1, 0, 2).reshape(n, self.hidden)
-            x = layer_norm(x + self._dense(a, p + "ao"), m.tensor(p + "aln.g"), m.tensor(p + "aln.b"), self.eps)
-            h = gelu(self._dense(x, p + "fi"))
-            x = layer_norm(x + self._dense(h, p + "fo"), m.tensor(p + "oln.g"), m.tensor(p + "oln.b"), self.eps)
+            x = layer_norm(x + self._dense(a, p + "ao", get), get(p + "aln.g"), get(p + "aln.b"), self.eps)
+            h = gelu(self._dense(x, p + "fi", get))
+            x = layer_norm(x + self._dense(h, p + "fo", get), get(p + "oln.g"), get(p + "oln.b"), self.eps)
         return x
+
+    def _forward_verifying(self, ids: list[int]) -> np.ndarray:
+        """``forward``, with the whole tensors not yet verified checked on a second thread
+        meanwhile (their crc32s are about as much work as the forward pass itself); the hidden
+        state is returned only once every check passed."""
+        m = self.model
+        pending = [n for n in self._whole_tensors if not m.verified(n)]
+        if not pending:
+            return self.forward(ids)
+        failure: list[BaseException] = []
+
+        def check():
+            try:
+                m.verify(pending)
+            except BaseException as e:  # raised on the caller's thread below
+                failure.append(e)
+
+        worker = threading.Thread(target=check, name="kb-verify-weights", daemon=True)
+        worker.start()
+        try:
+            h = self.forward(ids, m.unverified)
+        finally:
+            worker.join()
+        if failure:
+            raise failure[0]
+        return h
 
     def token_ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
     def embed_query(self, text: str) -> np.ndarray:
         """One query (with the model's query prefix) -> float32 (dim,), L2-normalised."""
-        h = self.forward(self.tokenizer.encode(self.query_prefix + text))
+        h = self._forward_verifying(self.tokenizer.encode(self.query_prefix + text))
         e = h.mean(0, dtype=np.float64).astype(_F)
         if self.normalize:
             e /= max(float(np.linalg.norm(e)), 1e-12)

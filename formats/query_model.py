@@ -401,17 +401,33 @@ class QueryModel:
     def tensor(self, name: str) -> np.ndarray:
         """The whole tensor, viewed in place (read-only), its bytes verified."""
         v = self._whole.get(name)
-        if v is not None:
-            return v
-        t = self._tensor(name)
-        v = self._view(t)
-        if t.ref.rows_per_crc:
-            for g in range(len(t.crcs)):
-                self._check(t, g, v[g * t.ref.rows_per_crc : (g + 1) * t.ref.rows_per_crc])
-        else:
-            self._check(t, 0, v)
-        self._whole[name] = v
+        if v is None:
+            self.verify([name])
+            v = self._whole[name]
         return v
+
+    def unverified(self, name: str) -> np.ndarray:
+        """The whole tensor in place, its bytes not yet verified (its bounds are): for arithmetic
+        that runs while ``verify`` checks them on another thread, and whose result is not used
+        before that check passes."""
+        v = self._whole.get(name)
+        return v if v is not None else self._view(self._tensor(name))
+
+    def verified(self, name: str) -> bool:
+        return name in self._whole
+
+    def verify(self, names) -> None:
+        """Check the crc32s of whole tensors ``names``; CorruptArtifact on the first mismatch.
+        Safe on another thread (zlib releases the GIL while it sums)."""
+        for name in names:
+            if name in self._whole:
+                continue
+            t = self._tensor(name)
+            v = self._view(t)
+            step = t.ref.rows_per_crc
+            for g in range(len(t.crcs)):
+                self._check(t, g, v[g * step : (g + 1) * step] if step else v)
+            self._whole[name] = v
 
     def rows(self, name: str, index) -> np.ndarray:
         """Rows ``index`` of a tensor (a copy), verifying only the row groups they fall in."""
