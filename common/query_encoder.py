@@ -155,7 +155,7 @@ class QueryEncoder:
         # Tensors read whole (all but the embedding tables, read by rows)
         self._whole_tensors = [n for n in encoder_tensors(e) if n not in ("embed.word", "embed.word.scale", "embed.pos")]
         self._lock = threading.Lock()
-        self.tokenizer = QueryTokenizer(model.tokenizer, model.lookup, self.max_tokens)
+        self.tokenizer = QueryTokenizer(model.tokenizer, model.find, self.max_tokens)
 
     # ----------------------------------------------------------------------------------------
     def _dense(self, x: np.ndarray, name: str, get) -> np.ndarray:

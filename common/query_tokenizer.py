@@ -13,8 +13,9 @@ What decides a query's ids is split the way the library splits it:
 3. the model (WordPiece or Unigram) turns each word into pieces. A word's pieces depend only on
    the vocabulary entries that are substrings of it (plus, for Unigram, the unknown piece and
    the lowest score, which sets the unknown penalty). So the query's substrings are looked up
-   in the artifact's vocabulary pages (formats/query_model.py), and the library's own model
-   class runs over just those entries;
+   in the artifact's vocabulary pages (formats/query_model.py ``QueryModel.find``, which also
+   says when no longer piece starts with a substring, so the search stops there), and the
+   library's own model class runs over just those entries;
 4. ``[bos] ids [eos]``, the ids first cut to ``max_tokens - 2`` as the library's truncation does.
 
 Steps 2 and 3 are the library's code, so the ids are the library's by construction; step 1
@@ -36,8 +37,9 @@ LOOKUP_CACHE = 1 << 17  # pieces whose lookup a long-lived process keeps
 
 
 class QueryTokenizer:
-    """``params``: the tokenizer entry of the query-model directory; ``lookup``: piece strings ->
-    (id, score) or None each; ``max_tokens``: the model's window, special tokens included."""
+    """``params``: the tokenizer entry of the query-model directory; ``lookup``: a piece ->
+    ((id, score) or None, whether a longer piece starts with it); ``max_tokens``: the model's
+    window, special tokens included."""
 
     def __init__(self, params: dict, lookup, max_tokens: int):
         try:
@@ -59,7 +61,7 @@ class QueryTokenizer:
         self.kind = params["model"]
         self._params = params
         self._lookup = lookup
-        self._cache: dict[str, tuple[int, float] | None] = {}
+        self._cache: dict[str, tuple[tuple[int, float] | None, bool]] = {}
         self.max_tokens = int(max_tokens)
         self.bos, self.eos = int(params["bos"]), int(params["eos"])
         self._max_piece = int(params["max_piece_chars"])
@@ -97,29 +99,35 @@ class QueryTokenizer:
         return [w for w, _ in self._pre_tokenizer.pre_tokenize_str(s)]
 
     # --- 3. the model over the vocabulary entries the words hold -------------------------------
-    def _candidates(self, words: list[str]) -> list[str]:
-        """Every string the model may look up for these words."""
+    def entries(self, words: list[str]) -> dict[str, tuple[int, float]]:
+        """Every vocabulary entry the model may use for these words: each substring (with the
+        continuing-subword prefix past a WordPiece word's start) that is a piece. A substring
+        is extended only while some piece starts with it."""
         p = self._params
         wordpiece = self.kind == "wordpiece"
         limit, prefix = self._max_piece, p.get("prefix", "")
-        seen: set[str] = set()
+        found: dict[str, tuple[int, float]] = {}
         for w in words:
             if wordpiece and len(w) > p["max_word_chars"]:
                 continue  # the whole word is the unknown token
             for a in range(len(w)):
+                head = prefix if wordpiece and a else ""
                 for b in range(a + 1, min(len(w), a + limit) + 1):
-                    seen.add(prefix + w[a:b] if wordpiece and a else w[a:b])
-        return sorted(seen)
+                    s = head + w[a:b]
+                    entry, longer = self._find(s)
+                    if entry is not None:
+                        found[s] = entry
+                    if not longer:
+                        break
+        return found
 
-    def _find(self, strings: list[str]) -> dict[str, tuple[int, float]]:
-        cache = self._cache
-        todo = [s for s in strings if s not in cache]
-        if todo:
-            if len(cache) + len(todo) > LOOKUP_CACHE:
-                cache.clear()  # a crude bound, as runtime/index.py's term cache
-                todo = strings
-            cache.update(zip(todo, self._lookup(todo)))
-        return {s: cache[s] for s in strings if cache[s] is not None}
+    def _find(self, s: str) -> tuple[tuple[int, float] | None, bool]:
+        got = self._cache.get(s)
+        if got is None:
+            if len(self._cache) >= LOOKUP_CACHE:
+                self._cache.clear()  # a crude bound, as runtime/index.py's term cache
+            got = self._cache[s] = self._lookup(s)
+        return got
 
     def _model(self, words: list[str]):
         """The library's model over the vocabulary entries these words can use, and the map from
@@ -127,7 +135,7 @@ class QueryTokenizer:
         from tokenizers import models
 
         p = self._params
-        found = self._find(self._candidates(words))
+        found = self.entries(words)
         unk, unk_id, unk_score = p["unk"]
         if self.kind == "wordpiece":
             entries = dict(found)

@@ -11,11 +11,15 @@ can look pieces up in without reading the other 250,000. Layout, all little-endi
     Directory   msgpack map, DirLength bytes
     Pages       blob table (formats/layout.py) of vocabulary pages
 
-A vocabulary page holds the pieces whose ``term_hash`` (formats/layout.py) falls in its range,
-sorted by (hash, UTF-8 bytes), as parallel arrays:
+A vocabulary page holds a run of the pieces in UTF-8 byte order, as parallel arrays:
 
-    Count(u32) Reserved(u32) Hashes(u64 x n) Ids(u32 x n) Scores(f32 x n)
-    Offsets(u32 x n+1, into Data) Data(UTF-8 pieces back to back)
+    Count(u32) Reserved(u32) Ids(u32 x n) Scores(f32 x n) Offsets(u32 x n+1, into Data)
+    Data(the UTF-8 pieces back to back)
+
+Byte order keeps every piece that starts with a given string in one run, so a query asks for
+a substring and also learns whether any longer piece starts with it (``QueryModel.find``): the
+query tokenizer stops extending a substring as soon as none does, and reads the few pages
+around its words' prefixes rather than pages all over the vocabulary.
 
 ``QueryModel`` checks the header, the directory's crc and then the type, range and bounds of
 every directory value against ``model.embed`` before it trusts an offset (formats/meta.py's
@@ -28,6 +32,7 @@ directory points into (the builder's side).
 
 from __future__ import annotations
 
+import bisect
 import struct
 import threading
 import zlib
@@ -36,14 +41,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .artifact import CorruptArtifact
-from .layout import BlobTable, pack_blobs, term_hashes
+from .layout import BlobTable, pack_blobs
 
 MAGIC = b"KBQMOD1\n"
 VERSION = 1
 _HEAD = struct.Struct("<II")  # directory length, directory crc32
 HEAD_SIZE = len(MAGIC) + _HEAD.size
 DTYPES = {"int8": np.dtype("i1"), "float32": np.dtype("<f4")}
-PAGE_SIZE = 512  # pieces per vocabulary page (a page is ~10 KiB: one crc32 of a few microseconds)
+PAGE_SIZE = 256  # pieces per vocabulary page (~4 KiB: a crc32 and a parse of ~20 microseconds)
 ROWS_PER_CRC = 64  # rows of the large tables (word and position embeddings) per crc32
 _PAGE_HEAD = struct.Struct("<II")
 MAX_DIRECTORY = 1 << 24
@@ -173,40 +178,26 @@ def row_group_crcs(data, ref: TensorRef) -> bytes:
     return b"".join(struct.pack("<I", zlib.crc32(data[a : a + step])) for a in range(0, len(data), step))
 
 
-def pack_page(pieces: list[tuple[int, bytes, int, float]]) -> bytes:
-    """One vocabulary page from (hash, UTF-8 piece, id, score), already in (hash, bytes) order."""
+def pack_page(pieces: list[tuple[bytes, int, float]]) -> bytes:
+    """One vocabulary page from (UTF-8 piece, id, score), already in byte order."""
     n = len(pieces)
     offsets = np.zeros(n + 1, dtype="<u4")
     if n:
-        np.cumsum([len(p[1]) for p in pieces], out=offsets[1:])
+        np.cumsum([len(p[0]) for p in pieces], out=offsets[1:])
     return (
         _PAGE_HEAD.pack(n, 0)
-        + np.array([p[0] for p in pieces], dtype="<u8").tobytes()
-        + np.array([p[2] for p in pieces], dtype="<u4").tobytes()
-        + np.array([p[3] for p in pieces], dtype="<f4").tobytes()
+        + np.array([p[1] for p in pieces], dtype="<u4").tobytes()
+        + np.array([p[2] for p in pieces], dtype="<f4").tobytes()
         + offsets.tobytes()
-        + b"".join(p[1] for p in pieces)
+        + b"".join(p[0] for p in pieces)
     )
 
 
-def vocabulary_pages(vocab: list[tuple[str, int, float]]) -> tuple[list[bytes], np.ndarray]:
-    """Pages of (piece, id, score) and each page's first hash. A run of equal hashes never
-    straddles two pages, so a lookup reads one page."""
-    strings = [p.encode("utf-8") for p, _, _ in vocab]
-    hashes = term_hashes([p for p, _, _ in vocab])
-    order = sorted(range(len(vocab)), key=lambda i: (int(hashes[i]), strings[i]))
-    pages, fences, page = [], [], []
-    for k, i in enumerate(order):
-        h = int(hashes[i])
-        if len(page) >= PAGE_SIZE and h != page[-1][0]:
-            pages.append(pack_page(page))
-            page = []
-        if not page:
-            fences.append(h)
-        page.append((h, strings[i], vocab[i][1], float(vocab[i][2])))
-    if page:
-        pages.append(pack_page(page))
-    return pages, np.array(fences, dtype="<u8")
+def vocabulary_pages(vocab: list[tuple[str, int, float]]) -> tuple[list[bytes], list[bytes]]:
+    """Pages of (piece, id, score) in UTF-8 byte order, and each page's first piece."""
+    entries = sorted((p.encode("utf-8"), i, float(sc)) for p, i, sc in vocab)
+    pages = [entries[a : a + PAGE_SIZE] for a in range(0, len(entries), PAGE_SIZE)]
+    return [pack_page(pg) for pg in pages], [pg[0][0] for pg in pages]
 
 
 def pack_query_model(embed_crc32: int, encoder: dict, tensors: list[tuple[TensorRef, bytes]], tokenizer: dict,
@@ -222,7 +213,7 @@ def pack_query_model(embed_crc32: int, encoder: dict, tensors: list[tuple[Tensor
         "encoder": encoder,
         "tensors": {r.name: [r.dtype, list(r.shape), r.offset, r.rows_per_crc, crcs] for r, crcs in tensors},
         "tokenizer": tokenizer,
-        "pages": {"count": len(pages), "fences": fences.tobytes(),
+        "pages": {"count": len(pages), "fences": fences,
                   "crcs": np.array([zlib.crc32(p) for p in pages], dtype="<u4").tobytes()},
     }
     d = msgpack.packb(directory, use_bin_type=True)
@@ -362,15 +353,15 @@ class QueryModel:
             raise _corrupt("vocabulary page index is missing")
         n = pages["count"]
         fences, crcs = pages.get("fences"), pages.get("crcs")
-        if not isinstance(fences, bytes) or not isinstance(crcs, bytes) or len(fences) != 8 * n or len(crcs) != 4 * n:
+        if (not isinstance(fences, list) or not all(isinstance(f, bytes) for f in fences) or not isinstance(crcs, bytes)
+                or len(fences) != n or len(crcs) != 4 * n):
             raise _corrupt("vocabulary page index does not match its page count")
-        f = np.frombuffer(fences, dtype="<u8")
-        if n and np.any(f[1:] <= f[:-1]):
-            raise _corrupt("vocabulary pages are not in hash order")
+        if any(a >= b for a, b in zip(fences, fences[1:])):
+            raise _corrupt("vocabulary pages are not in byte order")
         table = BlobTable(self._query[self._dir_end :], "section 'model.query' vocabulary pages")
         if len(table) != n:
             raise _corrupt(f"{len(table)} vocabulary pages, the index names {n}")
-        return f, np.frombuffer(crcs, dtype="<u4"), table
+        return fences, np.frombuffer(crcs, dtype="<u4"), table
 
     # --- tensors --------------------------------------------------------------------------------
     def has(self, name: str) -> bool:
@@ -442,7 +433,8 @@ class QueryModel:
         return v[index]
 
     # --- vocabulary -----------------------------------------------------------------------------
-    def _page(self, p: int):
+    def _page(self, p: int) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+        """Page ``p`` as (pieces, ids, scores), verified and parsed the first time."""
         page = self._pages.get(p)
         if page is not None:
             return page
@@ -452,38 +444,38 @@ class QueryModel:
         if len(raw) < _PAGE_HEAD.size:
             raise _corrupt(f"vocabulary page {p} is shorter than its header", self.label)
         n, _ = _PAGE_HEAD.unpack(bytes(raw[: _PAGE_HEAD.size]))
-        fixed = _PAGE_HEAD.size + n * 16 + (n + 1) * 4
-        if fixed > len(raw):
+        fixed = _PAGE_HEAD.size + n * 8 + (n + 1) * 4
+        if not n or fixed > len(raw):
             raise _corrupt(f"vocabulary page {p} is shorter than its {n} pieces", self.label)
         at = _PAGE_HEAD.size
-        hashes = np.frombuffer(raw, dtype="<u8", count=n, offset=at)
-        ids = np.frombuffer(raw, dtype="<u4", count=n, offset=at + 8 * n)
-        scores = np.frombuffer(raw, dtype="<f4", count=n, offset=at + 12 * n)
-        offsets = np.frombuffer(raw, dtype="<u4", count=n + 1, offset=at + 16 * n)
+        ids = np.frombuffer(raw, dtype="<u4", count=n, offset=at)
+        scores = np.frombuffer(raw, dtype="<f4", count=n, offset=at + 4 * n)
+        offsets = np.frombuffer(raw, dtype="<u4", count=n + 1, offset=at + 8 * n).tolist()
         data = bytes(raw[fixed:])
-        if (offsets[0] != 0 or offsets[-1] != len(data) or np.any(offsets[1:] < offsets[:-1]) or np.any(hashes[1:] < hashes[:-1])
-                or (n and (hashes[0] < self._fences[p] or (p + 1 < len(self._fences) and hashes[-1] >= self._fences[p + 1])))
-                or (n and ids.max() >= self.tokenizer["pieces"]) or not np.all(np.isfinite(scores))):
+        if offsets[0] != 0 or offsets[-1] != len(data) or any(a > b for a, b in zip(offsets, offsets[1:])):
             raise _corrupt(f"vocabulary page {p} is inconsistent", self.label)
-        page = (hashes, ids, scores, offsets, data)
+        pieces = [data[a:b] for a, b in zip(offsets, offsets[1:])]
+        upper = self._fences[p + 1] if p + 1 < len(self._fences) else None
+        if (pieces[0] != self._fences[p] or any(a >= b for a, b in zip(pieces, pieces[1:])) or (upper is not None and pieces[-1] >= upper)
+                or int(ids.max()) >= self.tokenizer["pieces"] or not np.all(np.isfinite(scores))):
+            raise _corrupt(f"vocabulary page {p} is inconsistent", self.label)
+        page = (pieces, ids, scores)
         self._pages[p] = page
         return page
 
-    def lookup(self, pieces: list[str]) -> list[tuple[int, float] | None]:
-        """(id, score) of each piece in the tokenizer's vocabulary, None for a piece not in it."""
-        out: list[tuple[int, float] | None] = [None] * len(pieces)
-        if not pieces or not len(self._fences):
-            return out
-        hs = term_hashes(pieces)
-        where = np.searchsorted(self._fences, hs, side="right") - 1
-        for p in np.unique(where[where >= 0]).tolist():
-            hashes, ids, scores, offsets, data = self._page(p)
-            sel = np.flatnonzero(where == p)
-            for j, k in zip(sel.tolist(), np.searchsorted(hashes, hs[sel]).tolist()):
-                want = pieces[j].encode("utf-8")
-                while k < len(hashes) and hashes[k] == hs[j]:
-                    if data[offsets[k] : offsets[k + 1]] == want:
-                        out[j] = (int(ids[k]), float(scores[k]))
-                        break
-                    k += 1
-        return out
+    def find(self, piece: str) -> tuple[tuple[int, float] | None, bool]:
+        """(id, score) of ``piece`` in the tokenizer's vocabulary or None; and whether a longer
+        piece starts with it."""
+        key = piece.encode("utf-8")
+        fences = self._fences
+        p = bisect.bisect_right(fences, key) - 1
+        if p < 0:
+            return None, bool(fences) and fences[0].startswith(key)
+        pieces, ids, scores = self._page(p)
+        i = bisect.bisect_left(pieces, key)
+        entry = None
+        if i < len(pieces) and pieces[i] == key:
+            entry = (int(ids[i]), float(scores[i]))
+            i += 1
+        after = pieces[i] if i < len(pieces) else (fences[p + 1] if p + 1 < len(fences) else b"")
+        return entry, after.startswith(key) and after != key

@@ -156,10 +156,21 @@ def test_the_lookup_cache_is_bounded_and_stays_right_when_it_fills(monkeypatch):
 
     m = _tiny("unigram")
     t = m.encoder.tokenizer
-    monkeypatch.setattr(query_tokenizer, "LOOKUP_CACHE", 40)
+    monkeypatch.setattr(query_tokenizer, "LOOKUP_CACHE", 10)
     for text in ["abc dei", "nor st abc", "tsa eis " * 3, "abc dei"]:
         assert t.encode(text) == m.reference.encode(text).ids
-        assert len(t._cache) <= max(40, len(t._candidates(t.words(text))))
+        assert len(t._cache) <= 10
+
+
+def test_a_substring_is_extended_only_while_a_piece_starts_with_it():
+    m = _tiny("wordpiece")
+    qm = m.encoder.model
+    assert qm.find("con") == (None, True)  # "configure" starts with it
+    assert qm.find("configure")[0] is not None and qm.find("configure")[1] is False
+    assert qm.find("##ono") == ((m.reference.token_to_id("##ono"), 0.0), False)
+    assert qm.find("zzz") == (None, False) and qm.find("\u0000") == (None, False)
+    found = m.encoder.tokenizer.entries(["taxonomies"])
+    assert set(found) == {"t", "tax", "##a", "##x", "##o", "##n", "##m", "##i", "##e", "##s", "##ono", "##mies"}
 
 
 def test_a_long_query_is_cut_to_the_window_with_its_special_tokens():
