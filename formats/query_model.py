@@ -237,7 +237,8 @@ class QueryModel:
     ``query`` and ``embed``: the two sections' stored bytes (memoryviews of the mmap, unchecked:
     this class verifies what it reads); ``embed_crc32``: the crc32 the section table gives
     ``model.embed``, which the directory must name (a directory made for another model is
-    refused). Every view it returns has been checked against its crc32. Thread-safe.
+    refused). Every view it returns has been checked against its crc32, but ``unverified``'s,
+    for arithmetic that overlaps ``verify``. Thread-safe.
     """
 
     def __init__(self, query, embed, embed_crc32: int, label: str = ""):

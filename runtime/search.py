@@ -66,10 +66,17 @@ class Query:
 
 
 class Searcher:
-    """Holds an open Index and lazily loaded models; safe to reuse for many queries."""
+    """Holds an open Index and lazily loaded models; safe to reuse for many queries.
 
-    def __init__(self, index, device: str = "auto", compute_type: str = "auto", reranker=None):
+    ``one_shot``: the process answers one search and exits (``kb search``). Its query is then
+    embedded in place (common/query_encoder.py) instead of by CTranslate2, whose load costs a
+    one-shot process 150-300 ms; a long-lived process (kb serve, kb mcp, kb bench) pays that
+    once and then embeds each query faster with CTranslate2's fused kernels.
+    """
+
+    def __init__(self, index, device: str = "auto", compute_type: str = "auto", reranker=None, one_shot: bool = False):
         self.ix = index
+        self.one_shot = one_shot
         self.device, self.compute_type = device, compute_type
         self._embedder = None
         self._reranker = reranker
@@ -78,11 +85,12 @@ class Searcher:
     # --- models --------------------------------------------------------------------------------
     @property
     def embedder(self):
-        """The query embedder: kb's in-place encoder (common/query_encoder.py) when the artifact
-        has its section and no CTranslate2 setting was asked for (``--device cuda`` or a
-        ``--compute-type``), else the CTranslate2 embedder the artifact's model was built with."""
+        """The query embedder: for a one-shot search, kb's in-place encoder (common/query_encoder.py)
+        when the artifact has its section and no CTranslate2 setting was asked for (``--device
+        cuda`` or a ``--compute-type``); else the CTranslate2 embedder the passages were embedded
+        with."""
         if self._embedder is None:
-            if self.ix.has_query_model and self.device != "cuda" and self.compute_type == "auto":
+            if self.one_shot and self.ix.has_query_model and self.device != "cuda" and self.compute_type == "auto":
                 from kb.common.query_encoder import QueryEncoder
 
                 embedder = QueryEncoder(self.ix.query_model, self.ix.meta.embedder or {})
