@@ -28,6 +28,7 @@ token-type 0, mean pooling over all tokens, then L2 normalisation.
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 import numpy as np
@@ -86,10 +87,13 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
     return y
 
 
+_SCALE_CAP = _F(127) / np.finfo(np.float32).max  # amax floor: a row of zeros quantizes to zeros, finitely
+
+
 def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-row int8 quantization as CTranslate2's CPU kernels do it: (int8 rows, scales)."""
     amax = np.abs(x).max(-1)
-    amax[amax == 0] = _F(127)  # a row of zeros keeps scale 1
+    np.maximum(amax, _SCALE_CAP, out=amax)
     scale = _F(127) / amax
     q = x * scale[:, None]
     q += _F(128)  # shifted to uint8 and back, as MKL's u8s8 GEMM sees it
@@ -108,9 +112,20 @@ def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias
         acc = np.asarray(numkong.dots_packed(q, packed)).astype(_F)
     else:
         acc = q.astype(_F) @ weight.astype(_F).T
-    acc /= scale[:, None] * weight_scale[None, :]
+    scale = scale[:, None] * weight_scale
+    acc /= scale
     acc += bias
     return acc
+
+
+def _verify_threads() -> int:
+    """Threads that check weights while the forward pass runs: the cores beside this one, at
+    most 3 (zlib's crc32 sums ~2 GB/s a thread)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(3, cores - 1))
 
 
 def _numkong():
@@ -204,18 +219,21 @@ class QueryEncoder:
             return self.forward(ids)
         failure: list[BaseException] = []
 
-        def check():
+        def check(names):
             try:
-                m.verify(pending)
+                m.verify(names)
             except BaseException as e:  # raised on the caller's thread below
                 failure.append(e)
 
-        worker = threading.Thread(target=check, name="kb-verify-weights", daemon=True)
-        worker.start()
+        n = _verify_threads()
+        workers = [threading.Thread(target=check, args=(pending[i::n],), name="kb-verify-weights", daemon=True) for i in range(n)]
+        for w in workers:
+            w.start()
         try:
             h = self.forward(ids, m.unverified)
         finally:
-            worker.join()
+            for w in workers:
+                w.join()
         if failure:
             raise failure[0]
         return h
