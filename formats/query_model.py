@@ -13,8 +13,11 @@ can look pieces up in without reading the other 250,000. Layout, all little-endi
 
 A vocabulary page holds a run of the pieces in UTF-8 byte order, as parallel arrays:
 
-    Count(u32) Reserved(u32) Ids(u32 x n) Scores(f32 x n) Offsets(u32 x n+1, into Data)
+    Count(u32) Reserved(u32) Ids(u32 x n) Scores(f64 x n) Offsets(u32 x n+1, into Data)
     Data(the UTF-8 pieces back to back)
+
+Scores are the tokenizer's own float64 values: Unigram compares sums of them, and a rounded score
+can turn a tie the other way.
 
 Byte order keeps every piece that starts with a given string in one run, so a query asks for
 a substring and also learns whether any longer piece starts with it (``QueryModel.find``): the
@@ -187,7 +190,7 @@ def pack_page(pieces: list[tuple[bytes, int, float]]) -> bytes:
     return (
         _PAGE_HEAD.pack(n, 0)
         + np.array([p[1] for p in pieces], dtype="<u4").tobytes()
-        + np.array([p[2] for p in pieces], dtype="<f4").tobytes()
+        + np.array([p[2] for p in pieces], dtype="<f8").tobytes()
         + offsets.tobytes()
         + b"".join(p[0] for p in pieces)
     )
@@ -445,13 +448,13 @@ class QueryModel:
         if len(raw) < _PAGE_HEAD.size:
             raise _corrupt(f"vocabulary page {p} is shorter than its header", self.label)
         n, _ = _PAGE_HEAD.unpack(bytes(raw[: _PAGE_HEAD.size]))
-        fixed = _PAGE_HEAD.size + n * 8 + (n + 1) * 4
+        fixed = _PAGE_HEAD.size + n * 12 + (n + 1) * 4
         if not n or fixed > len(raw):
             raise _corrupt(f"vocabulary page {p} is shorter than its {n} pieces", self.label)
         at = _PAGE_HEAD.size
         ids = np.frombuffer(raw, dtype="<u4", count=n, offset=at)
-        scores = np.frombuffer(raw, dtype="<f4", count=n, offset=at + 4 * n)
-        offsets = np.frombuffer(raw, dtype="<u4", count=n + 1, offset=at + 8 * n).tolist()
+        scores = np.frombuffer(raw, dtype="<f8", count=n, offset=at + 4 * n)
+        offsets = np.frombuffer(raw, dtype="<u4", count=n + 1, offset=at + 12 * n).tolist()
         data = bytes(raw[fixed:])
         if offsets[0] != 0 or offsets[-1] != len(data) or any(a > b for a, b in zip(offsets, offsets[1:])):
             raise _corrupt(f"vocabulary page {p} is inconsistent", self.label)

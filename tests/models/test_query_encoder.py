@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 pytest.importorskip("ctranslate2")
 tokenizers = pytest.importorskip("tokenizers")
@@ -122,6 +122,7 @@ TEXT = st.lists(
 
 @pytest.mark.parametrize("kind", TINY)
 @given(text=TEXT)
+@example(text="0iii")  # a Unigram tie ("i"+"ii" or "ii"+"i") the sums' float64 rounding decides
 def test_tiny_tokenizer_ids_equal_the_librarys(kind, text):
     m = _tiny(kind)
     assert m.encoder.token_ids(text) == m.reference.encode(text).ids
