@@ -22,7 +22,8 @@ def seed_artifacts(tmp_path_factory):
 def test_the_seed_artifacts_are_read_whole(seed_artifacts):
     folder, seeds = seed_artifacts
     reader = T.ArtifactReader(folder)
-    assert [reader(s) for s in seeds] == ["ok", "ok"]
+    assert [reader(s) for s in seeds] == ["ok"] * len(seeds)
+    assert len(seeds) < 3 or b"KBQMOD1" in seeds[2]  # the tiny real model's seed carries model.query
 
 
 @BRIEF

@@ -61,8 +61,27 @@ def _register_stand_ins() -> None:
 _register_stand_ins()
 
 
+def _register_tiny_model(folder: Path) -> bool:
+    """A tiny random CTranslate2 BERT (tests/bert_ref.py) as kb-build's "tiny-ct2", so that a seed
+    carries model.embed and model.query; False without the build dependencies."""
+    try:
+        try:
+            from tests import bert_ref
+        except ImportError:
+            import bert_ref
+        from kb.builder.embedders import register_embedder
+        from kb.common.encoders import CT2Embedder
+
+        files = bert_ref.tiny_embedder(folder / "tiny-ct2", bert_ref.rich_wordpiece())
+    except ImportError:
+        return False
+    register_embedder("tiny-ct2", lambda quantization: CT2Embedder(files, device="cpu"))
+    return True
+
+
 def build_seed_artifacts(folder: Path) -> list[bytes]:
-    """Two artifacts of the seed corpus: with (hash) vectors and BM25 only."""
+    """Artifacts of the seed corpus: with (hash) vectors, BM25 only, and (when ctranslate2 and
+    safetensors are installed) with a tiny real model and its model.query section."""
     from kb.builder.build import build
     from kb.builder.config import BuildConfig
 
@@ -72,7 +91,7 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     out = []
-    for embedder in ("hash", "none"):
+    for embedder in ("hash", "none") + (("tiny-ct2",) if _register_tiny_model(folder) else ()):
         path = folder / f"seed-{embedder}.kb"
         build([corpus], path, replace(BuildConfig(), embedding_model=embedder, reranker="none"), jobs=1)
         out.append(path.read_bytes())
@@ -353,6 +372,7 @@ class ArtifactReader:
                 svc.search(parse_search(q))
             resp = searcher.search(Query(text="nightly backup", full=True, all_statuses=True))
             render_human(resp), render_json(resp, {"id": ix.artifact.id, "path": str(ix.path)})
+            Searcher(ix, "cpu", "auto", one_shot=True).search(Query(text="restic restore <mask> [CLS]", all_statuses=True))  # kb search
             mask = allowed_mask(ix, all_statuses=True)  # kb list
             for c in np.flatnonzero(mask)[:40].tolist():
                 ix.chunk(c)
