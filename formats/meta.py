@@ -98,7 +98,8 @@ def _check_analyzer(params) -> None:
     stemmers = params.get("stemmers", {})
     _need(isinstance(stemmers, dict) and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in stemmers.items()),
           "meta.analyzer.stemmers must map languages to stemmer names")
-    _need(isinstance(params.get("stemmer_library", ""), str), "meta.analyzer.stemmer_library must be a string")
+    library = params.get("stemmer_library", "")
+    _need(library is None or isinstance(library, str), "meta.analyzer.stemmer_library must be a string or nil")  # nil: no language has a stemmer
     # Whether this kb has the analyzer (its name, version, stemmers) is the analyzer's to say,
     # when a search first needs it: an unknown stemmer is "upgrade kb" (exit 4), not corruption.
 

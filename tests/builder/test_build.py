@@ -225,3 +225,19 @@ def test_a_chunk_score_adds_its_documents_score_summed_over_its_chunks(tmp_path)
     got[ids] = scores
     hit = [c for c in range(len(want)) if c in set(ids.tolist())]
     np.testing.assert_allclose(got[hit], np.array(want)[hit], rtol=1e-6)
+
+
+def test_a_corpus_whose_languages_have_no_stemmer_builds_an_artifact_kb_opens(tmp_path):
+    """ja, ko and zh have no Snowball stemmer: meta.analyzer.stemmer_library is nil (SPEC.md)."""
+    corpus = tmp_path / "ja"
+    corpus.mkdir()
+    for name in ("sakura.md", "onsen.md", "sushi.md"):
+        (corpus / name).write_text((TINY.parent / "mixed" / name).read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "ja.kb"
+    build_hash(corpus, out)
+    from kb.runtime.search import Query, Searcher
+
+    with Index(out) as ix:
+        assert ix.meta.analyzer["stemmer_library"] is None
+        assert Searcher(ix).search(Query("お花見", mode="bm25")).results
+
