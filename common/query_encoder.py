@@ -9,16 +9,17 @@ query lands where CTranslate2 would put it: the int8 products are exact either w
 float rounding elsewhere differs. Int8 activation rounding amplifies those differences (a 1e-6
 relative change of the inputs moves a MiniLM vector by up to 0.0035 in cosine, and CTranslate2
 itself moves a text by 0.002 when the batch around it changes), so this encoder and
-CTranslate2 agree at cosine 0.998 or more per query and 0.9997 or more on average
-(tests/models/test_query_encoder.py), not to the last bit.
+CTranslate2 agree at cosine 0.9993-0.9998 on average and 0.995 or more per query over the dev
+sets' queries (bench/RESULTS.md, "query-encoder"), not to the last bit.
 
 The int8 matrix products run on numkong's packed int8 kernels (AVX-512 VNNI, AMX, NEON dot
-products; usearch's own dependency), else in float32 numpy, where int8 x int8 sums stay exact
-(|sum| < 2^24 for a row of up to 1040 typical activations; float rounding beyond that is
-1e-7 relative). The rest (attention, layer norms, GELU) is float32 numpy. Per query it reads
-the weights once (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only the
-word-embedding rows of the query's tokens. Weights are packed for numkong on first use and kept,
-so a long-lived process pays that once.
+products; usearch's own dependency), else in float32 numpy, where int8 x int8 products and
+their sums are exact while a sum stays below 2^24 (1,040 products at the +-127 extreme; real rows
+stay far below it, and past it the rounding is 1e-7 relative). The rest (attention, layer norms, GELU) is float32 numpy. A query reads the
+layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only the
+word-embedding rows of its tokens. The first query checks each dense layer's crc32s and packs
+its weight for numkong before using it, on helper threads that run ahead of the forward pass
+(``forward``); the packed weights are kept for later queries.
 
 The architecture is the BERT encoder CTranslate2's TransformerEncoderSpec describes for kb's
 converted models (common/convert.py): post-norm layers, fused QKV, erf GELU, absolute positions,
@@ -32,8 +33,6 @@ import os
 import threading
 
 import numpy as np
-
-from kb.formats.query_model import encoder_tensors
 
 from .errors import ModelError
 
@@ -118,9 +117,9 @@ def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias
     return acc
 
 
-def _verify_threads() -> int:
-    """Threads that check weights while the forward pass runs: the cores beside this one, at
-    most 3 (zlib's crc32 sums ~2 GB/s a thread)."""
+def _helper_threads() -> int:
+    """Threads that prepare dense layers ahead of the forward pass: the cores beside this one,
+    at most 3."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -166,84 +165,99 @@ class QueryEncoder:
         self._nk = None if kernels == "numpy" else _numkong()
         if kernels == "numkong" and self._nk is None:
             raise ModelError("numkong with packed int8 products is not installed")
+        # The dense layers, in the order the forward pass needs them, and each one's preparation
+        # (its crc32s checked, its weight packed for numkong), done once by whichever thread
+        # claims it first (``_ready``).
+        self._linears = [f"l{i}.{n}" for i in range(self.layers) for n in ("qkv", "ao", "fi", "fo")]
         self._packed: dict[str, object] = {}
-        # Tensors read whole (all but the embedding tables, read by rows)
-        self._whole_tensors = [n for n in encoder_tensors(e) if n not in ("embed.word", "embed.word.scale", "embed.pos")]
+        self._claims: dict[str, threading.Event] = {}
+        self._failed: dict[str, BaseException] = {}
         self._lock = threading.Lock()
         self.tokenizer = QueryTokenizer(model.tokenizer, model.find, self.max_tokens)
 
     # ----------------------------------------------------------------------------------------
-    def _dense(self, x: np.ndarray, name: str, get) -> np.ndarray:
-        w = get(name + ".w")
-        packed = None
-        if self._nk is not None:
-            packed = self._packed.get(name)
-            if packed is None:
-                packed = self._nk.dots_pack(w)
-                with self._lock:
-                    self._packed[name] = packed
-        return dense_int8(x, w, get(name + ".s"), get(name + ".b"), packed)
+    def _prepare(self, name: str):
+        """Check a dense layer's weight, scale and bias, and pack the weight for numkong."""
+        m = self.model
+        m.verify((name + ".w", name + ".s", name + ".b"))
+        return self._nk.dots_pack(m.tensor(name + ".w")) if self._nk is not None else None
 
-    def forward(self, ids: list[int], get=None) -> np.ndarray:
-        """The last hidden state (len(ids), hidden) of one sequence of token ids. ``get``: how
-        whole tensors are read (default: verified first)."""
+    def _claim(self, name: str) -> threading.Event | None:
+        """An event to set once ``name`` is prepared, if this thread is the first to claim it."""
+        with self._lock:
+            if name in self._claims:
+                return None
+            event = self._claims[name] = threading.Event()
+            return event
+
+    def _prepare_claimed(self, name: str, event: threading.Event) -> None:
+        try:
+            self._packed[name] = self._prepare(name)
+        except BaseException as e:  # raised where the layer is needed (``_ready``)
+            self._failed[name] = e
+        finally:
+            event.set()
+
+    def _ready(self, name: str):
+        """Dense layer ``name``'s packed weight, prepared here unless a helper has claimed it."""
+        if name in self._packed:
+            return self._packed[name]
+        event = self._claim(name)
+        if event is not None:
+            self._prepare_claimed(name, event)
+        else:
+            self._claims[name].wait()
+        if name in self._failed:
+            raise self._failed[name]
+        return self._packed[name]
+
+    def _help(self) -> None:
+        """A helper thread: prepare the layers no thread has claimed yet, in forward order."""
+        for name in self._linears:
+            event = self._claim(name)
+            if event is not None:
+                self._prepare_claimed(name, event)
+
+    def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
+        packed = self._ready(name)
+        m = self.model
+        return dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed)
+
+    def forward(self, ids: list[int]) -> np.ndarray:
+        """The last hidden state (len(ids), hidden) of one sequence of token ids. The first call
+        starts helper threads on the cores beside this one that prepare the dense layers ahead
+        of the pass (checking their crc32s and packing them takes about as long as the
+        arithmetic); every tensor is checked before it is used."""
         m, n, H = self.model, len(ids), self.heads
-        get = get or m.tensor
         if not 0 < n <= self.max_tokens:
             raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")
+        if len(self._packed) < len(self._linears):
+            for _ in range(_helper_threads()):
+                threading.Thread(target=self._help, name="kb-prepare-layers", daemon=True).start()
         d = self.hidden // H
         x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
-        x += get("embed.type")[0].astype(_F) * (_F(1) / get("embed.type.scale")[0])
+        x += m.tensor("embed.type")[0].astype(_F) * (_F(1) / m.tensor("embed.type.scale")[0])
         x += m.rows("embed.pos", np.arange(n))
-        x = layer_norm(x, get("embed.ln.g"), get("embed.ln.b"), self.eps)
+        x = layer_norm(x, m.tensor("embed.ln.g"), m.tensor("embed.ln.b"), self.eps)
         for i in range(self.layers):
             p = f"l{i}."
-            qkv = self._dense(x, p + "qkv", get)
+            qkv = self._dense(x, p + "qkv")
             q, k, v = (qkv[:, j * self.hidden : (j + 1) * self.hidden].reshape(n, H, d).transpose(1, 0, 2) for j in range(3))
             s = (q * _F(1 / math.sqrt(d))) @ k.transpose(0, 2, 1)
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             a = (s @ v).transpose(1, 0, 2).reshape(n, self.hidden)
-            x = layer_norm(x + self._dense(a, p + "ao", get), get(p + "aln.g"), get(p + "aln.b"), self.eps)
-            h = gelu(self._dense(x, p + "fi", get))
-            x = layer_norm(x + self._dense(h, p + "fo", get), get(p + "oln.g"), get(p + "oln.b"), self.eps)
+            x = layer_norm(x + self._dense(a, p + "ao"), m.tensor(p + "aln.g"), m.tensor(p + "aln.b"), self.eps)
+            h = gelu(self._dense(x, p + "fi"))
+            x = layer_norm(x + self._dense(h, p + "fo"), m.tensor(p + "oln.g"), m.tensor(p + "oln.b"), self.eps)
         return x
-
-    def _forward_verifying(self, ids: list[int]) -> np.ndarray:
-        """``forward``, with the whole tensors not yet verified checked on a second thread
-        meanwhile (their crc32s are about as much work as the forward pass itself); the hidden
-        state is returned only once every check passed."""
-        m = self.model
-        pending = [n for n in self._whole_tensors if not m.verified(n)]
-        if not pending:
-            return self.forward(ids)
-        failure: list[BaseException] = []
-
-        def check(names):
-            try:
-                m.verify(names)
-            except BaseException as e:  # raised on the caller's thread below
-                failure.append(e)
-
-        n = _verify_threads()
-        workers = [threading.Thread(target=check, args=(pending[i::n],), name="kb-verify-weights", daemon=True) for i in range(n)]
-        for w in workers:
-            w.start()
-        try:
-            h = self.forward(ids, m.unverified)
-        finally:
-            for w in workers:
-                w.join()
-        if failure:
-            raise failure[0]
-        return h
 
     def token_ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
     def embed_query(self, text: str) -> np.ndarray:
         """One query (with the model's query prefix) -> float32 (dim,), L2-normalised."""
-        h = self._forward_verifying(self.tokenizer.encode(self.query_prefix + text))
+        h = self.forward(self.tokenizer.encode(self.query_prefix + text))
         e = h.mean(0, dtype=np.float64).astype(_F)
         if self.normalize:
             e /= max(float(np.linalg.norm(e)), 1e-12)

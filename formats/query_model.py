@@ -240,8 +240,7 @@ class QueryModel:
     ``query`` and ``embed``: the two sections' stored bytes (memoryviews of the mmap, unchecked:
     this class verifies what it reads); ``embed_crc32``: the crc32 the section table gives
     ``model.embed``, which the directory must name (a directory made for another model is
-    refused). Every view it returns has been checked against its crc32, but ``unverified``'s,
-    for arithmetic that overlaps ``verify``. Thread-safe.
+    refused). Every view it returns has been checked against its crc32. Thread-safe.
     """
 
     def __init__(self, query, embed, embed_crc32: int, label: str = ""):
@@ -401,19 +400,9 @@ class QueryModel:
             v = self._whole[name]
         return v
 
-    def unverified(self, name: str) -> np.ndarray:
-        """The whole tensor in place, its bytes not yet verified (its bounds are): for arithmetic
-        that runs while ``verify`` checks them on another thread, and whose result is not used
-        before that check passes."""
-        v = self._whole.get(name)
-        return v if v is not None else self._view(self._tensor(name))
-
-    def verified(self, name: str) -> bool:
-        return name in self._whole
-
     def verify(self, names) -> None:
-        """Check the crc32s of whole tensors ``names``; CorruptArtifact on the first mismatch.
-        Safe on another thread (zlib releases the GIL while it sums)."""
+        """Check the crc32s of whole tensors ``names`` (once); CorruptArtifact on the first
+        mismatch. Helper threads call it ahead of use (zlib releases the GIL while it sums)."""
         for name in names:
             if name in self._whole:
                 continue
