@@ -111,7 +111,7 @@ def compile_tokenizer(tokenizer_json: str) -> tuple[dict, list[tuple[str, int, f
         ok = p.get("type") in _PRE_TOKENIZERS or (p.get("type") == "Metaspace" and p.get("prepend_scheme", "always") in ("always", "never"))
         if not ok:
             raise Unsupported(f"pre-tokenizer {p.get('type')!r} is not supported")
-    bos, eos = _template(t.get("post_processor"), added, model)
+    bos, eos = _template(t.get("post_processor"))
     params: dict = {
         "pipeline": json.dumps({"normalizer": t.get("normalizer"), "pre_tokenizer": pre}, ensure_ascii=False, sort_keys=True),
         "specials": [[a["content"], int(a["id"]), bool(a.get("lstrip")), bool(a.get("rstrip"))] for a in added if a.get("content")],
@@ -140,9 +140,8 @@ def compile_tokenizer(tokenizer_json: str) -> tuple[dict, list[tuple[str, int, f
     return params, vocab
 
 
-def _template(post, added: list, model: dict) -> tuple[int, int]:
+def _template(post) -> tuple[int, int]:
     """The ids of the two tokens a single sequence is framed by."""
-    ids = {a["content"]: int(a["id"]) for a in added}
     if not post:
         raise Unsupported("the tokenizer adds no special tokens around a sequence")
     kind = post.get("type")
