@@ -15,9 +15,11 @@ What it adds around ``kb.runtime.cli:main``, all for one-process-per-query start
      took 210-300 ms instead of 30-50 ms.
 2. Lazy modules: ``urllib.request`` (imported by usearch/__init__ only for a download helper kb
    never calls), ``asyncio`` (imported by ctranslate2.extensions only for async generators kb
-   never uses) and ``tqdm`` (imported by usearch.index for progress bars kb never shows) are
-   registered as stand-ins that import the real module on first real use instead of at import
-   (10-20 ms each). Semantics are unchanged: any real use loads the real module.
+   never uses), ``tqdm`` (imported by usearch.index for progress bars kb never shows) and
+   ``tokenizers.implementations`` (the library's ready-made tokenizer classes, which the query
+   tokenizer does not use) are registered as stand-ins that import the real module on first
+   real use instead of at import (3-20 ms each). Semantics are unchanged: any real use loads
+   the real module.
 3. ``os._exit`` after flushing stdout/stderr: skips interpreter teardown (module dicts,
    ctranslate2/usearch destructors, OpenMP pool joins), about 45 ms for a hybrid search.
 
@@ -44,6 +46,11 @@ _LAZY_MODULES = {
     # over batches, which kb never shows; tqdm's import reads its version through
     # importlib.metadata (pulls in email.*).
     "tqdm": ("tqdm",),
+    # tokenizers/__init__: `from .implementations import ...`, the library's ready-made
+    # tokenizer classes (half of its import: 2.5-3.5 ms of ~6); kb's query tokenizer builds
+    # its pipeline from tokenizers.Tokenizer and tokenizers.models alone.
+    "tokenizers.implementations": ("BertWordPieceTokenizer", "ByteLevelBPETokenizer", "CharBPETokenizer",
+                                   "SentencePieceBPETokenizer", "SentencePieceUnigramTokenizer"),
 }
 
 
@@ -85,7 +92,7 @@ def _lazy(name: str, callables: tuple = ()) -> None:
     if name in sys.modules:
         return
     try:
-        spec = importlib.util.find_spec(name)
+        spec = _find_spec(name)
     except (ImportError, ValueError):
         return
     if spec is None:
@@ -108,8 +115,28 @@ def _lazy(name: str, callables: tuple = ()) -> None:
         setattr(module, attr, forward)
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
-    if parent:  # `import urllib.request` then reads urllib.request through the parent package
+    if parent in sys.modules:  # `import urllib.request` then reads urllib.request through the parent package
         setattr(sys.modules[parent], child, module)
+
+
+def _find_spec(name: str):
+    """The module spec of ``name`` without importing anything: for a submodule of a package not
+    yet imported (tokenizers.implementations), the package's own spec says where to look
+    (importlib.util.find_spec would import the package first)."""
+    import importlib.util
+
+    parent, _, _ = name.rpartition(".")
+    if not parent or parent in sys.modules:
+        return importlib.util.find_spec(name)
+    outer = importlib.util.find_spec(parent)
+    if outer is None or outer.submodule_search_locations is None or "." in parent:
+        return None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, list(outer.submodule_search_locations)) if find else None
+        if spec is not None:
+            return spec
+    return None
 
 
 def _exit_code(code) -> int:

@@ -125,3 +125,22 @@ def test_a_damaged_query_section_is_a_corrupt_artifact_exit_3(tiny_model_artifac
 def test_kb_info_verify_checks_the_query_section(tiny_model_artifact):
     code, out, _, err = _kb("info", "-i", tiny_model_artifact, "--json", "--verify")
     assert code == 0, err
+
+
+def test_the_entry_point_defers_the_tokenizers_librarys_ready_made_classes():
+    """runtime/entry.py registers tokenizers.implementations as a stand-in without importing
+    tokenizers; the query tokenizer's imports leave it unloaded, and real use still works."""
+    code = (
+        "import sys\n"
+        "from kb.runtime import entry\n"
+        "for name, callables in entry._LAZY_MODULES.items():\n"
+        "    entry._lazy(name, callables)\n"
+        "loaded_early = 'tokenizers' in sys.modules\n"
+        "from tokenizers import Tokenizer, models\n"
+        "stand_in = type(sys.modules['tokenizers.implementations']).__name__\n"
+        "from tokenizers import BertWordPieceTokenizer\n"
+        "made = type(BertWordPieceTokenizer()).__name__\n"
+        "print(loaded_early, stand_in, made, type(sys.modules['tokenizers.implementations']).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "_LazyModule", "BertWordPieceTokenizer", "module"]
