@@ -87,7 +87,9 @@ def main(argv=None):
         ix.close()
     lines = [f"Machine: {machine()}  ", f"Date: {time.strftime('%Y-%m-%d')}  ", f"Command: `python bench/query_encoder_bench.py {cmd}`", "",
              "Vector leg alone (kb bench's documents, depth 100); the query vectors of both embedders over every query of the set:", "",
-             *quality, "", f"Warm in-process milliseconds, per-query median of {a.repeat} interleaved passes (the first queries of each set):", "", *speed]
+             *quality, "", f"Warm in-process milliseconds, per-query median of {a.repeat} interleaved passes (the first queries of each set):", "", *speed, "",
+             "Warm, CTranslate2's fused two-thread kernels embed a query faster than numpy does, so kb serve, kb mcp and kb bench keep it "
+             "(runtime/search.py, `one_shot`); the in-place encoder is for the one-shot `kb search`, whose start-up it saves (packaging/README.md)."]
     update_region(a.results, "query-encoder", "\n".join(lines))
     print("\n".join(lines))
 
