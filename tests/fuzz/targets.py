@@ -61,22 +61,40 @@ def _register_stand_ins() -> None:
 _register_stand_ins()
 
 
-def _register_tiny_model(folder: Path) -> bool:
-    """A tiny random CTranslate2 BERT (tests/bert_ref.py) as kb-build's "tiny-ct2", so that a seed
-    carries model.embed and model.query; False without the build dependencies."""
+def build_tiny_model_artifact(corpus: Path, out: Path) -> None:
+    """The seed corpus embedded by a tiny random CTranslate2 BERT (tests/bert_ref.py), with its
+    model.embed and model.query sections."""
     try:
-        try:
-            from tests import bert_ref
-        except ImportError:
-            import bert_ref
-        from kb.builder.embedders import register_embedder
-        from kb.common.encoders import CT2Embedder
-
-        files = bert_ref.tiny_embedder(folder / "tiny-ct2", bert_ref.rich_wordpiece())
+        from tests import bert_ref
     except ImportError:
-        return False
+        import bert_ref
+    from kb.builder.build import build
+    from kb.builder.config import BuildConfig
+    from kb.builder.embedders import register_embedder
+    from kb.common.encoders import CT2Embedder
+
+    files = bert_ref.tiny_embedder(out.parent / "tiny-ct2", bert_ref.rich_wordpiece())
     register_embedder("tiny-ct2", lambda quantization: CT2Embedder(files, device="cpu"))
-    return True
+    build([corpus], out, replace(BuildConfig(), embedding_model="tiny-ct2", reranker="none"), jobs=1)
+
+
+def _tiny_model_seed(corpus: Path, out: Path) -> bytes | None:
+    """``build_tiny_model_artifact`` in a child process: CTranslate2's OpenMP threads must not
+    exist in a process the fuzz runner forks (a forked worker that uses CTranslate2 again would
+    wait forever on a lock one of them held). None without ctranslate2 or safetensors."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]\n"
+            "from pathlib import Path\n"
+            "from tests.fuzz import targets\n"
+            f"targets.build_tiny_model_artifact(Path({str(corpus)!r}), Path({str(out)!r}))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if r.returncode:
+        if "ModuleNotFoundError" in r.stderr:
+            return None
+        raise RuntimeError(f"the tiny-model seed did not build: {r.stderr.strip()[-500:]}")
+    return out.read_bytes()
 
 
 def build_seed_artifacts(folder: Path) -> list[bytes]:
@@ -91,11 +109,12 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     out = []
-    for embedder in ("hash", "none") + (("tiny-ct2",) if _register_tiny_model(folder) else ()):
+    for embedder in ("hash", "none"):
         path = folder / f"seed-{embedder}.kb"
         build([corpus], path, replace(BuildConfig(), embedding_model=embedder, reranker="none"), jobs=1)
         out.append(path.read_bytes())
-    return out
+    tiny = _tiny_model_seed(corpus, folder / "seed-tiny-ct2.kb")
+    return out + ([tiny] if tiny is not None else [])
 
 
 # --- generic byte mutations ----------------------------------------------------------------------
