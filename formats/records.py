@@ -268,8 +268,11 @@ def check_optional_sections(m: Meta, names) -> None:
             raise _corrupt("meta: a vectors section without its settings and embedder")
     elif m.counts.vectors:
         raise _corrupt(f"meta: meta counts {m.counts.vectors} vectors but there is no 'vectors.hnsw' section")
-    if "model.query" in names and ("model.embed" not in names or m.embedder is None):
-        raise _corrupt("meta: a query-model section without its embedding model")
+    if "model.query" in names:
+        card = m.embedder or {}
+        if "model.embed" not in names or not all(isinstance(card.get(k), int) and not isinstance(card.get(k), bool) and 0 < card[k] < 1 << 16
+                                                 for k in ("dim", "max_tokens")):
+            raise _corrupt("meta: a query-model section without its embedding model's card (dim, max_tokens)")
 
 
 # --- manifest ------------------------------------------------------------------------------------

@@ -144,3 +144,22 @@ def test_the_entry_point_defers_the_tokenizers_librarys_ready_made_classes():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "_LazyModule", "BertWordPieceTokenizer", "module"]
+
+
+def test_a_query_section_whose_model_card_lacks_its_window_is_corrupt(tiny_model_artifact, tmp_path):
+    import msgpack
+
+    buf = tiny_model_artifact.read_bytes()
+    _, secs = A.validate(memoryview(buf), "x")
+    sections = []
+    for s in secs.values():
+        data = buf[s.offset : s.offset + s.length]
+        if s.name == L.META:
+            meta = msgpack.unpackb(data)
+            del meta["embedder"]["max_tokens"]
+            data = msgpack.packb(meta)
+        sections.append(A.SectionData(s.name, data, s.codec, len(data) if s.name == L.META else s.raw_length))
+    bad = tmp_path / "no-window.kb"
+    bad.write_bytes(b"".join(A.serialize(sections)))
+    code, _, _, err = _kb("search", QUERY, "-i", bad, "--json", "--no-stale-check", "--mode", "bm25")
+    assert code == 3 and "a query-model section without its embedding model's card (dim, max_tokens)" in err
