@@ -38,11 +38,20 @@ def tiny_model_artifact(tmp_path_factory):
     return out
 
 
-def _without(path, name, out):
+def _rewritten(path, out, name, edit):
+    """``path`` written to ``out`` with raw section ``name``'s bytes replaced by ``edit(bytes)``
+    (None drops the section) and every checksum recomputed, as someone editing the file would."""
     buf = path.read_bytes()
     _, secs = A.validate(memoryview(buf), "x")
-    out.write_bytes(b"".join(A.serialize([A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length)
-                                          for s in secs.values() if s.name != name])))
+    sections = []
+    for s in secs.values():
+        data = buf[s.offset : s.offset + s.length]
+        if s.name == name:
+            data = edit(data)
+            if data is None:
+                continue
+        sections.append(A.SectionData(s.name, data, s.codec, len(data) if s.name == name else s.raw_length))
+    out.write_bytes(b"".join(A.serialize(sections)))
     return out
 
 
@@ -82,7 +91,7 @@ def test_ctranslate2_is_used_when_asked_for_and_ranks_alike(tiny_model_artifact)
 
 
 def test_an_artifact_without_the_section_is_searched_with_ctranslate2(tiny_model_artifact, tmp_path):
-    old = _without(tiny_model_artifact, L.MODEL_QUERY, tmp_path / "old.kb")
+    old = _rewritten(tiny_model_artifact, tmp_path / "old.kb", L.MODEL_QUERY, lambda data: None)
     code, out, modules, _ = _kb("search", QUERY, "-i", old, "--json", "--no-stale-check")
     assert code == 0 and out["results"] and "ctranslate2" in modules and "kb.formats.query_model" not in modules
 
@@ -105,16 +114,7 @@ def test_kb_version_imports_nothing_heavy():
 
 
 def test_a_damaged_query_section_is_a_corrupt_artifact_exit_3(tiny_model_artifact, tmp_path):
-    buf = tiny_model_artifact.read_bytes()
-    _, secs = A.validate(memoryview(buf), "x")
-    sections = []
-    for s in secs.values():
-        data = buf[s.offset : s.offset + s.length]
-        if s.name == L.MODEL_QUERY:
-            data = data[:40] + bytes([data[40] ^ 0xFF]) + data[41:]  # inside the directory
-        sections.append(A.SectionData(s.name, data, s.codec, s.raw_length))
-    bad = tmp_path / "bad.kb"
-    bad.write_bytes(b"".join(A.serialize(sections)))  # every checksum of the container recomputed
+    bad = _rewritten(tiny_model_artifact, tmp_path / "bad.kb", L.MODEL_QUERY, lambda d: d[:40] + bytes([d[40] ^ 0xFF]) + d[41:])  # in the directory
     code, _, _, err = _kb("search", QUERY, "-i", bad, "--json", "--no-stale-check")
     lines = [l for l in err.splitlines() if not l.startswith("MODULES")]
     assert code == 3 and lines == [f"kb: error: {bad}: corrupt artifact: section 'model.query': directory crc mismatch"]
@@ -149,17 +149,11 @@ def test_the_entry_point_defers_the_tokenizers_librarys_ready_made_classes():
 def test_a_query_section_whose_model_card_lacks_its_window_is_corrupt(tiny_model_artifact, tmp_path):
     import msgpack
 
-    buf = tiny_model_artifact.read_bytes()
-    _, secs = A.validate(memoryview(buf), "x")
-    sections = []
-    for s in secs.values():
-        data = buf[s.offset : s.offset + s.length]
-        if s.name == L.META:
-            meta = msgpack.unpackb(data)
-            del meta["embedder"]["max_tokens"]
-            data = msgpack.packb(meta)
-        sections.append(A.SectionData(s.name, data, s.codec, len(data) if s.name == L.META else s.raw_length))
-    bad = tmp_path / "no-window.kb"
-    bad.write_bytes(b"".join(A.serialize(sections)))
+    def without_window(data):
+        meta = msgpack.unpackb(data)
+        del meta["embedder"]["max_tokens"]
+        return msgpack.packb(meta)
+
+    bad = _rewritten(tiny_model_artifact, tmp_path / "no-window.kb", L.META, without_window)
     code, _, _, err = _kb("search", QUERY, "-i", bad, "--json", "--no-stale-check", "--mode", "bm25")
     assert code == 3 and "a query-model section without its embedding model's card (dim, max_tokens)" in err
