@@ -132,7 +132,7 @@ def _numkong():
     try:
         import numkong
 
-        numkong.dots_pack  # noqa: B018 - present since numkong 7
+        numkong.dots_pack  # noqa: B018 - the packed products this encoder uses (numkong 7.8 has them)
         return numkong
     except (ImportError, AttributeError):
         return None
