@@ -23,9 +23,9 @@ import numpy as np
 from kb.common.errors import KbError
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats import roaring
 from kb.formats.analyzer import STOP_MARK, Analyzer
 from kb.formats.artifact import FORMAT_VERSION, SectionData, write_artifact
+from kb.formats.bm25 import quantize_impacts, tf_component
 from kb.formats.version import KB_VERSION
 
 from . import shards
@@ -80,13 +80,20 @@ class ChunkRow:
 
 @dataclass
 class Postings:
+    """The inverted index: term t's postings are items offsets[t]..offsets[t+1] of ``ids`` (chunk
+    ids ascending), ``tf`` and ``impacts``; its document postings likewise over ``doc_offsets``."""
+
     terms: list[str]  # sorted by (term_hash, term)
     hashes: np.ndarray
-    bitmaps: bytes  # the postings section: a blob table of portable roaring bitmaps
-    tf_offsets: np.ndarray
-    tf: np.ndarray
+    offsets: np.ndarray  # u64 x (terms + 1)
+    ids: np.ndarray  # u32 chunk ids
+    tf: np.ndarray  # f32 weighted term frequencies (the impacts' input; not stored)
+    impacts: np.ndarray  # u8 quantized saturated tf (formats/bm25.py)
     lengths: np.ndarray
     doc_df: np.ndarray  # u32 per term: documents holding it
+    doc_offsets: np.ndarray  # u64 x (terms + 1)
+    doc_ids: np.ndarray  # u32 document ids
+    doc_impacts: np.ndarray  # u8
 
 
 def _without_cyclic_gc(fn):
@@ -143,6 +150,7 @@ def build(
     docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
     if not docs:
         raise BuildError("nothing to index: no readable documents in the inputs")
+    rep.warnings.extend(unmatched_contexts(config.contexts, docs))
     with clock("language"):
         doc_langs = document_languages(docs, config.languages)
     rep.languages = dict(sorted(Counter(doc_langs).items()))
@@ -158,7 +166,7 @@ def build(
     )  # fmt: skip
     rep.documents, rep.chunks = len(docs), len(rows)
     with clock("postings"):
-        post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)))
+        post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)), len(docs))
     rep.terms = len(post.terms)
 
     if embedder is None:
@@ -177,6 +185,7 @@ def build(
 
     with clock("text"):
         zdict, blocks = build_text_blocks(docs, rows)
+        sources = build_sources(docs, zdict)
 
     embed_card = None if embedder is None else _card(embedder.files())
     rerank_card = _card(rerank_files)
@@ -196,6 +205,7 @@ def build(
         search=config.search,
         text_block=L.TEXT_BLOCK,
         source="jsonl" if jsonl and not roots else "files",
+        path_contexts=config.contexts,
     )
     manifest = R.Manifest(
         root=corpus.root,
@@ -212,7 +222,7 @@ def build(
         analyzer=analyzer.params() | {"documents": rep.languages},
         file_types=tuple(sorted(SOURCE_EXTENSIONS)),
     )
-    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
+    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder)
     if vectors_bytes is not None:
         with clock("query-model"):
             query, why = query_model_section(embedder, next(s.data for s in sections if s.name == L.MODEL_EMBED))
@@ -226,6 +236,20 @@ def build(
         rep.artifact_bytes = write_artifact(out, sections)
     rep.section_bytes = {s.name: len(s.data) for s in sections}
     return rep
+
+
+def unmatched_contexts(contexts: dict, docs: list[Document]) -> list[str]:
+    """A warning for each [contexts] prefix no document path starts with. Not an error: the
+    kb.toml may describe a folder the corpus does not hold yet; the prefix is kept, unused."""
+    from bisect import bisect_left
+
+    paths = sorted(d.path for d in docs)  # the paths under a prefix are the ones from bisect_left on
+
+    def matched(p: str) -> bool:
+        i = bisect_left(paths, p)
+        return i < len(paths) and paths[i].startswith(p)
+
+    return [f"[contexts] {p!r} matches no document path; no result will carry its description" for p in contexts if not matched(p)]
 
 
 def _clock(into: dict):
@@ -400,13 +424,18 @@ def merge_fields(parts: list[Fields]) -> Fields:
     )
 
 
-def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None) -> Postings:
+def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None, n_docs: int | None = None) -> Postings:
     """Weighted term frequencies per (term, chunk), vectorised: every occurrence becomes one
     (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'.
     Stopword terms (``STOP_MARK`` + word) get postings but count in no chunk's length.
-    ``chunk_doc``: each chunk's document, for the document frequencies (None: one per chunk)."""
+    ``chunk_doc``: each chunk's document, for the document frequencies and impacts (None: one
+    per chunk); ``n_docs``: the documents (default: the highest in ``chunk_doc`` + 1)."""
     p = config.bm25
     n = max(f.chunks, 1)
+    if chunk_doc is None:
+        chunk_doc = np.arange(f.chunks, dtype=np.int64)
+    if n_docs is None:
+        n_docs = int(chunk_doc.max()) + 1 if len(chunk_doc) else 0
     terms, hashes, order = sorted_vocabulary(f.vocabulary, f.hashes)
     rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
     rank[order] = np.arange(len(terms))
@@ -435,7 +464,7 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
     ukey = key[starts]
     post_term, post_chunk = ukey // n, (ukey % n).astype(np.uint32)
     df = np.bincount(post_term, minlength=len(terms))
-    post_doc = post_chunk.astype(np.int64) if chunk_doc is None else chunk_doc[post_chunk]
+    post_doc = chunk_doc[post_chunk]
     # postings are sorted by (term, chunk) and a document's chunks are consecutive ids, so a
     # term's documents are non-decreasing: each change of (term, document) is one more document
     new_doc = np.r_[True, (post_term[1:] != post_term[:-1]) | (post_doc[1:] != post_doc[:-1])] if len(post_term) else np.zeros(0, bool)
@@ -444,10 +473,23 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
         live = np.flatnonzero(df > 0)
         terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
         post_term = np.searchsorted(live, post_term)
-    tf_offsets = np.zeros(len(terms) + 1, dtype="<u8")
-    np.cumsum(df, out=tf_offsets[1:])
-    bitmaps = L.pack_blob_buffer(*roaring.serialize_many(post_term, post_chunk, len(terms)))
-    return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths, doc_df.astype("<u4"))
+    offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    np.cumsum(df, out=offsets[1:])
+    avg = float(lengths.mean()) if len(lengths) else 0.0
+    impacts = quantize_impacts(tf_component(tf, lengths[post_chunk], max(avg, 1e-9), p.k1, p.b))
+    # document postings: a document's tf' and len' are its chunks' sums (formats/bm25.py)
+    doc_start = np.flatnonzero(new_doc)
+    doc_tf = np.add.reduceat(tf.astype(np.float64), doc_start) if len(doc_start) else np.zeros(0)
+    doc_ids = post_doc[doc_start]
+    doc_len = np.bincount(chunk_doc, weights=lengths, minlength=n_docs)
+    doc_avg = float(doc_len.mean()) if len(doc_len) else 0.0
+    doc_impacts = quantize_impacts(tf_component(doc_tf, doc_len[doc_ids], max(doc_avg, 1e-9), p.k1, p.b))
+    doc_offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    np.cumsum(doc_df, out=doc_offsets[1:])
+    return Postings(
+        terms, hashes, offsets, post_chunk.astype("<u4"), tf, impacts, lengths, doc_df.astype("<u4"),
+        doc_offsets, doc_ids.astype("<u4"), doc_impacts,
+    )  # fmt: skip
 
 
 def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -554,14 +596,29 @@ def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes
             zdict = d.as_bytes()
         except zstandard.ZstdError:
             zdict = b""  # too little or too uniform text to train on: plain zstd still works
+    return zdict, [_compressor(zdict).compress(b) for b in raw_blocks]
+
+
+def _compressor(zdict: bytes):
+    """The zstd compressor of text.blocks and docs.source: with text.dict when there is one."""
+    import zstandard
+
     params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
     if zdict:
         params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
-    cctx = zstandard.ZstdCompressor(**params)
-    return zdict, [cctx.compress(b) for b in raw_blocks]
+    return zstandard.ZstdCompressor(**params)
 
 
-def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder) -> list[SectionData]:
+def build_sources(docs: list[Document], zdict: bytes) -> list[bytes]:
+    """docs.source: each document's source text (front matter included), so ``kb get
+    PATH:FROM:COUNT`` gives the exact lines the chunks' line numbers count. Chunk texts cannot:
+    they drop front matter and the blank lines between chunks, repeat the overlap, and rejoin
+    a line split into sentences with single spaces."""
+    cctx = _compressor(zdict)
+    return [cctx.compress(R.pack_source(d.source)) for d in docs]
+
+
+def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder) -> list[SectionData]:
     table = np.zeros(len(rows), dtype=L.CHUNK_DTYPE)
     status_index = {s: i for i, s in enumerate(meta.statuses)}
     first_chunk = np.zeros(len(docs) + 1, dtype="<u4")
@@ -580,13 +637,17 @@ def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
         SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
-        SectionData(L.POSTINGS, post.bitmaps),
-        SectionData(L.POSTING_TF_OFFSETS, post.tf_offsets.tobytes()),
-        SectionData(L.POSTING_TF, post.tf.tobytes()),
+        SectionData(L.POSTING_OFFSETS, post.offsets.tobytes()),
+        SectionData(L.POSTING_IDS, post.ids.tobytes()),
+        SectionData(L.POSTING_IMPACTS, post.impacts.tobytes()),
+        SectionData(L.DOC_POSTING_OFFSETS, post.doc_offsets.tobytes()),
+        SectionData(L.DOC_POSTING_IDS, post.doc_ids.tobytes()),
+        SectionData(L.DOC_POSTING_IMPACTS, post.doc_impacts.tobytes()),
         SectionData(L.STATUS_BITMAPS, L.pack_blobs(status_bitmaps)),
         SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
         SectionData(L.TEXT_DICT, zdict),
         SectionData(L.TEXT_BLOCKS, L.pack_blobs(blocks)),
+        SectionData(L.DOC_SOURCES, L.pack_blobs(sources)),
     ]
     if vectors_bytes is not None:
         sections.append(SectionData(L.VECTORS, vectors_bytes))
