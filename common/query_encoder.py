@@ -13,11 +13,13 @@ CTranslate2 agree at cosine 0.9993-0.9998 on average and 0.995 or more per query
 sets' queries (bench/RESULTS.md, "query-encoder"), not to the last bit.
 
 The int8 matrix products run on numkong's packed int8 kernels (AVX-512 VNNI, AMX, NEON dot
-products; usearch's own dependency), else in float32 numpy, where int8 x int8 products and
-their sums are exact while a sum stays below 2^24 (1,040 products at the +-127 extreme; real rows
-stay far below it, and past it the rounding is 1e-7 relative). The rest (attention, layer norms, GELU) is float32 numpy. A query reads the
-layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only the
-word-embedding rows of its tokens. The first query checks each dense layer's crc32s and packs
+products; numkong is declared in pyproject.toml and is usearch's own dependency). An install
+without it, or with a numkong too old for packed products, runs them in float32 numpy, which
+gives the same vectors: int8 x int8 products and their sums are exact while a sum stays below
+2^24 (1,040 products at the +-127 extreme; real rows stay far below it, and past it the
+rounding is 1e-7 relative). The rest (attention, layer norms, GELU) is float32 numpy. A query
+reads the layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only
+the word-embedding rows of its tokens. The first query checks each dense layer's crc32s and packs
 its weight for numkong before using it, on helper threads that run ahead of the forward pass
 (``forward``); the packed weights are kept for later queries.
 

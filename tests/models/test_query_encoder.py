@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
+import types
 import zlib
 from pathlib import Path
 
@@ -244,6 +246,20 @@ def test_numkong_and_numpy_kernels_give_the_same_vectors():
     a, b = m.open("numkong"), m.open("numpy")
     for t in ["ab cd", "中文 <mask> test", "a" * 30]:
         np.testing.assert_array_equal(a.embed_query(t), b.embed_query(t))
+
+
+@pytest.mark.parametrize("numkong", [None, types.ModuleType("numkong")], ids=["absent", "without-packed-products"])
+def test_without_numkong_the_encoder_runs_its_products_in_numpy(monkeypatch, numkong):
+    """numkong is a declared dependency, but an install without it, or with one too old for
+    packed products, still embeds queries: "auto" falls back to numpy; "numkong" says why not."""
+    m = _tiny("unigram")
+    want = m.open("numpy").embed_query("ab cd")
+    monkeypatch.setitem(sys.modules, "numkong", numkong)
+    enc = m.open()
+    assert repr(enc).endswith("kernels=numpy)")
+    np.testing.assert_array_equal(enc.embed_query("ab cd"), want)
+    with pytest.raises(ModelError, match="^numkong with packed int8 products is not installed$"):
+        m.open("numkong")
 
 
 def test_int8_products_are_exact_on_every_numkong_kernel():
