@@ -125,8 +125,7 @@ def pack_model_files(files: dict[str, bytes]) -> bytes:
     return pack_blobs([msgpack.packb(names)] + [bytes(files[n]) for n in names])
 
 
-def unpack_model_files(buf, what: str) -> dict[str, bytes]:
-    t = BlobTable(buf, what)
+def _model_names(t: BlobTable, what: str) -> list[str]:
     if len(t) < 1:
         raise _corrupt(f"{what} is empty")
     try:
@@ -135,6 +134,21 @@ def unpack_model_files(buf, what: str) -> dict[str, bytes]:
         names = None
     if not isinstance(names, list) or len(names) != len(t) - 1 or not all(isinstance(n, str) for n in names) or CARD_FILE not in names:
         raise _corrupt(f"{what} is inconsistent")
+    return names
+
+
+def model_file_span(buf, name: str, what: str) -> tuple[int, int]:
+    """Where file ``name`` of a model section lies in the section's bytes: [start, end)."""
+    t = BlobTable(buf, what)
+    names = _model_names(t, what)
+    if name not in names:
+        raise _corrupt(f"{what} has no {name}")
+    return t.span(names.index(name) + 1)
+
+
+def unpack_model_files(buf, what: str) -> dict[str, bytes]:
+    t = BlobTable(buf, what)
+    names = _model_names(t, what)
     files = {n: bytes(t[i + 1]) for i, n in enumerate(names)}
     from .meta import check_model_card
 
@@ -263,6 +277,11 @@ def check_optional_sections(m: Meta, names) -> None:
             raise _corrupt("meta: a vectors section without its settings and embedder")
     elif m.counts.vectors:
         raise _corrupt(f"meta: meta counts {m.counts.vectors} vectors but there is no 'vectors.hnsw' section")
+    if "model.query" in names:
+        card = m.embedder or {}
+        if "model.embed" not in names or not all(isinstance(card.get(k), int) and not isinstance(card.get(k), bool) and 0 < card[k] < 1 << 16
+                                                 for k in ("dim", "max_tokens")):
+            raise _corrupt("meta: a query-model section without its embedding model's card (dim, max_tokens)")
 
 
 # --- manifest ------------------------------------------------------------------------------------
