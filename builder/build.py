@@ -32,6 +32,7 @@ from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
 from .embedders import AUTO_MODEL, choose_embedder, make_embedder, reranker_files
+from .query_model import query_model_section
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
@@ -222,6 +223,13 @@ def build(
         file_types=tuple(sorted(SOURCE_EXTENSIONS)),
     )
     sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder)
+    if vectors_bytes is not None:
+        with clock("query-model"):
+            query, why = query_model_section(embedder, next(s.data for s in sections if s.name == L.MODEL_EMBED))
+        if query is not None:
+            sections.append(SectionData(L.MODEL_QUERY, query))
+        elif why:
+            rep.warnings.append(why)
     if rerank_files is not None:
         sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
     with clock("write"):

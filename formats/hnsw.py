@@ -101,9 +101,17 @@ def check_hnsw(buf, count: int) -> None:
 
 def _check_neighbours(b: np.ndarray, starts: np.ndarray, capacity: int, size: int) -> None:
     """Each list at ``starts``: count(u32) <= capacity, then that many slots < size."""
+    # The lists are read as u32 words through four views of the buffer, one per byte offset
+    # modulo 4 (a list may start anywhere): a quarter of the indices a byte gather needs.
+    words = [b[k : k + (len(b) - k) // 4 * 4].view("<u4") for k in range(4)]
+    span = np.arange(1 + capacity)
     for lo in range(0, len(starts), 4096):  # bounded scratch memory on large graphs
         s = starts[lo : lo + 4096]
-        lists = b[s[:, None] + np.arange(4 + 4 * capacity)].copy().view("<u4")
+        lists = np.empty((len(s), 1 + capacity), dtype="<u4")
+        for k in range(4):
+            at = np.flatnonzero(s % 4 == k)
+            if len(at):
+                lists[at] = words[k][(s[at] - k)[:, None] // 4 + span]
         counts = lists[:, 0]
         if np.any(counts > capacity):
             raise BadIndex("a neighbour list is longer than its capacity")

@@ -143,7 +143,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
             all_statuses=all_statuses, tags=tuple(tag), path=path_prefix, mode=mode, budget_ms=budget_ms,
             explain=explain, group=group, full=full, literal=literal,
         )
-        resp = Searcher(ix, device, compute_type, reranker=reranker).search(q, options)
+        resp = Searcher(ix, device, compute_type, reranker=reranker, one_shot=True).search(q, options)
         if not no_stale_check:
             from .stale import stale_notices
 

@@ -82,7 +82,7 @@ def command_group(**attrs):
 index_option = click.option("-i", "--index", "index_path", multiple=True, metavar="PATH", help="Artifact, or set file (kb set create); repeat to search several as one (default: $KB_INDEX, else ./kb.kb).")
 device_option = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where models run.")
 COMPUTE_TYPES = ("auto", "default", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-compute_option = click.option("--compute-type", type=click.Choice(COMPUTE_TYPES), default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
+compute_option = click.option("--compute-type", type=click.Choice(COMPUTE_TYPES), default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA; with auto, kb search embeds its query in place, without CTranslate2, when the artifact allows).")
 
 
 

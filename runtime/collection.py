@@ -109,6 +109,15 @@ class Collection:
         return self.members[0].vectors  # its dimensions: the shared model's
 
     @property
+    def has_query_model(self) -> bool:
+        """kb search's in-place query encoder reads the first member's (the model is shared)."""
+        return self.members[0].has_query_model
+
+    @property
+    def query_model(self):
+        return self.members[0].query_model
+
+    @property
     def has_reranker(self) -> bool:
         return any(m.has_reranker for m in self.members)
 

@@ -79,7 +79,7 @@ class Index:
             raise
 
     def close(self):
-        for name in ("vectors",):
+        for name in ("vectors", "query_model"):
             self.__dict__.pop(name, None)
         self.artifact.close()
 
@@ -349,15 +349,15 @@ class Index:
             rec = R.chunk_record(block[cid % per], f"text block {cid // per}")
         except CorruptArtifact as e:
             raise CorruptArtifact(f"{self.path}: {e}") from None
-        row = self.chunks[cid]
+        doc, start, end, status = self.chunks[cid].item()[:4]  # one conversion, not one per field
         return StoredChunk(
             chunk_id=int(cid),
             doc_id=rec.doc_id,
-            path=self.doc_path(int(row["doc"])),
+            path=self.doc_path(doc),
             title=rec.title,
             section=rec.section,
-            lines=(int(row["start_line"]), int(row["end_line"])),
-            status=self.meta.statuses[int(row["status"])],
+            lines=(start, end),
+            status=self.meta.statuses[status],
             tags=rec.tags,
             text=rec.text,
         )
@@ -466,6 +466,21 @@ class Index:
         if not np.isfinite(vecs).all():
             raise self._corrupt("a stored vector is not finite")
         return vecs
+
+    @property
+    def has_query_model(self) -> bool:
+        """Whether the artifact carries the in-place query encoder's section (formats/query_model.py)."""
+        return L.MODEL_QUERY in self.artifact.sections
+
+    @cached_property
+    def query_model(self):
+        """The query encoder's validated view of ``model.embed`` and its tokenizer pages. Neither
+        section's whole crc32 is computed: the directory's row-group and page checksums verify
+        what a query reads."""
+        from kb.formats.query_model import QueryModel
+
+        a = self.artifact
+        return QueryModel(a.unchecked(L.MODEL_QUERY), a.unchecked(L.MODEL_EMBED), a.sections[L.MODEL_EMBED].crc32, str(self.path))
 
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
         """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 from kb.common.usage import printable
 
@@ -14,15 +13,15 @@ from .results import SCHEMA_VERSION
 
 def _present(record) -> dict:
     """A record as a dict in field order, without the fields it does not have (None)."""
-    return {name: _plain(v) for name in _field_names(type(record)) if (v := getattr(record, name)) is not None}
+    return {name: _plain(v) for name, v in vars(record).items() if v is not None}  # a dataclass's __init__ sets its fields in order
 
 
-@functools.lru_cache(maxsize=None)
-def _field_names(cls) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
+_SCALARS = frozenset((str, int, float, bool))
 
 
 def _plain(v):
+    if type(v) in _SCALARS:
+        return v
     if isinstance(v, tuple):
         return [_plain(x) for x in v]
     if hasattr(v, "__dataclass_fields__"):

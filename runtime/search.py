@@ -67,11 +67,19 @@ class Query:
 
 
 class Searcher:
-    """Holds an open Index and lazily loaded models; safe to reuse for many queries."""
+    """Holds an open Index and lazily loaded models; safe to reuse for many queries.
 
-    def __init__(self, index, device: str = "auto", compute_type: str = "auto", reranker=None):
+    ``one_shot``: the process answers one search and exits (``kb search``). Its query is then
+    embedded in place (common/query_encoder.py) instead of by CTranslate2, whose load costs a
+    one-shot process 150-300 ms; a long-lived process (kb serve, kb mcp, kb bench) pays that
+    once and then embeds each query faster with CTranslate2's fused kernels.
+    """
+
+    def __init__(self, index, device: str = "auto", compute_type: str = "auto", reranker=None, one_shot: bool = False):
         self.ix = index
         self.ops = ops_of(index)
+        self.one_shot = one_shot
+        self._opening_vectors = None  # one-shot: the thread opening the vector index (``_vector_index``)
         self.device, self.compute_type = device, compute_type
         self._embedder = None
         self._reranker = reranker
@@ -80,16 +88,49 @@ class Searcher:
     # --- models --------------------------------------------------------------------------------
     @property
     def embedder(self):
+        """The query embedder: for a one-shot search, kb's in-place encoder (common/query_encoder.py)
+        when the artifact has its section and no CTranslate2 setting was asked for (``--device
+        cuda`` or a ``--compute-type``); else the CTranslate2 embedder the passages were embedded
+        with."""
         if self._embedder is None:
-            from kb.common.encoders import load_embedder
+            if self.one_shot and self.ix.has_query_model and self.device != "cuda" and self.compute_type == "auto":
+                from kb.common.query_encoder import QueryEncoder
 
-            embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
-            if self.ix.has_vectors and embedder.dim != self.ix.vectors.ndim:
-                from kb.formats.artifact import CorruptArtifact
+                # Its width is the card's dim (QueryEncoder checks), as the vector index's is
+                # (Index.vectors checks): no need to wait for the index here.
+                embedder = QueryEncoder(self.ix.query_model, self.ix.meta.embedder or {})
+            else:
+                from kb.common.encoders import load_embedder
 
-                raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vectors.ndim} dimensions, its embedder {embedder.dim}")
+                embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
+                if self.ix.has_vectors and embedder.dim != self._vector_index().ndim:
+                    from kb.formats.artifact import CorruptArtifact
+
+                    raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vectors.ndim} dimensions, its embedder {embedder.dim}")
             self._embedder = embedder
         return self._embedder
+
+    def _open_vectors_aside(self) -> None:
+        """One-shot: open the vector index (crc32 of its section, the graph check, import usearch)
+        on another thread while this one runs the BM25 leg and embeds the query."""
+        if self.one_shot and self.ix.has_vectors and self._opening_vectors is None and "vectors" not in self.ix.__dict__:
+            import threading
+
+            def open_vectors():
+                try:
+                    self.ix.vectors
+                except Exception:  # noqa: BLE001 - this thread meets it again, and raises it, in _vector_index
+                    pass
+
+            self._opening_vectors = threading.Thread(target=open_vectors, name="kb-open-vectors", daemon=True)
+            self._opening_vectors.start()
+
+    def _vector_index(self):
+        """The vector index, once the thread opening it (if any) is done."""
+        if self._opening_vectors is not None:
+            self._opening_vectors.join()
+            self._opening_vectors = None
+        return self.ix.vectors
 
     def reranker(self):
         """The cross-encoder: given to the Searcher, else the artifact's, else None."""
@@ -220,7 +261,7 @@ class Searcher:
             cosines = (vecs @ qv / np.maximum(np.linalg.norm(vecs, axis=1) * np.linalg.norm(qv), 1e-12)).tolist()
         rows = feature_rows(candidates, legs, cosines)
         probs = predict(backend, rows)
-        return [replace(c, confidence=float(p), features=tuple(float(x) for x in r)) for c, p, r in zip(candidates, probs, rows)]
+        return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates, probs.tolist(), rows.tolist())]
 
     def _run_legs(self, q: Query, o: SearchOptions, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
         """BM25 and dense legs for the query and each rewrite, then the tag leg for entities;
@@ -234,6 +275,8 @@ class Searcher:
         texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
         legs: list[Leg] = []
         qv = None
+        if use_vectors and w_dense > 0 and texts:
+            self._open_vectors_aside()
         for suffix, text, scale in texts:
             if use_bm25 and w_lex > 0:
                 t = time.perf_counter()
@@ -243,6 +286,7 @@ class Searcher:
                 t = time.perf_counter()
                 v = self.embedder.embed_query(text)
                 qv = v if qv is None else qv
+                self._vector_index()
                 legs.append(self.ops.vector_leg(self.ix, "vector" + suffix, v, w_dense * scale, depth, allowed))
                 timings["vector"] = timings.get("vector", 0.0) + _ms(t)
         if q.entities:
