@@ -322,6 +322,11 @@ class Index:
     def doc_of(self, cid: int) -> int:
         return int(self.chunks["doc"][cid])
 
+    def locate(self, cid: int) -> tuple[Index, int]:
+        """(the artifact holding chunk ``cid``, its id there): this one (a set has several,
+        runtime/collection.py)."""
+        return self, cid
+
     # --- chunk text ----------------------------------------------------------------------------
     @cached_property
     def _text_blocks(self) -> L.BlobTable:
@@ -483,3 +488,14 @@ class Index:
             return R.unpack_model_files(self.artifact.section(name), f"model section {name!r}")
         except CorruptArtifact as e:
             raise CorruptArtifact(f"{self.path}: {e}") from None
+
+
+def members_of(ix) -> list[Index]:
+    """The artifacts behind ``ix``: itself, or a set's members (runtime/collection.py)."""
+    return getattr(ix, "members", None) or [ix]
+
+
+def artifact_record(ix) -> dict | list[dict]:
+    """The top-level ``artifact`` of kb's JSON: ``{id, path}``, a list of them for a set."""
+    out = [{"id": m.artifact.id, "path": str(m.path)} for m in members_of(ix)]
+    return out if hasattr(ix, "members") else out[0]
