@@ -7,9 +7,10 @@ the batches are cut by builder/build.py, the same way for every executor, and me
 the same order, so the artifact does not depend on the executor.
 
 The batches matter for the bytes: CTranslate2's output for a text depends on what it is padded
-with (on 2 EPYC cores, MiniLM int8 vectors of one text differ by up to 0.007 between a batch of
-64 and two of 32; the number of threads changes nothing). A Ray worker therefore embeds exactly
-the batches the local build embeds, one Ray Data row per batch, never a batch Ray recomposed.
+with (on a 2-core VM, 2026-11-30, MiniLM int8 vectors of one text differ by up to 0.007 between
+a batch of 64 and two of 32; the number of threads changes nothing). A Ray worker therefore
+embeds exactly the batches the local build embeds, one Ray Data row per batch, never a batch
+Ray recomposed.
 
 Ray is an optional extra (``pip install 'kb-search[distributed]'``) imported only inside
 ``RayExecutor``; the runtime and the frozen ``kb`` never import this module's Ray half.
@@ -82,6 +83,7 @@ class RayExecutor:
         self.ray = import_ray()
         import logging
 
+        check_reachable(address)
         try:
             self.ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING, include_dashboard=False)
         except Exception as e:  # ConnectionError, RuntimeError: no cluster there
@@ -151,6 +153,25 @@ class RayExecutor:
             cause = getattr(e, "cause", None) or e
             why = str(cause).strip().splitlines()[-1][:300] if str(cause).strip() else type(cause).__name__
             raise KbError(f"{what} failed on the Ray cluster: {type(cause).__name__}: {why}") from None
+
+
+# How long kb-build waits for a HOST:PORT cluster to accept a connection before it gives up
+# (ray.init itself retries for minutes, printing a warning every few seconds).
+CONNECT_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail at once, in one line, when a HOST:PORT address does not accept a TCP connection.
+    Other forms (None, "auto", "local", "ray://...") are left to ray.init."""
+    import socket
+
+    host, sep, port = (address or "").rpartition(":")
+    if not sep or not port.isdigit() or "://" in address or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise KbError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}; start it with ray start --head, or check --ray-address") from None
 
 
 def import_ray():

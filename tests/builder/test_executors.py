@@ -65,6 +65,22 @@ def test_a_shard_that_is_not_i_of_n_is_a_usage_error(tmp_path, value):
     assert res.stderr.startswith("kb-build: error: Invalid value for '--shard': ")
 
 
+def test_a_cluster_address_that_refuses_connections_fails_at_once_in_one_line():
+    import socket
+
+    from kb.builder.executors import check_reachable
+    from kb.common.errors import KbError
+
+    with socket.socket() as s:  # a port that was just free and that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(KbError, match=rf"^cannot reach the Ray cluster at 127.0.0.1:{port}: Connection refused; start it with ray start --head, or check --ray-address$"):
+        check_reachable(f"127.0.0.1:{port}")
+    check_reachable(None)  # ray.init decides: a new local instance
+    check_reachable("auto")
+    check_reachable("ray://head:10001")
+
+
 def test_the_default_executor_is_local_and_the_same_bytes_as_an_explicit_one(tmp_path):
     a, b = tmp_path / "a.kb", tmp_path / "b.kb"
     rep = build_hash(SAMPLE, a)

@@ -9,6 +9,7 @@ separate step) or when the model is neither cached nor downloadable."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -116,13 +117,10 @@ def _differing_sections(a: Path, b: Path) -> list[str]:
 def test_a_ray_build_on_two_nodes_is_the_same_bytes_as_the_local_build(tmp_path, cluster, minilm_config):
     local, on_ray = tmp_path / "local.kb", tmp_path / "ray.kb"
     build([SAMPLE], local, minilm_config)
-    (tmp_path / "kb.toml").write_text((SAMPLE / "kb.toml").read_text())
     args = [str(Path(sys.executable).with_name("kb-build")), str(SAMPLE), "-o", str(on_ray), "--config", str(SAMPLE / "kb.toml"),
             "--embedder", "all-MiniLM-L6-v2", "--no-reranker", "--executor", "ray", "--ray-address", cluster, "--json", "-q"]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    import json
-
     report = json.loads(done.stdout)
     assert report["executor"] == "ray"
     assert report["embed_nodes"] == 2  # the head and the second node each held a model
@@ -130,22 +128,23 @@ def test_a_ray_build_on_two_nodes_is_the_same_bytes_as_the_local_build(tmp_path,
     assert hashlib.sha256(on_ray.read_bytes()).hexdigest() == hashlib.sha256(local.read_bytes()).hexdigest()
 
 
-def test_a_ray_build_of_many_shards_is_the_same_bytes_as_the_local_build(tmp_path, cluster, minilm_config):
+def test_a_ray_build_of_many_shards_is_the_same_bytes_as_the_local_build(tmp_path, cluster, minilm_config, monkeypatch):
     """Several chunk + analyze shards (forced small) as Ray tasks merge like the forked ones."""
     from kb.builder import shards
     from kb.builder.executors import RayExecutor
 
+    class CountingRay(RayExecutor):
+        def map_shards(self, fn, cuts, *args):
+            self.shards = len(cuts) - 1
+            return super().map_shards(fn, cuts, *args)
+
+    monkeypatch.setattr(shards, "MIN_SHARD_CHARS", 1000)  # the sample is ~60 kB: a shard per few documents
     local, on_ray = tmp_path / "local.kb", tmp_path / "ray.kb"
-    old = shards.MIN_SHARD_CHARS
-    shards.MIN_SHARD_CHARS = 1000  # the sample is ~60 kB: about a shard per document
+    build([SAMPLE], local, minilm_config, jobs=1)
+    executor = CountingRay(cluster)
     try:
-        build([SAMPLE], local, minilm_config, jobs=1)
-        executor = RayExecutor(cluster)
-        try:
-            rep = build([SAMPLE], on_ray, minilm_config, executor=executor, jobs=8)
-        finally:
-            executor.close()
+        rep = build([SAMPLE], on_ray, minilm_config, executor=executor, jobs=8)
     finally:
-        shards.MIN_SHARD_CHARS = old
-    assert rep.executor == "ray"
+        executor.close()
+    assert rep.executor == "ray" and executor.shards == 8
     assert _differing_sections(local, on_ray) == []
