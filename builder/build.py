@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import hashlib
 import time
 from contextlib import contextmanager
 from collections import Counter, defaultdict
@@ -32,6 +33,7 @@ from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
 from .embedders import AUTO_MODEL, choose_embedder, make_embedder, reranker_files
+from .executors import LocalExecutor
 from .query_model import query_model_section
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
@@ -70,6 +72,9 @@ class BuildReport:
     section_bytes: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
     artifact_bytes: int = 0
+    executor: str = "local"  # where chunk, analyze and embed ran (builder/executors.py)
+    shard: str | None = None  # "i/N" for a --shard build
+    embed_nodes: int = 0  # machines that embedded (a Ray build: the nodes its actors ran on)
 
 
 @dataclass(slots=True)
@@ -129,10 +134,17 @@ def build(
     progress: Progress | None = None,
     jobs: int | None = None,
     follow_symlinks: bool = False,
+    executor=None,
+    shard: tuple[int, int] | None = None,
 ) -> BuildReport:
     """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
-    (default: one per core, at most 8; the artifact is the same for any number)."""
+    (default: one per core, at most 8; the artifact is the same for any number). ``executor``
+    runs the chunk, analyze and embed stages (builder/executors.py; default: here, in ``jobs``
+    forked processes); the artifact is the same for every executor. ``shard=(i, n)`` builds
+    only the documents of shard i of n (``shard_of``)."""
     rep = BuildReport()
+    executor = executor or LocalExecutor(jobs)
+    rep.executor = executor.name
     clock = _clock(rep.seconds)
     progress = progress or (lambda stage, done, total: None)
     # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
@@ -150,6 +162,12 @@ def build(
     docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
     if not docs:
         raise BuildError("nothing to index: no readable documents in the inputs")
+    if shard is not None:
+        whole = len(docs)
+        docs = [d for d in docs if shard_of(d.path, shard[1]) == shard[0]]
+        if not docs:
+            raise BuildError(f"shard {shard[0]}/{shard[1]} holds none of the corpus's {whole} documents; build fewer shards")
+        rep.shard = f"{shard[0]}/{shard[1]}"
     rep.warnings.extend(unmatched_contexts(config.contexts, docs))
     with clock("language"):
         doc_langs = document_languages(docs, config.languages)
@@ -162,8 +180,8 @@ def build(
     analyzer = Analyzer.for_languages(rep.languages).prepare()
     rows, fields = chunk_and_analyze(
         docs, doc_langs, embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer,
-        1 if exact else (jobs or shards.default_jobs()), rep.seconds, progress,
-    )  # fmt: skip
+        LocalExecutor(1) if exact else executor, rep.seconds, progress, jobs,
+    )  # fmt: skip  # exact token counts use the model loaded here: one process
     rep.documents, rep.chunks = len(docs), len(rows)
     with clock("postings"):
         post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)), len(docs))
@@ -174,7 +192,7 @@ def build(
     vectors_bytes = None
     if embedder is not None:
         with clock("embed"):
-            vecs, rep.truncated_chunks = embed_chunks(docs, rows, embedder, progress)
+            vecs, rep.truncated_chunks, rep.embed_nodes = embed_chunks(docs, rows, embedder, progress, executor=executor)
         with clock("hnsw"):
             vectors_bytes = build_hnsw(vecs, config)
         rep.vectors = len(vecs)
@@ -238,6 +256,13 @@ def build(
     return rep
 
 
+def shard_of(path: str, n: int) -> int:
+    """The shard (0..n-1) of the document at ``path``: the first 8 bytes of its path's BLAKE2b
+    digest, little-endian, modulo n. A document's shard depends on its path alone, so adding or
+    removing a document changes only its own shard; documents keep their sorted order in it."""
+    return int.from_bytes(hashlib.blake2b(path.encode("utf-8"), digest_size=8).digest(), "little") % n
+
+
 def unmatched_contexts(contexts: dict, docs: list[Document]) -> list[str]:
     """A warning for each [contexts] prefix no document path starts with. Not an error: the
     kb.toml may describe a folder the corpus does not hold yet; the prefix is kept, unused."""
@@ -266,39 +291,78 @@ def _clock(into: dict):
     return stage
 
 
-def chunk_and_analyze(docs, doc_langs, count, opts, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
-    """The chunk and analyze stages, over document shards in up to ``jobs`` processes
-    (builder/shards.py). ``seconds["chunk"]`` gets the chunking of the first shard, which runs
-    here, and ``seconds["analyze"]`` the rest of the wall time (its analysis, waiting for the
-    other shards, merging), so the stage seconds still add up to the wall time."""
-    cuts = shards.bounds([len(d.text) for d in docs], jobs)
+def chunk_and_analyze(docs, doc_langs, count, opts, analyzer, executor, seconds: dict, progress: Progress, jobs: int | None = None) -> tuple[list[ChunkRow], Fields]:
+    """The chunk and analyze stages, over contiguous document shards on ``executor`` (up to
+    ``jobs`` of them; default: the executor's workers). ``seconds["chunk"]`` gets the chunking
+    of the first shard when it runs here, and ``seconds["analyze"]`` the rest of the wall time
+    (its analysis, waiting for the other shards, merging), so the stage seconds still add up to
+    the wall time."""
+    cuts = shards.bounds([len(d.text) for d in docs], jobs or executor.workers())
     start = time.perf_counter()
+    seconds["chunk"] = 0.0
 
-    def shard(lo: int, hi: int):
-        rows = []
-        for i in range(lo, hi):
-            rows.extend(ChunkRow(i, c) for c in chunk_document(docs[i], count, opts))
-            if lo == 0:
-                progress("chunk", i + 1, len(docs))
-        if lo == 0:
-            seconds["chunk"] = time.perf_counter() - start
-        fields = analyze(docs, rows, analyzer, doc_langs)
-        if lo == 0:
-            return rows, fields
-        # A worker's chunks travel as tuples: pickling them is five times cheaper than dataclasses.
-        return [(r.doc, r.chunk.section, r.chunk.text, r.chunk.start_line, r.chunk.end_line) for r in rows], fields
+    def shard(lo: int, hi: int):  # for a forking executor: runs here (shard 0) or in a fork
+        if lo == 0:  # this process: it reports progress and returns its rows as they are
+            return chunk_shard(docs[:hi], doc_langs[:hi], count, opts, analyzer, lambda i: progress("chunk", i + 1, len(docs)), seconds, start)
+        rows, fields = chunk_shard(docs[lo:hi], doc_langs[lo:hi], count, opts, analyzer)
+        return pack_rows(rows, lo), fields
 
+    job = ShardJob(count, opts, analyzer.languages)
     try:
-        parts = shards.map_shards(shard, cuts)
-    except shards.WorkerDied as e:
+        parts = executor.map_shards(shard, cuts, docs, doc_langs, job)
+    except KbError as e:
         raise BuildError(str(e)) from None
-    rows = parts[0][0]
+    rows = as_rows(parts[0][0])  # shard 0 ran here (ChunkRow) or elsewhere (tuples)
     for packed, _ in parts[1:]:
-        rows.extend(ChunkRow(d, Chunk(section, text, a, b)) for d, section, text, a, b in packed)
+        rows.extend(unpack_rows(packed))
     fields = merge_fields([f for _, f in parts]) if len(parts) > 1 else parts[0][1]
     progress("chunk", len(docs), len(docs))
     seconds["analyze"] = time.perf_counter() - start - seconds["chunk"]
     return rows, fields
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What every chunk + analyze shard needs besides its documents, for an executor that runs
+    shards elsewhere (a Ray task gets this and its shard's documents): the token counter, the
+    [chunking] options, the analyzer's languages (its stemmers do not pickle: rebuilt there)."""
+
+    count: Callable[[list[str]], list[int]]
+    chunking: object  # ChunkOptions
+    languages: tuple[str, ...]
+
+    def run(self, docs, doc_langs, first: int) -> tuple[list[tuple], Fields]:
+        """Chunk and analyze ``docs`` (documents ``first``, ``first + 1``, ... of the build)."""
+        rows, fields = chunk_shard(docs, doc_langs, self.count, self.chunking, Analyzer.for_languages(self.languages).prepare())
+        return pack_rows(rows, first), fields
+
+
+def chunk_shard(docs, doc_langs, count, opts, analyzer, chunked=None, seconds: dict | None = None, start: float = 0.0) -> tuple[list[ChunkRow], Fields]:
+    """Chunk and analyze ``docs`` (whole documents, numbered from 0 here). ``chunked(i)`` is
+    called after document i; ``seconds["chunk"]``, when given, gets the chunking time since
+    ``start``."""
+    rows = []
+    for i, d in enumerate(docs):
+        rows.extend(ChunkRow(i, c) for c in chunk_document(d, count, opts))
+        if chunked is not None:
+            chunked(i)
+    if seconds is not None:
+        seconds["chunk"] = time.perf_counter() - start
+    return rows, analyze(docs, rows, analyzer, doc_langs)
+
+
+def pack_rows(rows: list[ChunkRow], first: int) -> list[tuple]:
+    """Rows as tuples, documents numbered from ``first``: a worker's chunks travel as tuples,
+    pickling them is five times cheaper than dataclasses."""
+    return [(first + r.doc, r.chunk.section, r.chunk.text, r.chunk.start_line, r.chunk.end_line) for r in rows]
+
+
+def unpack_rows(packed: list[tuple]) -> list[ChunkRow]:
+    return [ChunkRow(d, Chunk(section, text, a, b)) for d, section, text, a, b in packed]
+
+
+def as_rows(rows: list) -> list[ChunkRow]:
+    return rows if not rows or isinstance(rows[0], ChunkRow) else unpack_rows(rows)
 
 
 def _card(files: dict[str, bytes] | None) -> dict | None:
@@ -522,8 +586,10 @@ def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:
     return "\n".join(head) + "\n\n" + chunk.text
 
 
-def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress: Progress, batch: int = 64) -> tuple[np.ndarray, int]:
-    """Embeddings of every chunk, and how many chunks exceed the model's window."""
+def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress: Progress, batch: int = 64, executor=None) -> tuple[np.ndarray, int, int]:
+    """Embeddings of every chunk, how many chunks exceed the model's window, and how many
+    machines embedded. The batches are cut here, the same for every executor: a text's vector
+    depends on its batch's padding."""
     texts = []
     prev = -1
     for r in rows:
@@ -531,14 +597,12 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
         prev = r.doc
     # Sort by length so batches hold similar lengths (less padding), then restore order.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    cuts = [order[s : s + batch] for s in range(0, len(order), batch)]
+    result = (executor or LocalExecutor()).embed([[texts[i] for i in idx] for idx in cuts], embedder, progress)
     out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    for s in range(0, len(order), batch):
-        idx = order[s : s + batch]
-        out[idx] = embedder.embed([texts[i] for i in idx])
-        progress("embed", min(s + batch, len(order)), len(order))
-    window = embedder.max_tokens - 2  # [CLS] and [SEP]
-    truncated = sum(n > window for n in embedder.count_tokens(texts))
-    return out, truncated
+    for idx, vecs in zip(cuts, result.vectors):
+        out[idx] = vecs
+    return out, result.truncated, result.nodes
 
 
 def build_hnsw(vecs: np.ndarray, config: BuildConfig) -> bytes:

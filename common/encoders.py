@@ -257,15 +257,15 @@ def register_backend(name: str, factory) -> None:
     _BACKENDS[name] = factory
 
 
-def load_embedder(files: dict[str, bytes], device: str = "auto", compute_type: str = "auto"):
-    """The embedder a model section (or a converted folder) holds."""
+def load_embedder(files: dict[str, bytes], device: str = "auto", compute_type: str = "auto", threads: int = 0):
+    """The embedder a model section (or a converted folder) holds; ``threads`` as CT2Embedder's."""
     try:
         card = json.loads(bytes(files["kb_model.json"]))
         backend = card.get("backend", "ctranslate2")
     except (KeyError, ValueError, AttributeError):
         raise ModelError("kb_model.json is missing or invalid; rebuild the index with kb-build") from None
     if backend == "ctranslate2":
-        return CT2Embedder(files, device=device, compute_type=compute_type)
+        return CT2Embedder(files, device=device, compute_type=compute_type, threads=threads)
     factory = _BACKENDS.get(backend)
     if factory is None:  # an artifact from a kb that has it (exit 4, like a format this kb does not read)
         raise UnsupportedVersion(f"embedder backend {backend!r} is not available in this kb; upgrade kb, or rebuild the index with this kb-build")
