@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from kb.common.errors import KbError
+from kb.common.errors import KbError, UsageError
 from kb.formats import layout as L
 from kb.formats import records as R
 from kb.formats import roaring
@@ -35,6 +35,7 @@ from .embedders import AUTO_MODEL, choose_embedder, make_embedder, reranker_file
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
+from .vectors import GivenVectors, check_dim, check_rows, check_values, open_vectors, source_of, whole_chunk
 
 Progress = Callable[[str, int, int], None]
 ZSTD_LEVEL = R.ZSTD_LEVEL  # text blocks compress like the manifest
@@ -121,18 +122,28 @@ def build(
     progress: Progress | None = None,
     jobs: int | None = None,
     follow_symlinks: bool = False,
+    vectors: Path | None = None,
 ) -> BuildReport:
     """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
-    (default: one per core, at most 8; the artifact is the same for any number)."""
+    (default: one per core, at most 8; the artifact is the same for any number). ``vectors``: a
+    .npy whose row i is the vector of record i of the one ``jsonl`` file (builder/vectors.py);
+    each record is then one chunk, and ``config.embedding_model`` names the model that made them."""
     rep = BuildReport()
     clock = _clock(rep.seconds)
     progress = progress or (lambda stage, done, total: None)
     # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
     rerank_choice = "none" if config.reranker == "default" and config.embedding_model == "none" else config.reranker
     rerank_files = reranker_files(rerank_choice)  # a bad --reranker fails before any work
+    given = None
+    if vectors is not None:
+        with clock("vectors"):
+            given, embedder = _given_vectors(Path(vectors), roots, jsonl, config, embedder)
 
     with clock("read"):
         corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)}, follow_symlinks=follow_symlinks)
+    if given is not None:
+        check_rows(given, corpus.records, Path(jsonl[0]))
+        corpus.sources.append(source_of(given, corpus.root))
     rep.files_read = len(corpus.sources)
     rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
     rep.excluded = corpus.excluded
@@ -151,10 +162,9 @@ def build(
         embedder = make_embedder(model, config.quantization)
     exact = config.chunking.exact_tokens and embedder is not None
     analyzer = Analyzer.for_languages(rep.languages).prepare()
-    rows, fields = chunk_and_analyze(
-        docs, doc_langs, embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer,
-        1 if exact else (jobs or shards.default_jobs()), rep.seconds, progress,
-    )  # fmt: skip
+    count = embedder.count_tokens if exact else estimate_tokens
+    chunker = whole_chunk if given is not None else functools.partial(chunk_document, count=count, opts=config.chunking)
+    rows, fields = chunk_and_analyze(docs, doc_langs, chunker, analyzer, 1 if exact else (jobs or shards.default_jobs()), rep.seconds, progress)
     rep.documents, rep.chunks = len(docs), len(rows)
     with clock("postings"):
         post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)))
@@ -163,9 +173,13 @@ def build(
     if embedder is None:
         embedder = make_embedder(model, config.quantization)  # loaded after the forked stages, so no model is forked
     vectors_bytes = None
-    if embedder is not None:
+    if given is not None:
+        with clock("vectors"):
+            vecs = given.take(np.fromiter((docs[r.doc].record for r in rows), dtype=np.int64, count=len(rows)))
+    elif embedder is not None:
         with clock("embed"):
             vecs, rep.truncated_chunks = embed_chunks(docs, rows, embedder, progress)
+    if embedder is not None:
         with clock("hnsw"):
             vectors_bytes = build_hnsw(vecs, config)
         rep.vectors = len(vecs)
@@ -220,6 +234,22 @@ def build(
     return rep
 
 
+def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> tuple[GivenVectors, object]:
+    """The checked ``--vectors`` array and the model that made them (loaded here: its width is
+    checked before any other work). Every refusal is a usage error."""
+    if roots or len(jsonl) != 1:
+        raise UsageError("--vectors needs exactly one --jsonl FILE and no CORPUS folder: row i of the array is the vector of record i of that file")
+    if config.embedding_model == AUTO_MODEL:
+        raise UsageError("--vectors needs --embedder NAME, the model that made the vectors (it embeds the queries)")
+    if config.embedding_model == "none":
+        raise UsageError("--vectors needs the model that made them; --embedder none builds no vectors")
+    given = open_vectors(path)
+    embedder = embedder or make_embedder(config.embedding_model, config.quantization)
+    check_dim(given, config.embedding_model, embedder.dim)
+    check_values(given)
+    return given, embedder
+
+
 def _clock(into: dict):
     """``with clock("stage"):`` adds the block's wall time to ``into["stage"]``."""
 
@@ -234,9 +264,9 @@ def _clock(into: dict):
     return stage
 
 
-def chunk_and_analyze(docs, doc_langs, count, opts, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
+def chunk_and_analyze(docs, doc_langs, chunker, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
     """The chunk and analyze stages, over document shards in up to ``jobs`` processes
-    (builder/shards.py). ``seconds["chunk"]`` gets the chunking of the first shard, which runs
+    (builder/shards.py); ``chunker`` cuts one document into its chunks. ``seconds["chunk"]`` gets the chunking of the first shard, which runs
     here, and ``seconds["analyze"]`` the rest of the wall time (its analysis, waiting for the
     other shards, merging), so the stage seconds still add up to the wall time."""
     cuts = shards.bounds([len(d.text) for d in docs], jobs)
@@ -245,7 +275,7 @@ def chunk_and_analyze(docs, doc_langs, count, opts, analyzer, jobs: int, seconds
     def shard(lo: int, hi: int):
         rows = []
         for i in range(lo, hi):
-            rows.extend(ChunkRow(i, c) for c in chunk_document(docs[i], count, opts))
+            rows.extend(ChunkRow(i, c) for c in chunker(docs[i]))
             if lo == 0:
                 progress("chunk", i + 1, len(docs))
         if lo == 0:

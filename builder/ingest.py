@@ -16,7 +16,7 @@ import re
 import stat
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kb.common.errors import UsageError
@@ -45,6 +45,7 @@ class Document:
     tags: tuple[str, ...] = ()
     status: str | None = None
     description: str = ""
+    record: int | None = None  # JSON Lines: the record's index among its file's non-blank lines (its --vectors row)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Corpus:
     skipped: list[Skipped] = field(default_factory=list)
     sources: list[SourceFile] = field(default_factory=list)
     excluded: int = 0  # files left out by --include/--exclude, on purpose
+    records: int = 0  # JSON Lines records (non-blank lines) read, skipped ones included, all files together
 
 
 class InputError(UsageError):
@@ -530,9 +532,12 @@ def _read_jsonl(corpus: Corpus, path: Path, max_file_bytes: int) -> None:
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: JSON Lines file is not UTF-8 (byte {e.start})") from None
     seen: set[str] = set()
+    record = -1
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
+        record += 1
+        corpus.records += 1
         where = f"{name}:{lineno}"
         if len(line) > max_file_bytes:
             corpus.skipped.append(Skipped(where, f"too large ({len(line)} bytes > {max_file_bytes})"))
@@ -543,7 +548,7 @@ def _read_jsonl(corpus: Corpus, path: Path, max_file_bytes: int) -> None:
             corpus.skipped.append(Skipped(where, str(e)))
             continue
         seen.add(doc.doc_id)
-        corpus.documents.append(doc)
+        corpus.documents.append(replace(doc, record=record))
 
 
 def jsonl_record(line: str, name: str, seen=frozenset()) -> Document:
