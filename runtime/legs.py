@@ -61,15 +61,27 @@ def top_vector(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndar
     n_allowed = int(allowed.sum())
     if n_allowed == 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    index = ix.vectors
     if n_allowed <= EXACT_VECTOR_MAX and n_allowed < ix.n_chunks:
-        ids = np.flatnonzero(allowed)
-        vecs = ix.vectors_of(ids)
-        norms = np.linalg.norm(vecs, axis=1)
-        sims = vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)
-        order = np.lexsort((ids, -sims))[:k]
-        return ids[order], sims[order].astype(np.float64)
-    count = min(ix.n_chunks, max(k, int(k * ix.n_chunks / n_allowed * 1.5)))
+        return exact_top(ix, qv, k, allowed)
+    return hnsw_top(ix, qv, k, allowed, n_allowed)
+
+
+def exact_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` of ``allowed`` by exact cosine over their stored vectors (ties by chunk id)."""
+    ids = np.flatnonzero(allowed)
+    vecs = ix.vectors_of(ids)
+    norms = np.linalg.norm(vecs, axis=1)
+    sims = vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)
+    order = np.lexsort((ids, -sims))[:k]
+    return ids[order], sims[order].astype(np.float64)
+
+
+def hnsw_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray, n_allowed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` of ``allowed`` through the HNSW index: fetch enough neighbours that ``k`` of them
+    are likely allowed, and widen the search until they are (or the index is exhausted)."""
+    index = ix.vectors
+    n_allowed = int(allowed.sum()) if n_allowed is None else n_allowed
+    count = min(ix.n_chunks, max(k, int(k * ix.n_chunks / max(n_allowed, 1) * 1.5)))
     while True:
         m = index.search(qv, count)
         keys = np.asarray(m.keys, dtype=np.int64)
