@@ -1,8 +1,11 @@
 """The build pipeline: read -> chunk -> analyze -> postings -> embed -> hnsw -> tags -> text -> write.
 
-Each stage is a function from data to data; I/O happens only in the read stage and in the final
-atomic write. Everything written is derived deterministically from the inputs: sorted
-vocabularies, stable chunk ids (documents sorted by path, chunks in document order), a
+Each stage is a function from data to data; input is read only in the read stage and output
+written only by the final atomic write, through scratch files beside it: the documents, the
+text blocks and the vector index are spilled as they are made (builder/store.py,
+builder/stream.py), so memory is set by the HNSW graph, the postings stage and one window of
+documents, not by the text. Everything written is derived deterministically from the inputs:
+sorted vocabularies, stable chunk ids (documents sorted by path, chunks in document order), a
 single-threaded HNSW build, and no wall-clock time in the artifact.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 import functools
 import gc
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from collections import Counter, defaultdict
 from itertools import chain, count
 from dataclasses import dataclass, field
@@ -25,7 +28,7 @@ from kb.formats import layout as L
 from kb.formats import records as R
 from kb.formats import roaring
 from kb.formats.analyzer import STOP_MARK, Analyzer
-from kb.formats.artifact import FORMAT_VERSION, SectionData, write_artifact
+from kb.formats.artifact import FORMAT_VERSION, Scratch, SectionData, remove_stale_temporaries, write_artifact
 from kb.formats.version import KB_VERSION
 
 from . import shards
@@ -35,19 +38,11 @@ from .embedders import AUTO_MODEL, choose_embedder, make_embedder, reranker_file
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
+from .store import DocumentStore
+from .stream import ChunkColumns, TextBlocks, VectorIndex, windows
 from .vectors import GivenVectors, check_dim, check_rows, check_values, open_vectors, source_of, whole_chunk
 
 Progress = Callable[[str, int, int], None]
-ZSTD_LEVEL = R.ZSTD_LEVEL  # text blocks compress like the manifest
-ZSTD_DICT_BYTES = 32 * 1024  # at most; a dictionary is about a tenth of the text it is trained on
-ZSTD_DICT_MIN_BYTES = 4 * 1024  # below this a dictionary does not pay for its own bytes
-ZSTD_DICT_MIN_SAMPLES = 64  # below this, training fails or does not pay
-# Fixed COVER parameters (segment size k, d-mer size d): letting zstd search for them cost ~5 s
-# on 3.6k Hugo chunks; k=256, d=8 trains in 0.1 s and compresses within 1% of the searched best.
-ZSTD_DICT_K, ZSTD_DICT_D = 256, 8
-# Train on every n-th record, at most about 100x the dictionary's size (zstd's rule of thumb):
-# on SciFact's 8.9 MB of records that trains in 0.11 s instead of 0.32 s, for 0.45% more bytes.
-ZSTD_DICT_SAMPLE_FACTOR = 100
 
 
 class BuildError(KbError):
@@ -127,116 +122,147 @@ def build(
     """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
     (default: one per core, at most 8; the artifact is the same for any number). ``vectors``: a
     .npy whose row i is the vector of record i of the one ``jsonl`` file (builder/vectors.py);
-    each record is then one chunk, and ``config.embedding_model`` names the model that made them."""
+    each record is then one chunk, and ``config.embedding_model`` names the model that made them.
+
+    Documents are spilled to a scratch file as they are read and taken back a window at a time
+    (builder/stream.py); text blocks and the vector index are spilled too and copied into the
+    artifact by the final write. Scratch files lie beside ``out``; they are removed when the
+    build ends, and a killed build's by the next build of ``out``."""
     rep = BuildReport()
     clock = _clock(rep.seconds)
     progress = progress or (lambda stage, done, total: None)
     # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
     rerank_choice = "none" if config.reranker == "default" and config.embedding_model == "none" else config.reranker
     rerank_files = reranker_files(rerank_choice)  # a bad --reranker fails before any work
-    given = None
+    given = model_files = None
     if vectors is not None:
         with clock("vectors"):
-            given, embedder = _given_vectors(Path(vectors), roots, jsonl, config, embedder)
+            given, model_files = _given_vectors(Path(vectors), roots, jsonl, config, embedder)
+    out = Path(out)
+    remove_stale_temporaries(out)  # a killed build's scratch files
+    with ExitStack() as stack:
+        scratch = lambda: stack.enter_context(Scratch(out))  # noqa: E731
+        store = DocumentStore(scratch())
+        stack.callback(store.close)
+        with clock("read"):
+            corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={out}, follow_symlinks=follow_symlinks, documents=store)
+            store.seal()
+        if given is not None:
+            check_rows(given, corpus.records, Path(jsonl[0]))
+            corpus.sources.append(source_of(given, corpus.root))
+        rep.files_read = len(corpus.sources)
+        rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
+        rep.excluded = corpus.excluded
+        if strict and corpus.skipped:
+            first = corpus.skipped[0]
+            raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
+        if not len(store):
+            raise BuildError("nothing to index: no readable documents in the inputs")
+        with clock("language"):
+            doc_langs = document_languages(store, config.languages)
+        rep.languages = dict(sorted(Counter(doc_langs).items()))
+        model = choose_embedder(rep.languages) if config.embedding_model == AUTO_MODEL else config.embedding_model
+        rep.embedder = model
+        if given is None and embedder is None:
+            embedder = make_embedder(model, config.quantization)  # None for "none"
+        if given is None and embedder is not None:
+            model_files = embedder.files()
+        analyzer = Analyzer.for_languages(rep.languages).prepare()
+        count = embedder.count_tokens if config.chunking.exact_tokens and embedder is not None else estimate_tokens
+        chunker = whole_chunk if given is not None else functools.partial(chunk_document, count=count, opts=config.chunking)
+        # Workers are forked only when no model is loaded here (a build that embeds is bound by
+        # the embedding: its chunking and analysis are about 1% of its time).
+        jobs = 1 if given is None and embedder is not None else (jobs or shards.default_jobs())
+        columns = ChunkColumns(config.statuses, config.default_status, config.tags)
+        text = TextBlocks(scratch(), scratch())
+        index = None if model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors)
+        merged = FieldsMerger()
+        for lo, hi in windows(store.text_sizes()):
+            with clock("read"):
+                docs = [store[i] for i in range(lo, hi)]
+            rows, fields = chunk_and_analyze(docs, doc_langs[lo:hi], chunker, analyzer, jobs, rep.seconds, _shifted(progress, lo, len(store)))
+            merged.add(fields)
+            del fields
+            with clock("tags"):
+                first_chunk = len(columns)
+                columns.add(docs, rows, lo)
+            with clock("text"):
+                text.add(docs, rows)
+            if given is not None:
+                with clock("vectors"):
+                    vecs = given.take(np.fromiter((docs[r.doc].record for r in rows), dtype=np.int64, count=len(rows)))
+            elif embedder is not None:
+                with clock("embed"):
+                    vecs, truncated = embed_chunks(docs, rows, embedder, _shifted(progress, first_chunk, first_chunk + len(rows)))
+                rep.truncated_chunks += truncated
+            if index is not None:
+                with clock("hnsw"):
+                    index.add(vecs)
+            del docs, rows
+        rep.documents, rep.chunks = len(store), len(columns)
+        fields = merged.result()
+        with clock("postings"):
+            post = build_postings(fields, config, columns.chunk_doc())
+        del fields, merged
+        rep.terms = len(post.terms)
+        vectors_data = None
+        if index is not None:
+            with clock("hnsw"):
+                vectors_data = index.save(scratch())
+            rep.vectors = index.count
+        with clock("tags"):
+            statuses, status_bitmaps, tag_names, tag_bitmaps = columns.filters()
+        rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in columns.unknown)
+        with clock("text"):
+            zdict, blocks = text.finish()
 
-    with clock("read"):
-        corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)}, follow_symlinks=follow_symlinks)
-    if given is not None:
-        check_rows(given, corpus.records, Path(jsonl[0]))
-        corpus.sources.append(source_of(given, corpus.root))
-    rep.files_read = len(corpus.sources)
-    rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
-    rep.excluded = corpus.excluded
-    if strict and corpus.skipped:
-        first = corpus.skipped[0]
-        raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
-    docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
-    if not docs:
-        raise BuildError("nothing to index: no readable documents in the inputs")
-    with clock("language"):
-        doc_langs = document_languages(docs, config.languages)
-    rep.languages = dict(sorted(Counter(doc_langs).items()))
-    model = choose_embedder(rep.languages) if config.embedding_model == AUTO_MODEL else config.embedding_model
-    rep.embedder = model
-    if embedder is None and config.chunking.exact_tokens:
-        embedder = make_embedder(model, config.quantization)
-    exact = config.chunking.exact_tokens and embedder is not None
-    analyzer = Analyzer.for_languages(rep.languages).prepare()
-    count = embedder.count_tokens if exact else estimate_tokens
-    chunker = whole_chunk if given is not None else functools.partial(chunk_document, count=count, opts=config.chunking)
-    rows, fields = chunk_and_analyze(docs, doc_langs, chunker, analyzer, 1 if exact else (jobs or shards.default_jobs()), rep.seconds, progress)
-    rep.documents, rep.chunks = len(docs), len(rows)
-    with clock("postings"):
-        post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)))
-    rep.terms = len(post.terms)
-
-    if embedder is None:
-        embedder = make_embedder(model, config.quantization)  # loaded after the forked stages, so no model is forked
-    vectors_bytes = None
-    if given is not None:
-        with clock("vectors"):
-            vecs = given.take(np.fromiter((docs[r.doc].record for r in rows), dtype=np.int64, count=len(rows)))
-    elif embedder is not None:
-        with clock("embed"):
-            vecs, rep.truncated_chunks = embed_chunks(docs, rows, embedder, progress)
-    if embedder is not None:
-        with clock("hnsw"):
-            vectors_bytes = build_hnsw(vecs, config)
-        rep.vectors = len(vecs)
-
-    with clock("tags"):
-        statuses, status_bitmaps, tag_names, tag_bitmaps, unknown = build_filters(docs, rows, config)
-    rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in unknown)
-
-    with clock("text"):
-        zdict, blocks = build_text_blocks(docs, rows)
-
-    embed_card = None if embedder is None else _card(embedder.files())
-    rerank_card = _card(rerank_files)
-    meta = R.Meta(
-        kb_version=KB_VERSION,
-        format_version=FORMAT_VERSION,
-        counts=R.Counts(len(docs), len(rows), len(post.terms), rep.vectors),
-        analyzer=analyzer.params() | {"documents": rep.languages},
-        bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if len(rows) else 0.0},
-        embedder=embed_card,
-        reranker=rerank_card,
-        vectors={"metric": "cos", **vars(config.vectors)} if embedder is not None else None,
-        tag_names=tuple(tag_names),
-        tag_descriptions={t: config.tags.get(t, "") for t in tag_names},
-        statuses=tuple(statuses),
-        excluded_statuses=tuple(config.excluded_statuses),
-        search=config.search,
-        text_block=L.TEXT_BLOCK,
-        source="jsonl" if jsonl and not roots else "files",
-    )
-    manifest = R.Manifest(
-        root=corpus.root,
-        kb_version=KB_VERSION,
-        config=config.to_dict(),
-        config_file=config.source,
-        sources=tuple(R.Source(s.path, s.size, s.mtime_ns, s.sha256) for s in sorted(corpus.sources, key=lambda s: s.path)),
-        jsonl=tuple(Path(j).name for j in jsonl),
-        skipped=tuple((s.path, s.reason) for s in corpus.skipped),
-        excluded=corpus.excluded,
-        include=tuple(include),
-        exclude=tuple(exclude),
-        models={"embedder": embed_card, "reranker": rerank_card},
-        analyzer=analyzer.params() | {"documents": rep.languages},
-        file_types=tuple(sorted(SOURCE_EXTENSIONS)),
-    )
-    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder)
-    if rerank_files is not None:
-        sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
-    with clock("write"):
-        rep.artifact_bytes = write_artifact(out, sections)
-    rep.section_bytes = {s.name: len(s.data) for s in sections}
+        embed_card = _card(model_files)
+        rerank_card = _card(rerank_files)
+        meta = R.Meta(
+            kb_version=KB_VERSION,
+            format_version=FORMAT_VERSION,
+            counts=R.Counts(rep.documents, rep.chunks, len(post.terms), rep.vectors),
+            analyzer=analyzer.params() | {"documents": rep.languages},
+            bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0},
+            embedder=embed_card,
+            reranker=rerank_card,
+            vectors={"metric": "cos", **vars(config.vectors)} if model_files is not None else None,
+            tag_names=tuple(tag_names),
+            tag_descriptions={t: config.tags.get(t, "") for t in tag_names},
+            statuses=tuple(statuses),
+            excluded_statuses=tuple(config.excluded_statuses),
+            search=config.search,
+            text_block=L.TEXT_BLOCK,
+            source="jsonl" if jsonl and not roots else "files",
+        )
+        manifest = R.Manifest(
+            root=corpus.root,
+            kb_version=KB_VERSION,
+            config=config.to_dict(),
+            config_file=config.source,
+            sources=tuple(R.Source(s.path, s.size, s.mtime_ns, s.sha256) for s in sorted(corpus.sources, key=lambda s: s.path)),
+            jsonl=tuple(Path(j).name for j in jsonl),
+            skipped=tuple((s.path, s.reason) for s in corpus.skipped),
+            excluded=corpus.excluded,
+            include=tuple(include),
+            exclude=tuple(exclude),
+            models={"embedder": embed_card, "reranker": rerank_card},
+            analyzer=analyzer.params() | {"documents": rep.languages},
+            file_types=tuple(sorted(SOURCE_EXTENSIONS)),
+        )
+        sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_data, model_files)
+        if rerank_files is not None:
+            sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
+        with clock("write"):
+            rep.artifact_bytes = write_artifact(out, sections)
+        rep.section_bytes = {s.name: s.size for s in sections}
     return rep
 
 
-def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> tuple[GivenVectors, object]:
-    """The checked ``--vectors`` array and the model that made them (loaded here: its width is
-    checked before any other work). Every refusal is a usage error."""
+def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> tuple[GivenVectors, dict[str, bytes]]:
+    """The checked ``--vectors`` array and the files of the model that made them (loaded here to
+    check its width before any other work, and let go: nothing is embedded at build time).
+    Every refusal is a usage error."""
     if roots or len(jsonl) != 1:
         raise UsageError("--vectors needs exactly one --jsonl FILE and no CORPUS folder: row i of the array is the vector of record i of that file")
     if config.embedding_model == AUTO_MODEL:
@@ -244,10 +270,15 @@ def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> t
     if config.embedding_model == "none":
         raise UsageError("--vectors needs the model that made them; --embedder none builds no vectors")
     given = open_vectors(path)
-    embedder = embedder or make_embedder(config.embedding_model, config.quantization)
-    check_dim(given, config.embedding_model, embedder.dim)
+    model = embedder or make_embedder(config.embedding_model, config.quantization)
+    check_dim(given, config.embedding_model, model.dim)
     check_values(given)
-    return given, embedder
+    return given, model.files()
+
+
+def _shifted(progress: Progress, done: int, total: int) -> Progress:
+    """``progress`` for a window: its counts start at ``done`` and end at ``total``."""
+    return lambda stage, d, t: progress(stage, done + d, total)
 
 
 def _clock(into: dict):
@@ -265,12 +296,14 @@ def _clock(into: dict):
 
 
 def chunk_and_analyze(docs, doc_langs, chunker, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
-    """The chunk and analyze stages, over document shards in up to ``jobs`` processes
-    (builder/shards.py); ``chunker`` cuts one document into its chunks. ``seconds["chunk"]`` gets the chunking of the first shard, which runs
-    here, and ``seconds["analyze"]`` the rest of the wall time (its analysis, waiting for the
-    other shards, merging), so the stage seconds still add up to the wall time."""
+    """The chunk and analyze stages of a window, over document shards in up to ``jobs`` processes
+    (builder/shards.py); ``chunker`` cuts one document into its chunks. ``seconds["chunk"]``
+    gets the chunking of the first shard, which runs here, and ``seconds["analyze"]`` the rest of
+    the wall time (its analysis, waiting for the other shards, merging), so the stage seconds
+    still add up to the wall time."""
     cuts = shards.bounds([len(d.text) for d in docs], jobs)
     start = time.perf_counter()
+    chunked = {}
 
     def shard(lo: int, hi: int):
         rows = []
@@ -279,7 +312,7 @@ def chunk_and_analyze(docs, doc_langs, chunker, analyzer, jobs: int, seconds: di
             if lo == 0:
                 progress("chunk", i + 1, len(docs))
         if lo == 0:
-            seconds["chunk"] = time.perf_counter() - start
+            chunked["seconds"] = time.perf_counter() - start
         fields = analyze(docs, rows, analyzer, doc_langs)
         if lo == 0:
             return rows, fields
@@ -295,7 +328,8 @@ def chunk_and_analyze(docs, doc_langs, chunker, analyzer, jobs: int, seconds: di
         rows.extend(ChunkRow(d, Chunk(section, text, a, b)) for d, section, text, a, b in packed)
     fields = merge_fields([f for _, f in parts]) if len(parts) > 1 else parts[0][1]
     progress("chunk", len(docs), len(docs))
-    seconds["analyze"] = time.perf_counter() - start - seconds["chunk"]
+    seconds["chunk"] = seconds.get("chunk", 0.0) + chunked["seconds"]
+    seconds["analyze"] = seconds.get("analyze", 0.0) + time.perf_counter() - start - chunked["seconds"]
     return rows, fields
 
 
@@ -395,31 +429,52 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_
     )
 
 
+class FieldsMerger:
+    """One Fields from the analyses of consecutive chunk ranges, added in order: vocabularies
+    unioned, term ids, pieces and chunks renumbered as each part arrives (only distinct terms go
+    through Python; the rest is numpy). ``result`` joins the parts into arrays allocated once,
+    freeing each part as it is copied, so joining costs one part more than the result."""
+
+    def __init__(self):
+        self._seen = defaultdict(count().__next__)
+        self._parts: list[tuple] = []
+        self._chunks = self._pieces = self._tokens = 0
+
+    def add(self, f: Fields) -> None:
+        known = len(self._seen)
+        remap = np.fromiter(map(self._seen.__getitem__, f.vocabulary), dtype=np.int64, count=len(f.vocabulary))
+        self._parts.append((
+            f.hashes[remap >= known],  # the terms this part adds, in the order they got ids
+            np.append(remap, -1).astype(np.int32)[f.ids],  # -1 (a dropped stopword) stays -1
+            f.offsets[1:] + self._tokens,
+            f.use_chunk + self._chunks,
+            f.use_piece + self._pieces,
+            f.use_field,
+        ))  # fmt: skip
+        self._chunks += f.chunks
+        self._pieces += len(f.offsets) - 1
+        self._tokens += int(f.offsets[-1])
+
+    def result(self) -> Fields:
+        parts, self._parts = self._parts, []
+        sizes = [[len(a) for a in p] for p in parts]
+        joined = [np.empty(sum(s[k] for s in sizes) + (k == 2), dtype=np.int32 if k == 1 else np.int8 if k == 5 else np.uint64 if k == 0 else np.int64) for k in range(6)]
+        joined[2][0] = 0
+        at = [0, 0, 1, 0, 0, 0]
+        while parts:
+            for k, a in enumerate(parts.pop(0)):
+                joined[k][at[k] : at[k] + len(a)] = a
+                at[k] += len(a)
+        hashes, ids, offsets, use_chunk, use_piece, use_field = joined
+        return Fields(list(self._seen), hashes.astype("<u8", copy=False), ids, offsets, use_chunk, use_piece, use_field, self._chunks)
+
+
 def merge_fields(parts: list[Fields]) -> Fields:
-    """One Fields from the analyses of consecutive shards: vocabularies unioned, term ids,
-    pieces and chunks renumbered. Only distinct terms go through Python; the rest is numpy."""
-    seen = defaultdict(count().__next__)
-    hashes, ids, offsets, use_chunk, use_piece = [], [], [np.zeros(1, np.int64)], [], []
-    chunks = pieces = tokens = 0
+    """One Fields from the analyses of consecutive shards (FieldsMerger)."""
+    merger = FieldsMerger()
     for f in parts:
-        known = len(seen)
-        remap = np.fromiter(map(seen.__getitem__, f.vocabulary), dtype=np.int64, count=len(f.vocabulary))
-        hashes.append(f.hashes[remap >= known])  # the terms this shard adds, in the order they got ids
-        ids.append(np.append(remap, -1).astype(np.int32)[f.ids])  # -1 (a dropped stopword) stays -1
-        offsets.append(f.offsets[1:] + tokens)
-        use_chunk.append(f.use_chunk + chunks)
-        use_piece.append(f.use_piece + pieces)
-        chunks, pieces, tokens = chunks + f.chunks, pieces + len(f.offsets) - 1, tokens + int(f.offsets[-1])
-    return Fields(
-        list(seen),
-        np.concatenate(hashes),
-        np.concatenate(ids),
-        np.concatenate(offsets),
-        np.concatenate(use_chunk),
-        np.concatenate(use_piece),
-        np.concatenate([f.use_field for f in parts]),
-        chunks,
-    )
+        merger.add(f)
+    return merger.result()
 
 
 def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None) -> Postings:
@@ -521,84 +576,14 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
     return out, truncated
 
 
-def build_hnsw(vecs: np.ndarray, config: BuildConfig) -> bytes:
-    from usearch.index import Index
-
-    v = config.vectors
-    index = Index(
-        ndim=vecs.shape[1],
-        metric="cos",
-        dtype=v.dtype,
-        connectivity=v.connectivity,
-        expansion_add=v.expansion_add,
-        expansion_search=v.expansion_search,
-    )
-    if len(vecs):
-        index.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=1)  # one thread: deterministic graph
-    return bytes(index.save())
-
-
-def build_filters(docs: list[Document], rows: list[ChunkRow], config: BuildConfig):
-    from pyroaring import BitMap
-
-    statuses = list(config.statuses)
-    unknown = []
-    status_ids: dict[str, list[int]] = {s: [] for s in statuses}
-    tag_ids: dict[str, list[int]] = {t: [] for t in config.tags}
-    for cid, r in enumerate(rows):
-        d = docs[r.doc]
-        st = d.status or config.default_status
-        if st not in status_ids:
-            status_ids[st] = []
-            statuses.append(st)
-            unknown.append(st)
-        status_ids[st].append(cid)
-        for t in d.tags:
-            tag_ids.setdefault(t, []).append(cid)
-    tag_names = sorted(tag_ids)
-    status_bitmaps = [BitMap(status_ids[s]).serialize() for s in statuses]
-    tag_bitmaps = [BitMap(tag_ids[t]).serialize() for t in tag_names]
-    return statuses, status_bitmaps, tag_names, tag_bitmaps, unknown
-
-
-def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes, list[bytes]]:
-    import zstandard
-
-    records = [R.pack_chunk_record(R.ChunkRecord(r.chunk.text, r.chunk.section, docs[r.doc].title, docs[r.doc].doc_id, docs[r.doc].tags)) for r in rows]
-    raw_blocks = [R.pack_text_block(records[i : i + L.TEXT_BLOCK]) for i in range(0, len(records), L.TEXT_BLOCK)]
-    zdict = b""
-    total = sum(map(len, records))
-    dict_bytes = min(ZSTD_DICT_BYTES, total // 10)
-    if len(records) >= ZSTD_DICT_MIN_SAMPLES and dict_bytes >= ZSTD_DICT_MIN_BYTES:
-        try:
-            step = max(1, -(-total // (ZSTD_DICT_SAMPLE_FACTOR * dict_bytes)))
-            d = zstandard.train_dictionary(dict_bytes, records[::step], k=ZSTD_DICT_K, d=ZSTD_DICT_D, threads=1, level=ZSTD_LEVEL)
-            zdict = d.as_bytes()
-        except zstandard.ZstdError:
-            zdict = b""  # too little or too uniform text to train on: plain zstd still works
-    params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
-    if zdict:
-        params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
-    cctx = zstandard.ZstdCompressor(**params)
-    return zdict, [cctx.compress(b) for b in raw_blocks]
-
-
-def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_bytes, embedder) -> list[SectionData]:
-    table = np.zeros(len(rows), dtype=L.CHUNK_DTYPE)
-    status_index = {s: i for i, s in enumerate(meta.statuses)}
-    first_chunk = np.zeros(len(docs) + 1, dtype="<u4")
-    for cid, r in enumerate(rows):
-        d = docs[r.doc]
-        table[cid] = (r.doc, r.chunk.start_line, r.chunk.end_line, status_index[d.status or default_status], 0)
-        first_chunk[r.doc + 1] = cid + 1
-    np.maximum.accumulate(first_chunk, out=first_chunk)
+def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_data, model_files) -> list[SectionData]:
     sections = [
         SectionData(L.META, R.pack_meta(meta)),
         R.manifest_section(manifest),
-        SectionData(L.CHUNKS, table.tobytes()),
+        SectionData(L.CHUNKS, columns.table()),
         SectionData(L.CHUNK_LENGTHS, post.lengths.tobytes()),
-        SectionData(L.DOC_PATHS, L.pack_blobs([d.path.encode("utf-8") for d in docs])),
-        SectionData(L.DOC_FIRST_CHUNK, first_chunk.tobytes()),
+        SectionData(L.DOC_PATHS, columns.doc_paths()),
+        SectionData(L.DOC_FIRST_CHUNK, columns.first_chunk(meta.counts.documents)),
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
         SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
@@ -608,9 +593,9 @@ def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows
         SectionData(L.STATUS_BITMAPS, L.pack_blobs(status_bitmaps)),
         SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
         SectionData(L.TEXT_DICT, zdict),
-        SectionData(L.TEXT_BLOCKS, L.pack_blobs(blocks)),
+        SectionData(L.TEXT_BLOCKS, blocks),
     ]
-    if vectors_bytes is not None:
-        sections.append(SectionData(L.VECTORS, vectors_bytes))
-        sections.append(SectionData(L.MODEL_EMBED, R.pack_model_files(embedder.files())))
+    if vectors_data is not None:
+        sections.append(SectionData(L.VECTORS, (vectors_data,)))
+        sections.append(SectionData(L.MODEL_EMBED, R.pack_model_files(model_files)))
     return sections

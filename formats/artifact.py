@@ -28,7 +28,7 @@ from typing import Iterable
 
 from kb.common.errors import ArtifactError, UnsupportedVersion
 
-__all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "NotAnArtifact", "SectionData", "UnsupportedVersion", "write_artifact"]
+__all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "FileRange", "NotAnArtifact", "Scratch", "SectionData", "UnsupportedVersion", "write_artifact"]
 
 MAGIC = b"\x89KBA\r\n\x1a\n"
 FOOTER_MAGIC = b"KBA-END\n"
@@ -75,13 +75,64 @@ class Section:
 
 
 @dataclass(frozen=True)
+class FileRange:
+    """``length`` bytes of the file at ``path`` from ``offset``: part of a section too large to hold
+    in memory (the builder spills it to a ``Scratch`` file); the writer copies it in blocks."""
+
+    path: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
 class SectionData:
-    """What the writer is given: a name, the stored bytes and how they are encoded."""
+    """What the writer is given: a name, the stored bytes and how they are encoded. ``data`` is
+    bytes-like, or a tuple of bytes-like parts and ``FileRange``s written one after another."""
 
     name: str
-    data: bytes | bytearray | memoryview
+    data: bytes | bytearray | memoryview | tuple
     codec: int = CODEC_RAW
     raw_length: int | None = None
+
+    @property
+    def size(self) -> int:
+        """The stored length in bytes."""
+        return _size(self.data)
+
+
+COPY_BLOCK = 1 << 20  # a FileRange is read, checksummed and written this many bytes at a time
+
+
+def _parts(data) -> tuple:
+    return data if isinstance(data, tuple) else (data,)
+
+
+def _size(data) -> int:
+    return sum(p.length if isinstance(p, FileRange) else len(p) for p in _parts(data))
+
+
+def _blocks(data) -> Iterable:
+    """The bytes of a section's data in order: in-memory parts whole, file ranges in blocks."""
+    for p in _parts(data):
+        if not isinstance(p, FileRange):
+            yield p
+            continue
+        with open(p.path, "rb") as f:
+            f.seek(p.offset)
+            left = p.length
+            while left:
+                block = f.read(min(COPY_BLOCK, left))
+                if not block:
+                    raise OSError(f"{p.path} ended {left} bytes before the section it holds")
+                left -= len(block)
+                yield block
+
+
+def _crc(data) -> int:
+    crc = 0
+    for block in _blocks(data):
+        crc = zlib.crc32(block, crc)
+    return crc
 
 
 def _pad(n: int) -> int:
@@ -135,9 +186,9 @@ def layout(sections: list[SectionData]) -> tuple[list[Section], int]:
     placed = []
     for sd in sections:
         pos += _pad(pos)
-        n = len(sd.data)
+        n = _size(sd.data)
         raw = n if sd.raw_length is None else sd.raw_length
-        placed.append(Section(sd.name, pos, n, raw, zlib.crc32(sd.data), sd.codec))
+        placed.append(Section(sd.name, pos, n, raw, _crc(sd.data), sd.codec))
         pos += n
     return placed, pos + FOOTER_SIZE
 
@@ -154,7 +205,7 @@ def serialize(sections: list[SectionData]) -> Iterable[bytes]:
     pos = HEADER_SIZE + len(table)
     for sd, s in zip(sections, placed):
         yield b"\0" * (s.offset - pos)
-        yield sd.data
+        yield from _blocks(sd.data)
         pos = s.offset + s.length
     yield FOOTER.pack(zlib.crc32(table), len(placed), FOOTER_MAGIC)
 
@@ -205,7 +256,40 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
     return size
 
 
-def _create_temp(path: Path) -> tuple[int, str]:
+class Scratch:
+    """A temporary file beside an artifact being built, for data too large to hold in memory
+    (spilled documents, text, the vector index). Named like ``write_artifact``'s temporaries and
+    locked while open, so a running build's are left alone; removed on ``close`` (after a success
+    or a failure), and a killed build's by the next write of the same artifact
+    (``remove_stale_temporaries``). ``file`` is open for reading and writing."""
+
+    def __init__(self, target: str | os.PathLike):
+        target = Path(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.path = _create_temp(target, os.O_RDWR)
+        try:
+            _lock(fd)
+            self.file = os.fdopen(fd, "w+b")
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.path)
+            raise
+
+    def close(self) -> None:
+        self.file.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "Scratch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _create_temp(path: Path, access: int = os.O_WRONLY) -> tuple[int, str]:
     """A new file ``.NAME.XXXXXXXX.tmp`` beside ``path``, created exclusively with mode 0666 less
     the umask. (tempfile.mkstemp would make it 0600, and reading the umask means setting it.)"""
     import secrets  # the runtime never writes: keep the import off the query path
@@ -213,7 +297,7 @@ def _create_temp(path: Path) -> tuple[int, str]:
     for _ in range(100):
         tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+            return os.open(tmp, access | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
         except FileExistsError:
             continue
     raise FileExistsError(f"cannot create a temporary file beside {path}")

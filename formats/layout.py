@@ -63,7 +63,12 @@ def pack_blobs(items: list[bytes]) -> bytes:
 
 def pack_blob_buffer(data: bytes | np.ndarray, offsets: np.ndarray) -> bytes:
     """A blob table from its items' bytes back to back and ``count + 1`` offsets into them."""
-    return _BLOB_HEAD.pack(len(offsets) - 1, 0) + np.asarray(offsets, dtype="<u8").tobytes() + bytes(data)
+    return blob_head(offsets) + bytes(data)
+
+
+def blob_head(offsets: np.ndarray) -> bytes:
+    """The bytes of a blob table before its data: count, reserved, the ``count + 1`` offsets."""
+    return _BLOB_HEAD.pack(len(offsets) - 1, 0) + np.asarray(offsets, dtype="<u8").tobytes()
 
 
 class BlobTable:

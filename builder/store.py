@@ -1,0 +1,75 @@
+"""The documents of a build, spilled to a scratch file beside the artifact.
+
+The read stage appends each document as it is parsed; ``seal`` puts them in the artifact's order
+(by path, then id); later stages read them back by index, a window at a time. A build thus holds
+the text of one window, never the corpus's: in memory there are only two integers per document
+(and, until ``seal``, its sort key).
+
+Encoding of the scratch file: one msgpack array per document, back to back, in read order:
+``[doc_id, path, kind, title, text, first_line, tags, status, description, record]``.
+"""
+
+from __future__ import annotations
+
+import mmap
+from array import array
+from typing import Iterator
+
+import msgpack
+import numpy as np
+
+from kb.formats.artifact import Scratch
+
+from .ingest import Document
+
+
+class DocumentStore:
+    """A sequence of Documents kept in a ``Scratch`` file; append while reading, then ``seal``."""
+
+    def __init__(self, scratch: Scratch):
+        self._file = scratch.file
+        self._ends = array("q")  # end offset of each record, in read order
+        self._keys: list | None = []
+        self._order: np.ndarray | None = None
+        self._map = None
+        self._size = 0
+        self._packer = msgpack.Packer()
+
+    def append(self, doc: Document) -> None:
+        rec = self._packer.pack([doc.doc_id, doc.path, doc.kind, doc.title, doc.text, doc.first_line, list(doc.tags), doc.status, doc.description, doc.record])
+        self._file.write(rec)
+        self._size += len(rec)
+        self._ends.append(self._size)
+        self._keys.append((doc.path, doc.doc_id))
+
+    def seal(self) -> None:
+        """Order the documents by (path, id), as the artifact numbers them; no more appends."""
+        keys, self._keys = self._keys, None
+        self._order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+        del keys
+        self._file.flush()
+        if self._size:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, i: int) -> Document:
+        j = int(self._order[i])
+        start = self._ends[j - 1] if j else 0
+        doc_id, path, kind, title, text, first_line, tags, status, description, record = msgpack.unpackb(self._map[start : self._ends[j]])
+        return Document(doc_id, path, kind, title, text, first_line, tuple(tags), status, description, record)
+
+    def __iter__(self) -> Iterator[Document]:
+        return (self[i] for i in range(len(self)))
+
+    def text_sizes(self) -> np.ndarray:
+        """Each document's record size in bytes, in the sealed order (windows are cut on these)."""
+        ends = np.frombuffer(self._ends, dtype=np.int64)
+        sizes = np.diff(ends, prepend=0)
+        return sizes[self._order]
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
