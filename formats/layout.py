@@ -74,15 +74,21 @@ def blob_head(offsets: np.ndarray) -> bytes:
 class BlobTable:
     """Read side of ``pack_blobs`` over a memoryview; validates before trusting offsets."""
 
-    def __init__(self, buf: memoryview | bytes, what: str = "blob table"):
+    def __init__(self, buf: memoryview | bytes, what: str = "blob table", check=None):
+        """``check(start, stop)``, when given, verifies bytes of ``buf`` before they are read
+        (page checksums: Artifact.check_range); the head at once, each item when it is taken."""
         from .artifact import CorruptArtifact
 
         if len(buf) < _BLOB_HEAD.size:
             raise CorruptArtifact(f"corrupt artifact: {what} is shorter than its header")
+        if check is not None:
+            check(0, _BLOB_HEAD.size)
         count, _ = _BLOB_HEAD.unpack(bytes(buf[: _BLOB_HEAD.size]))
         head = _BLOB_HEAD.size + 8 * (count + 1)
         if head > len(buf):
             raise CorruptArtifact(f"corrupt artifact: {what} offsets run past its end")
+        if check is not None:
+            check(0, head)
         offsets = np.frombuffer(buf, dtype="<u8", count=count + 1, offset=_BLOB_HEAD.size)
         data_len = len(buf) - head
         if offsets[0] != 0 or offsets[-1] != data_len:
@@ -91,6 +97,7 @@ class BlobTable:
             raise CorruptArtifact(f"corrupt artifact: {what} offsets decrease")
         self._buf = buf
         self._head = head
+        self._check = check
         self.offsets = offsets
         self.count = count
 
@@ -100,8 +107,10 @@ class BlobTable:
     def __getitem__(self, i: int) -> memoryview:
         if not 0 <= i < self.count:
             raise IndexError(i)
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self._buf[self._head + a : self._head + b]
+        a, b = self._head + int(self.offsets[i]), self._head + int(self.offsets[i + 1])
+        if self._check is not None:
+            self._check(a, b)
+        return self._buf[a:b]
 
 
 def term_hash(term: str) -> int:

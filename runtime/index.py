@@ -74,7 +74,7 @@ class Index:
             raise
 
     def close(self):
-        for name in ("vectors",):
+        for name in ("vectors", "vector_matrix"):
             self.__dict__.pop(name, None)
         self.artifact.close()
 
@@ -140,16 +140,15 @@ class Index:
 
     @cached_property
     def doc_paths(self) -> L.BlobTable:
-        t = self._blobs(L.DOC_PATHS, self.n_docs)
-        try:
-            for i in range(len(t)):
-                bytes(t[i]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise self._corrupt(f"document path {i} is not UTF-8") from None
-        return t
+        """The paths as stored; ``doc_path`` checks each is UTF-8 as it decodes it (checking all
+        at open would cost a second per million documents)."""
+        return self._blobs(L.DOC_PATHS, self.n_docs, paged=True)
 
-    def _blobs(self, name: str, count: int | None = None) -> L.BlobTable:
-        t = L.BlobTable(self.artifact.section(name), f"section {name!r}")
+    def _blobs(self, name: str, count: int | None = None, paged: bool = False) -> L.BlobTable:
+        """A blob-table section; ``paged``: each item's bytes are verified when it is taken (page
+        checksums), not the whole section at once (text blocks and paths: O(1) per item)."""
+        check = (lambda a, b: self.artifact.check_range(name, a, b)) if paged else None
+        t = L.BlobTable(self.artifact.section(name, paged=paged), f"section {name!r}", check)
         if count is not None and len(t) != count:
             raise self._corrupt(f"section {name!r} holds {len(t)} items, expected {count}")
         return t
@@ -269,7 +268,10 @@ class Index:
         return d if d < self.n_docs and bytes(self.doc_paths[d]) == want else None
 
     def doc_path(self, d: int) -> str:
-        return bytes(self.doc_paths[d]).decode("utf-8")
+        try:
+            return bytes(self.doc_paths[d]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise self._corrupt(f"document path {d} is not UTF-8") from None
 
     def doc_chunks(self, d: int) -> range:
         """Chunk ids of document ``d``, in order."""
@@ -281,7 +283,7 @@ class Index:
     # --- chunk text ----------------------------------------------------------------------------
     @cached_property
     def _text_blocks(self) -> L.BlobTable:
-        return self._blobs(L.TEXT_BLOCKS, -(-self.n_chunks // self.meta.text_block))
+        return self._blobs(L.TEXT_BLOCKS, -(-self.n_chunks // self.meta.text_block), paged=True)
 
     @cached_property
     def _dctx(self):
@@ -354,19 +356,26 @@ class Index:
 
     @cached_property
     def vectors(self):
+        """The usearch index over the ``vectors.hnsw`` image, viewed in place once its graph is
+        checked slot by slot (formats/hnsw.py) and its bytes by their checksums. The matrix of
+        vectors before the graph is verified row by row as ``vectors_of`` reads it."""
         from usearch.index import Index as UIndex
+
+        from kb.formats.hnsw import BadIndex, check_hnsw, matrix_head
 
         if not self.has_vectors:
             raise self._corrupt("no vector section (built with --embedder none)")
-        view = self.artifact.section(L.VECTORS)
-        from kb.formats.hnsw import BadIndex, check_hnsw
-
+        view = self.artifact.section(L.VECTORS, paged=True)
+        art = self.artifact
         try:  # usearch trusts the graph it is given: a bad slot would crash the process
-            check_hnsw(view, self.n_chunks)
+            art.check_range(L.VECTORS, 0, 8)
+            rows, cols = matrix_head(view)
+            art.check_range(L.VECTORS, min(8 + rows * cols, len(view)), len(view))
+            image = check_hnsw(view, self.n_chunks)
         except BadIndex as e:
             raise self._corrupt(f"vector index: {e}") from None
         try:
-            idx = UIndex.restore(view, view=True)
+            idx = UIndex.restore(view, view=True, enable_key_lookups=not self._matrix_ok(image))
         except Exception as e:  # usearch raises plain RuntimeError/ValueError on bad bytes
             raise self._corrupt(f"vector index does not load: {e}") from None
         if idx is None or len(idx) != self.n_chunks:
@@ -374,16 +383,54 @@ class Index:
         dim = (self.meta.embedder or {}).get("dim", idx.ndim)  # the card of the model that made the vectors
         if dim != idx.ndim:
             raise self._corrupt(f"vector index has {idx.ndim} dimensions, its embedder {dim}")
+        self._image = image
         return idx
 
+    @staticmethod
+    def _matrix_ok(image) -> bool:
+        from kb.formats.hnsw import NUMPY_SCALARS
+
+        return image.keys_in_order and image.scalar in NUMPY_SCALARS
+
+    @cached_property
+    def vector_matrix(self) -> np.ndarray | None:
+        """The stored vectors as a (chunks, dim) numpy view of the image, row i = chunk i, when
+        numpy can view their kind (f16, f32) and nodes are in key order; else None."""
+        from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS
+
+        self.vectors  # noqa: B018 - checks the image first
+        image = self._image
+        if not self._matrix_ok(image):
+            return None
+        view = self.artifact.section(L.VECTORS, paged=True)
+        return np.frombuffer(view, dtype=NUMPY_SCALARS[image.scalar], count=image.rows * image.dims, offset=MATRIX_START).reshape(image.rows, image.dims)
+
     def vectors_of(self, ids: np.ndarray) -> np.ndarray:
-        """The stored vectors of chunks ``ids`` as float32 (len(ids), dim); corrupt when the index
-        lacks one of them (its keys must be the chunk ids)."""
-        got = self.vectors.get(np.asarray(ids, dtype=np.uint64))
+        """The stored vectors of chunks ``ids`` as float32 (len(ids), dim), their bytes verified;
+        corrupt when the index lacks one of them (its keys must be the chunk ids)."""
+        from kb.formats.hnsw import MATRIX_START
+
+        ids = np.asarray(ids, dtype=np.int64)
+        m = self.vector_matrix
+        if m is not None:
+            row = m.strides[0]
+            self.artifact.check_pages(L.VECTORS, MATRIX_START + ids * row, MATRIX_START + (ids + 1) * row)
+            return m[ids].astype(np.float32)
+        got = self.vectors.get(ids.astype(np.uint64))
         try:
             return np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
         except (ValueError, TypeError):
             raise self._corrupt("the vector index lacks the vectors of some chunks") from None
+
+    def check_vectors(self, ids: np.ndarray) -> None:
+        """Verify the stored bytes of the vectors of ``ids`` (results of an HNSW search, whose
+        walk through the graph read vectors kb cannot see)."""
+        from kb.formats.hnsw import MATRIX_START
+
+        if self.vector_matrix is not None and len(ids):
+            ids = np.asarray(ids, dtype=np.int64)
+            row = self.vector_matrix.strides[0]
+            self.artifact.check_pages(L.VECTORS, MATRIX_START + ids * row, MATRIX_START + (ids + 1) * row)
 
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
         """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""
