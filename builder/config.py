@@ -79,7 +79,7 @@ class VectorOptions:
 
     connectivity: int = setting(16, "HNSW M: links per node; more = better recall, bigger index.", minimum=2, maximum=256)
     expansion_add: int = setting(128, "HNSW ef at construction; more = better graph, slower build.", minimum=1, maximum=4096)
-    expansion_search: int = setting(64, "HNSW ef at query time (stored in the index); more = better recall, slower search.", minimum=1, maximum=4096)
+    expansion_search: int = setting(64, "HNSW ef at query time (stored in meta); more = better recall, slower search.", minimum=1, maximum=4096)
     dtype: str = setting("f16", "Stored vector precision.", choices=("f16", "bf16", "f32"))
 
 

@@ -380,6 +380,9 @@ class Index:
             raise self._corrupt(f"vector index does not load: {e}") from None
         if idx is None or len(idx) != self.n_chunks:
             raise self._corrupt("vector index does not match the chunk table")
+        ef = (self.meta.vectors or {}).get("expansion_search")
+        if ef:  # a usearch image does not keep it: kb.toml [vectors] expansion_search, kept in meta
+            idx.expansion_search = ef
         dim = (self.meta.embedder or {}).get("dim", idx.ndim)  # the card of the model that made the vectors
         if dim != idx.ndim:
             raise self._corrupt(f"vector index has {idx.ndim} dimensions, its embedder {dim}")

@@ -13,7 +13,6 @@ from kb.formats import artifact as A
 from kb.formats import layout as L
 from kb.runtime.cli import main as kb
 from kb.runtime.index import Index
-from kb.runtime.legs import exact_top, hnsw_top
 
 from corpora import SAMPLE, build_hash
 
@@ -123,17 +122,3 @@ def test_a_page_table_that_does_not_match_its_sections_is_corrupt(paged):
     with Index(paged) as ix:
         with pytest.raises(A.CorruptArtifact, match=r"section 'pages.crc32' does not match the sections it covers$"):
             ix.chunk(0)
-
-
-def test_both_dense_strategies_agree_with_a_brute_force_ranking(paged):
-    with Index(paged) as ix:
-        vecs = ix.vectors_of(np.arange(ix.n_chunks))
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        rng = np.random.default_rng(0)
-        for _ in range(5):
-            q = vecs[rng.integers(ix.n_chunks)] + 0.1 * rng.standard_normal(vecs.shape[1]).astype(np.float32)
-            allowed = rng.random(ix.n_chunks) < 0.5
-            sims = np.where(allowed, vecs @ q / np.linalg.norm(q), -np.inf)
-            want = np.lexsort((np.arange(ix.n_chunks), -sims))[:5]
-            assert exact_top(ix, q, 5, allowed)[0].tolist() == want.tolist()
-            assert set(hnsw_top(ix, q, 5, allowed)[0].tolist()) == set(want.tolist())
