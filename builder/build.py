@@ -214,7 +214,7 @@ def build(
             statuses, status_bitmaps, tag_names, tag_bitmaps = columns.filters()
         rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in columns.unknown)
         with clock("text"):
-            zdict, blocks = text.finish()
+            zdict, blocks = text.finish(threads=jobs)
 
         embed_card = _card(model_files)
         rerank_card = _card(rerank_files)

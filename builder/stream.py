@@ -38,6 +38,7 @@ ZSTD_DICT_K, ZSTD_DICT_D = 256, 8
 # Train on every n-th record, at most about 100x the dictionary's size (zstd's rule of thumb):
 # on SciFact's 8.9 MB of records that trains in 0.11 s instead of 0.32 s, for 0.45% more bytes.
 ZSTD_DICT_SAMPLE_FACTOR = 100
+COMPRESS_BATCH = 4096  # text blocks compressed at a time (about 25 MB of records)
 
 
 def windows(sizes: np.ndarray, budget: int | None = None) -> list[tuple[int, int]]:
@@ -141,9 +142,10 @@ class TextBlocks:
             self._size += len(rec)
             self._ends.append(self._size)
 
-    def finish(self) -> tuple[bytes, tuple]:
+    def finish(self, threads: int = 1) -> tuple[bytes, tuple]:
         """(the zstd dictionary, the ``text.blocks`` section data: its blob-table head in memory,
-        the compressed blocks in a scratch file)."""
+        the compressed blocks in a scratch file). ``threads`` compress blocks at once (each block
+        is its own frame: the bytes do not depend on the number)."""
         import zstandard
 
         self._raw.file.flush()
@@ -169,10 +171,14 @@ class TextBlocks:
             cctx = zstandard.ZstdCompressor(**params)
             offsets = array("Q", [0])
             out = self._packed.file
-            for b in range(0, n, L.TEXT_BLOCK):
-                block = cctx.compress(R.pack_text_block([record(i) for i in range(b, min(n, b + L.TEXT_BLOCK))]))
-                out.write(block)
-                offsets.append(offsets[-1] + len(block))
+            step = L.TEXT_BLOCK * COMPRESS_BATCH
+            for lo in range(0, n, step):
+                raw = [R.pack_text_block([record(i) for i in range(b, min(n, b + L.TEXT_BLOCK))]) for b in range(lo, min(n, lo + step), L.TEXT_BLOCK)]
+                packed = cctx.multi_compress_to_buffer(raw, threads=threads) if threads > 1 else [cctx.compress(b) for b in raw]
+                for i in range(len(raw)):
+                    block = packed[i]
+                    out.write(block)
+                    offsets.append(offsets[-1] + len(block))
         out.flush()
         head = L.blob_head(np.frombuffer(offsets, dtype=np.uint64))
         return zdict, (head, FileRange(self._packed.path, 0, offsets[-1]))
