@@ -61,7 +61,9 @@ TEAMS = [f"team-{i:02d}" for i in range(10)]
 STATUSES = (("live", 0.7), ("derived", 0.1), ("historical", 0.1), ("superseded", 0.1))
 AREAS = ("engineering", "research", "operations", "support", "product", "finance", "legal", "people")
 FILTER = {"statuses": ("derived",), "tags": ("team-03",)}  # keeps 10% x 10% = 1%
-NOISE = 0.4  # norm of the shaped noise against a unit mixture; nearest-neighbour cosines then match real chunks'
+NOISE = 0.4  # norm of the shaped noise against a unit mixture (--calibrate: this matches real passages best)
+NEAR = 16  # a chunk's secondary topic is one of its primary's NEAR nearest topics (a chunk mixes related subjects)
+ZIPF = 0.6
 SENTENCES = (3, 9)  # sentences per chunk, uniform
 PASSAGE_CHARS = 700  # a topic's embedded passage: sentences of its document up to this length
 BLOCK = 50_000  # chunks generated, written and measured at a time
@@ -156,19 +158,42 @@ class Material:
             np.savez(f, topics=topic_vecs, queries=query_vecs, seconds=time.perf_counter() - t)
         z = np.load(f)
         self.topic_vecs, self.query_vecs, self.embed_seconds = z["topics"], z["queries"], float(z["seconds"])
-        centred = self.topic_vecs - self.topic_vecs.mean(axis=0)
-        cov = centred.T @ centred / len(centred)
-        vals, vecs = np.linalg.eigh(cov)
-        self.shape = (vecs * np.sqrt(np.maximum(vals, 0) / vals.clip(0).sum())).astype(np.float32)  # E|e|^2 = 1
+        self.shape = noise_shape(self.topic_vecs)
+        unit = self.topic_vecs / np.linalg.norm(self.topic_vecs, axis=1, keepdims=True)
+        sims = unit @ unit.T
+        np.fill_diagonal(sims, -2.0)
+        self.near = np.argsort(-sims, axis=1, kind="stable")[:, :NEAR]  # each topic's nearest others
+
+
+def zipf(n: int) -> np.ndarray:
+    """Topic popularity: the i-th topic is drawn in proportion to 1 / i^ZIPF."""
+    p = 1.0 / np.arange(1, n + 1) ** ZIPF
+    return p / p.sum()
+
+
+def noise_shape(vecs: np.ndarray) -> np.ndarray:
+    """L with L L^T the covariance of ``vecs``, scaled so that E|L z|^2 = 1 for z ~ N(0, I)."""
+    centred = vecs - vecs.mean(axis=0)
+    vals, basis = np.linalg.eigh(centred.T @ centred / len(centred))
+    vals = np.clip(vals, 0.0, None)
+    return (basis * np.sqrt(vals / vals.sum())).astype(np.float32)
+
+
+def mixtures(topic_vecs, near, popularity, n: int, rng, shape) -> tuple[np.ndarray, ...]:
+    """(primary topic, secondary topic, primary share, unit vectors) of ``n`` generated chunks."""
+    t = rng.choice(len(topic_vecs), size=n, p=popularity)
+    u = near[t, rng.integers(0, near.shape[1], size=n)]
+    w = rng.uniform(0.6, 0.9, size=n)
+    v = w[:, None] * topic_vecs[t] + (1 - w)[:, None] * topic_vecs[u]
+    v += NOISE * (rng.standard_normal((n, topic_vecs.shape[1]), dtype=np.float32) @ shape.T)
+    return t, u, w, v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
 def generate(mat: Material, n: int, out: Path, seed: int) -> dict:
     """Write OUT/corpus.jsonl and OUT/vectors.npy (float16) for ``n`` chunks, in blocks."""
     rng = np.random.default_rng([seed, n])
     t0 = time.perf_counter()
-    topics = len(mat.topic_doc)
-    popularity = 1.0 / np.arange(1, topics + 1) ** 0.6
-    popularity /= popularity.sum()
+    popularity = zipf(len(mat.topic_doc))
     dim = mat.topic_vecs.shape[1]
     vec_path = out / "vectors.npy"
     vectors = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float16, shape=(n, dim))
@@ -177,15 +202,11 @@ def generate(mat: Material, n: int, out: Path, seed: int) -> dict:
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
         for lo in range(0, n, BLOCK):
             m = min(BLOCK, n - lo)
-            t = rng.choice(topics, size=m, p=popularity)
-            u = rng.integers(0, topics, size=m)
-            w = rng.uniform(0.6, 0.9, size=m)
+            t, u, w, v = mixtures(mat.topic_vecs, mat.near, popularity, m, rng, mat.shape)
             k = rng.integers(SENTENCES[0], SENTENCES[1] + 1, size=m)
             team = rng.integers(0, len(TEAMS), size=m)
             status = rng.choice(len(status_names), size=m, p=status_p)
-            mix = w[:, None] * mat.topic_vecs[t] + (1 - w)[:, None] * mat.topic_vecs[u]
-            v = mix + NOISE * (rng.standard_normal((m, dim), dtype=np.float32) @ mat.shape.T)
-            vectors[lo : lo + m] = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float16)
+            vectors[lo : lo + m] = v.astype(np.float16)
             own = rng.binomial(k, w)
             picks = rng.random((m, SENTENCES[1]))
             lines = []
@@ -293,8 +314,6 @@ def first_byte_ms(art: Path, query: str) -> float:
 
 def query_phase(art: Path, queries_file: Path) -> dict:
     """Run in a fresh process: warm latencies with the embedding precomputed, then its RSS."""
-    from dataclasses import replace
-
     from kb.runtime import legs
     from kb.runtime.filters import allowed_mask
     from kb.runtime.index import Index
@@ -439,6 +458,59 @@ def _batch(rows, vecs, schema):
     return pa.RecordBatch.from_arrays(cols + [pa.FixedSizeListArray.from_arrays(flat, vecs.shape[1])], schema=schema)
 
 
+# --- calibration ----------------------------------------------------------------------------------
+def real_passages(docs) -> list[str]:
+    """Up to two consecutive passages (of at most PASSAGE_CHARS) of every source document."""
+    out = []
+    for _, title, sents in docs:
+        cur, got = "", 0
+        for sent in sents:
+            if cur and len(cur) + len(sent) > PASSAGE_CHARS:
+                out.append(title + "\n\n" + cur)
+                got, cur = got + 1, ""
+                if got == 2:
+                    break
+            cur = f"{cur} {sent}".strip()
+        if got < 2 and cur:
+            out.append(title + "\n\n" + cur)
+    return out
+
+
+def dense_recall(vecs: np.ndarray, queries: np.ndarray) -> float:
+    """Recall@10 of kb's dense leg (top 10 of an HNSW search for 50, kb-build's default M and ef,
+    one thread) against exact search, on float16 vectors as kb stores them."""
+    from usearch.index import Index
+
+    from kb.builder.config import BuildConfig
+
+    v = BuildConfig().vectors
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    exact = np.argsort(-(q @ vecs.astype(np.float16).astype(np.float32).T), axis=1, kind="stable")[:, :10]
+    idx = Index(ndim=vecs.shape[1], metric="cos", dtype=v.dtype, connectivity=v.connectivity, expansion_add=v.expansion_add, expansion_search=v.expansion_search)
+    idx.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=1)
+    hits = sum(len(set(np.asarray(idx.search(qv, 50).keys)[:10].tolist()) & set(e.tolist())) for qv, e in zip(q, exact))
+    return hits / (10 * len(q))
+
+
+def calibrate(a) -> dict:
+    """Real passages (two of each source document, embedded with the real model) against as
+    many generated chunks: is the generated set as hard for HNSW, and as dense, as real data?"""
+    mat = Material(a.data, a.cache, a.topics, a.queries, a.seed)
+    texts = real_passages(mat.docs)
+    f = a.cache / f"real-passages-{MODEL}-{len(texts)}.npy"
+    if not f.is_file():
+        np.save(f, embed(texts))
+    real = np.load(f)
+    real /= np.linalg.norm(real, axis=1, keepdims=True)
+    rng = np.random.default_rng([a.seed, len(real)])
+    gen = mixtures(mat.topic_vecs, mat.near, zipf(len(mat.topic_doc)), len(real), rng, mat.shape)[3].astype(np.float32)
+    res = {"chunks": len(real), "noise": NOISE, "near": NEAR,
+           "real_recall_at_10": dense_recall(real, mat.query_vecs), "generated_recall_at_10": dense_recall(gen, mat.query_vecs),
+           "real_nn_cos_p50": nn_cosines(real, 500, a.seed), "generated_nn_cos_p50": nn_cosines(gen, 500, a.seed)}  # fmt: skip
+    (a.cache / "calibration.json").write_text(json.dumps(res, indent=2))
+    return res
+
+
 # --- the run ------------------------------------------------------------------------------------
 def run(a) -> dict:
     out = a.out
@@ -488,8 +560,12 @@ def main(argv=None):
     ap.add_argument("--no-lancedb", action="store_true")
     ap.add_argument("--report", type=Path, nargs="+", metavar="DIR", help="write RESULTS.md's scale region and the plots from these runs' scale.json")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    ap.add_argument("--calibrate", action="store_true", help="compare the generator with real passages at the same size (recall, density)")
     ap.add_argument("--query-phase", nargs=2, type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.calibrate:
+        print(json.dumps(calibrate(a), indent=2))
+        return
     if a.query_phase:
         print(json.dumps(query_phase(*a.query_phase)))
         return
@@ -548,6 +624,13 @@ def report(dirs: list[Path], results: Path) -> None:
     ]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([name] + [fmt(r) for r in runs]) + " |" for name, fmt in rows]
+    cal = HERE / "out" / "scale-cache" / "calibration.json"
+    if cal.is_file():
+        c = json.loads(cal.read_text())
+        lines += ["", f"The generator against real data (`python bench/scale.py --calibrate`): {c['chunks']:,} real passages (two per "
+                  f"source document, embedded with {MODEL}) and as many generated chunks give recall@10 {c['real_recall_at_10']:.4f} and "
+                  f"{c['generated_recall_at_10']:.4f} (kb's dense leg, kb-build's M and ef), nearest-neighbour cosine p50 "
+                  f"{c['real_nn_cos_p50']:.3f} and {c['generated_nn_cos_p50']:.3f}: the generated set is as dense and slightly harder for HNSW."]  # fmt: skip
     update_region(results, "scale", "\n".join(lines))
     print("\n".join(lines))
 
