@@ -226,7 +226,7 @@ def build(
             bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0},
             embedder=embed_card,
             reranker=rerank_card,
-            vectors={"metric": "cos", **vars(config.vectors)} if model_files is not None else None,
+            vectors={"metric": "cos", **{k: v for k, v in vars(config.vectors).items() if k != "threads"}} if model_files is not None else None,
             tag_names=tuple(tag_names),
             tag_descriptions={t: config.tags.get(t, "") for t in tag_names},
             statuses=tuple(statuses),

@@ -10,7 +10,8 @@ these accumulators in chunk-id order:
   dictionary on the sample the whole-corpus stage took (every n-th record, n from the total
   size) and compresses the blocks into a second scratch file, which the writer copies;
 - ``VectorIndex``: the HNSW graph, vectors added in chunk-id order on one thread (the same graph
-  as one add of them all); ``save`` writes it to a scratch file, which the writer copies.
+  as one add of them all; kb.toml ``[vectors] threads`` trades that for speed); ``save`` writes
+  it to a scratch file, which the writer copies.
 
 What stays in memory is the HNSW graph, the term statistics the postings stage needs, and one
 window. Every output byte is the same as when the whole corpus was one window.
@@ -201,12 +202,13 @@ class VectorIndex:
         from usearch.index import Index
 
         self.index = Index(ndim=dim, metric="cos", dtype=v.dtype, connectivity=v.connectivity, expansion_add=v.expansion_add, expansion_search=v.expansion_search)
+        self.threads = v.threads  # 1 (the default): a deterministic graph
         self.count = 0
 
     def add(self, vecs: np.ndarray) -> None:
         """Vectors of the next ``len(vecs)`` chunks (keys are chunk ids)."""
         if len(vecs):
-            self.index.add(np.arange(self.count, self.count + len(vecs), dtype=np.uint64), vecs, threads=1)  # one thread: deterministic graph
+            self.index.add(np.arange(self.count, self.count + len(vecs), dtype=np.uint64), vecs, threads=self.threads)
         self.count += len(vecs)
 
     def save(self, scratch: Scratch) -> FileRange:

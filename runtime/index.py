@@ -64,6 +64,9 @@ class Index:
         self._block_lock = threading.Lock()
         self._term_cache: dict[str, int | None] = {}
         self.leg_cache: dict = {}  # per-leg memo of decoded data (runtime/bm25.py keeps impacts here)
+        self._prefetch = None  # the thread of prefetch_vectors
+        self._vector_state = None  # (usearch index, matrix view or None, HnswImage) once opened
+        self._vector_lock = threading.Lock()
         self._block_cache: OrderedDict = OrderedDict()
         self.artifact = Artifact(path)
         self.path = self.artifact.path
@@ -74,8 +77,9 @@ class Index:
             raise
 
     def close(self):
-        for name in ("vectors", "vector_matrix"):
-            self.__dict__.pop(name, None)
+        if self._prefetch is not None:
+            self._prefetch.join()
+        self._vector_state = None  # views of the map: let them go before it closes
         self.artifact.close()
 
     def __enter__(self):
@@ -354,14 +358,50 @@ class Index:
     def has_reranker(self) -> bool:
         return L.MODEL_RERANK in self.artifact.sections
 
-    @cached_property
+    @property
     def vectors(self):
         """The usearch index over the ``vectors.hnsw`` image, viewed in place once its graph is
         checked slot by slot (formats/hnsw.py) and its bytes by their checksums. The matrix of
         vectors before the graph is verified row by row as ``vectors_of`` reads it."""
+        return self._opened_vectors()[0]
+
+    @property
+    def vector_matrix(self) -> np.ndarray | None:
+        """The stored vectors as a (chunks, dim) numpy view of the image, row i = chunk i, when
+        numpy can view their kind (f16, f32) and nodes are in key order; else None."""
+        return self._opened_vectors()[1]
+
+    def prefetch_vectors(self) -> None:
+        """Open and check the vector index in a background thread, once: its checks read the
+        whole graph (O(chunks)), and a one-shot search loads its embedder and runs BM25
+        meanwhile. ``vectors`` waits for it; a failure is raised there, in the caller's thread."""
+        import threading
+
+        if self._vector_state is not None or self._prefetch is not None:
+            return
+
+        def run():
+            try:
+                self._opened_vectors()
+            except Exception:  # noqa: BLE001 - the caller's own access opens again and raises it
+                pass
+
+        self._prefetch = threading.Thread(target=run, name="kb-vectors", daemon=True)
+        self._prefetch.start()
+
+    def _opened_vectors(self) -> tuple:
+        state = self._vector_state
+        if state is None:
+            with self._vector_lock:  # one opening, whichever thread comes first; the other waits
+                if self._vector_state is None:
+                    self._vector_state = self._open_vectors()
+                state = self._vector_state
+        return state
+
+    def _open_vectors(self) -> tuple:
         from usearch.index import Index as UIndex
 
-        from kb.formats.hnsw import BadIndex, check_hnsw, matrix_head
+        from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS, BadIndex, check_hnsw, matrix_head
 
         if not self.has_vectors:
             raise self._corrupt("no vector section (built with --embedder none)")
@@ -374,8 +414,9 @@ class Index:
             image = check_hnsw(view, self.n_chunks)
         except BadIndex as e:
             raise self._corrupt(f"vector index: {e}") from None
+        in_place = image.keys_in_order and image.scalar in NUMPY_SCALARS
         try:
-            idx = UIndex.restore(view, view=True, enable_key_lookups=not self._matrix_ok(image))
+            idx = UIndex.restore(view, view=True, enable_key_lookups=not in_place)
         except Exception as e:  # usearch raises plain RuntimeError/ValueError on bad bytes
             raise self._corrupt(f"vector index does not load: {e}") from None
         if idx is None or len(idx) != self.n_chunks:
@@ -386,27 +427,11 @@ class Index:
         dim = (self.meta.embedder or {}).get("dim", idx.ndim)  # the card of the model that made the vectors
         if dim != idx.ndim:
             raise self._corrupt(f"vector index has {idx.ndim} dimensions, its embedder {dim}")
-        self._image = image
-        return idx
-
-    @staticmethod
-    def _matrix_ok(image) -> bool:
-        from kb.formats.hnsw import NUMPY_SCALARS
-
-        return image.keys_in_order and image.scalar in NUMPY_SCALARS
-
-    @cached_property
-    def vector_matrix(self) -> np.ndarray | None:
-        """The stored vectors as a (chunks, dim) numpy view of the image, row i = chunk i, when
-        numpy can view their kind (f16, f32) and nodes are in key order; else None."""
-        from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS
-
-        self.vectors  # noqa: B018 - checks the image first
-        image = self._image
-        if not self._matrix_ok(image):
-            return None
-        view = self.artifact.section(L.VECTORS, paged=True)
-        return np.frombuffer(view, dtype=NUMPY_SCALARS[image.scalar], count=image.rows * image.dims, offset=MATRIX_START).reshape(image.rows, image.dims)
+        matrix = None
+        if in_place:
+            matrix = np.frombuffer(view, dtype=NUMPY_SCALARS[image.scalar], count=image.rows * image.dims, offset=MATRIX_START)
+            matrix = matrix.reshape(image.rows, image.dims)
+        return idx, matrix, image
 
     def vectors_of(self, ids: np.ndarray) -> np.ndarray:
         """The stored vectors of chunks ``ids`` as float32 (len(ids), dim), their bytes verified;

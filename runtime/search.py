@@ -109,6 +109,8 @@ class Searcher:
             q = replace(q, text=parsed.text)  # the words that rank; the syntax filters below
         notices: list[Notice] = []
         use_bm25, use_vectors = self._legs_to_run(q, notices)
+        if use_vectors:
+            self.ix.prefetch_vectors()  # checked while the filters, the embedder and BM25 run
         allowed = allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         if parsed is not None and (parsed.filters or parsed.path):
             allowed = syntax_mask(self.ix, parsed, allowed)

@@ -125,3 +125,19 @@ def test_the_next_build_removes_the_scratch_files_of_a_killed_one(tmp_path):
     assert set(stale) <= set(leftovers(tmp_path))  # a kill leaves them behind
     build_hash(SAMPLE, out)
     assert leftovers(tmp_path) == []
+
+
+def test_more_hnsw_threads_build_the_same_chunks_and_are_not_stored(tmp_path):
+    from dataclasses import replace
+
+    from kb.builder.build import build
+    from kb.builder.config import BuildConfig
+    from kb.runtime.index import Index
+
+    cfg = replace(BuildConfig(), embedding_model="hash", reranker="none")
+    build([SAMPLE], tmp_path / "one.kb", cfg)
+    build([SAMPLE], tmp_path / "two.kb", replace(cfg, vectors=replace(cfg.vectors, threads=2)))
+    with Index(tmp_path / "one.kb") as a, Index(tmp_path / "two.kb") as b:
+        assert "threads" not in b.meta.vectors and a.meta.vectors == b.meta.vectors
+        ids = np.arange(a.n_chunks)
+        np.testing.assert_array_equal(a.vectors_of(ids), b.vectors_of(ids))  # by key, whichever slot each got
