@@ -68,6 +68,7 @@ SENTENCES = (2, 6)  # sentences per chunk, uniform: 650 characters on average, a
 PASSAGE_CHARS = 700  # a topic's embedded passage: sentences of its document up to this length
 BLOCK = 50_000  # chunks generated, written and measured at a time
 QUERY_SOURCES = ("scifact", "cranfield", "cisi")
+EF_STUDY = (64, 128, 256, 512, 1024)
 
 
 # --- the raw material ------------------------------------------------------------------------
@@ -262,7 +263,7 @@ def _pss_kb(pid: int) -> int:
     return 0
 
 
-def build(out: Path, jobs: int | None) -> dict:
+def build(out: Path, jobs: int | None, memory_gb: float | None = None) -> dict:
     """kb-build --vectors on the generated corpus, as a child process: its wall time, its own peak
     RSS (wait4's rusage: the largest of the process and its reaped workers, as /usr/bin/time -v
     reports it) and the peak sum of PSS over it and its live workers, sampled every 0.1 s."""
@@ -278,7 +279,14 @@ def build(out: Path, jobs: int | None) -> dict:
     done = threading.Event()
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr)
+        def limit():  # an address-space cap: a build that needs more fails with MemoryError, not the OOM killer
+            if memory_gb:
+                import resource
+
+                cap = int(memory_gb * (1 << 30))
+                resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, preexec_fn=limit)
 
         def sample():
             while not done.wait(0.1):
@@ -294,10 +302,12 @@ def build(out: Path, jobs: int | None) -> dict:
         stdout.seek(0)
         stderr.seek(0)
         if proc.returncode:
-            raise SystemExit(f"kb-build failed ({proc.returncode}): {stderr.read().decode()[-2000:]}")
+            return {"build_failed": stderr.read().decode()[-2000:], "build_s": {"total": wall}, "peak_rss_mb": usage.ru_maxrss / 1024,
+                    "peak_tree_pss_mb": peak["pss"] / 1024, "build_memory_limit_gb": memory_gb}  # fmt: skip
         rep = json.loads(stdout.read())
     return {"build_s": {"total": wall, **rep["seconds"]}, "peak_rss_mb": usage.ru_maxrss / 1024, "peak_tree_pss_mb": peak["pss"] / 1024,
-            "section_bytes": rep["section_bytes"], "artifact_bytes": art.stat().st_size, "terms": rep["terms"], "documents": rep["documents"]}  # fmt: skip
+            "rss_raised_by_stage_mb": rep["rss_mb"], "section_bytes": rep["section_bytes"], "artifact_bytes": art.stat().st_size,
+            "terms": rep["terms"], "documents": rep["documents"], "build_memory_limit_gb": memory_gb}  # fmt: skip
 
 
 # --- queries ------------------------------------------------------------------------------------
@@ -400,7 +410,16 @@ def recall(art: Path, qvecs: np.ndarray, depth: int) -> dict:
             exact = set(best_ids[i].tolist())
             leg += len(exact & set(top_vector(ix, qv, depth, allowed)[0][:10].tolist()))
             plain += len(exact & set(np.asarray(ix.vectors.search(qv, 10).keys).tolist()))
-    return {"recall_at_10": leg / (10 * len(qvecs)), "hnsw_recall_at_10": plain / (10 * len(qvecs))}
+        res = {"recall_at_10": leg / (10 * len(qvecs)), "hnsw_recall_at_10": plain / (10 * len(qvecs)), "expansion_search": ix.vectors.expansion_search}
+        by_ef = {}
+        for ef in EF_STUDY:  # the dense leg's recall and latency by the search's expansion
+            ix.vectors.expansion_search = ef
+            hits, t = 0, time.perf_counter()
+            for i, qv in enumerate(qvecs):
+                hits += len(set(best_ids[i].tolist()) & set(top_vector(ix, qv, depth, allowed)[0][:10].tolist()))
+            by_ef[ef] = {"recall_at_10": hits / (10 * len(qvecs)), "ms": (time.perf_counter() - t) * 1000 / len(qvecs)}
+        res["recall_by_ef"] = by_ef
+    return res
 
 
 def nn_cosines(v: np.ndarray, sample: int, seed: int) -> float:
@@ -524,7 +543,10 @@ def run(a) -> dict:
     topics = mat.topic_vecs / np.linalg.norm(mat.topic_vecs, axis=1, keepdims=True)
     res["topic_nn_cos_p50"] = nn_cosines(topics, 500, a.seed)
     del vecs
-    res.update(build(out, a.jobs))
+    res.update(build(out, a.jobs, a.build_memory_gb))
+    if "build_failed" in res:
+        _save(res, out)
+        return res
     art = out / "scale.kb"
     res["bytes_per_chunk"] = res["artifact_bytes"] / a.chunks
     models = sum(v for k, v in res["section_bytes"].items() if k.startswith("model."))
@@ -539,11 +561,15 @@ def run(a) -> dict:
     if not a.no_lancedb:
         res.update(lancedb_bytes(out))
         res["lancedb_bytes_per_chunk"] = res["lancedb_bytes"] / a.chunks
+    _save(res, out)
+    return res
+
+
+def _save(res: dict, out: Path) -> None:
     res["machine"] = machine()
     res["date"] = time.strftime("%Y-%m-%d")
     res["command"] = "python bench/scale.py " + " ".join(sys.argv[1:])
     (out / "scale.json").write_text(json.dumps(res, indent=2))
-    return res
 
 
 def main(argv=None):
@@ -558,6 +584,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", "-j", type=int, help="kb-build -j")
     ap.add_argument("--no-lancedb", action="store_true")
+    ap.add_argument("--build-memory-gb", type=float, help="cap kb-build's address space (GB): past it the build fails instead of waking the OOM killer")
     ap.add_argument("--report", type=Path, nargs="+", metavar="DIR", help="write RESULTS.md's scale region and the plots from these runs' scale.json")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     ap.add_argument("--calibrate", action="store_true", help="compare the generator with real passages at the same size (recall, density)")
@@ -608,6 +635,7 @@ def report(dirs: list[Path], results: Path) -> None:
         *[(f"&nbsp;&nbsp;{s}", (lambda s: lambda r: f"{r['build_s'].get(s, 0):.2f}")(s)) for s in stages],
         ("build peak RSS MB (kb-build process)", lambda r: f"{r['peak_rss_mb']:.0f}"),
         ("build peak PSS MB (with its workers)", lambda r: f"{r['peak_tree_pss_mb']:.0f}"),
+        ("stages that raised the build's peak RSS most (MB)", _peak_stage),
         ("artifact bytes", lambda r: f"{r['artifact_bytes']:,}"),
         ("bytes per chunk (without the model)", lambda r: f"{r['bytes_per_chunk']:.0f} ({r['data_bytes_per_chunk']:.0f})"),
         ("LanceDB table bytes per chunk (same run)", lambda r: f"{r['lancedb_bytes_per_chunk']:.0f}" if "lancedb_bytes" in r else "-"),
@@ -619,6 +647,7 @@ def report(dirs: list[Path], results: Path) -> None:
         ("filtered dense leg p50 ms: exact scan / HNSW over-fetch", lambda r: f"{r['filtered_dense_exact_p50_ms']:.2f} / {r['filtered_dense_hnsw_p50_ms']:.2f}"),
         ("query embedding p50 ms", lambda r: f"{r['query_embedding_p50_ms']:.2f}"),
         ("recall@10, kb's dense leg / plain HNSW k=10", lambda r: f"{r['recall_at_10']:.4f} / {r['hnsw_recall_at_10']:.4f}"),
+        *[(f"&nbsp;&nbsp;dense leg at ef {ef}: recall@10, ms", (lambda ef: lambda r: f"{r['recall_by_ef'][str(ef)]['recall_at_10']:.4f}, {r['recall_by_ef'][str(ef)]['ms']:.2f}")(ef)) for ef in EF_STUDY],
         ("query process MB: RssAnon / RssFile", lambda r: f"{r['query_rss_mb']:.0f} / {r['query_rss_file_mb']:.0f}"),
         ("nearest-neighbour cosine p50: chunks / real topics", lambda r: f"{r['nn_cos_p50']:.3f} / {r['topic_nn_cos_p50']:.3f}"),
     ]
@@ -633,6 +662,13 @@ def report(dirs: list[Path], results: Path) -> None:
                   f"{c['real_nn_cos_p50']:.3f} and {c['generated_nn_cos_p50']:.3f}: the generated set is as dense and slightly harder for HNSW."]  # fmt: skip
     update_region(results, "scale", "\n".join(lines))
     print("\n".join(lines))
+
+
+def _peak_stage(r: dict) -> str:
+    """The stages that raised kb-build's peak RSS the most, and by how much (MB)."""
+    rss = r.get("rss_raised_by_stage_mb") or {}
+    top = sorted(rss.items(), key=lambda kv: -kv[1])[:2]
+    return ", ".join(f"{k} +{v:.0f}" for k, v in top) if top else "-"
 
 
 def plot(runs: list[dict], path: Path) -> None:

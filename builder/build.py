@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import sys
 import time
 from contextlib import ExitStack, contextmanager
 from collections import Counter, defaultdict
@@ -64,6 +65,7 @@ class BuildReport:
     warnings: list = field(default_factory=list)
     section_bytes: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
+    rss_mb: dict = field(default_factory=dict)  # stage -> MB by which it raised this process's peak RSS (all its runs): where the peak comes from
     artifact_bytes: int = 0
 
 
@@ -129,7 +131,7 @@ def build(
     artifact by the final write. Scratch files lie beside ``out``; they are removed when the
     build ends, and a killed build's by the next build of ``out``."""
     rep = BuildReport()
-    clock = _clock(rep.seconds)
+    clock = _clock(rep.seconds, rep.rss_mb)
     progress = progress or (lambda stage, done, total: None)
     # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
     rerank_choice = "none" if config.reranker == "default" and config.embedding_model == "none" else config.reranker
@@ -281,18 +283,31 @@ def _shifted(progress: Progress, done: int, total: int) -> Progress:
     return lambda stage, d, t: progress(stage, done + d, total)
 
 
-def _clock(into: dict):
-    """``with clock("stage"):`` adds the block's wall time to ``into["stage"]``."""
+def _clock(into: dict, rss: dict | None = None):
+    """``with clock("stage"):`` adds the block's wall time to ``into["stage"]``, and to
+    ``rss["stage"]`` the MB by which the block raised the process's peak RSS."""
 
     @contextmanager
     def stage(name: str):
         t = time.perf_counter()
+        peak = _peak_rss_mb() if rss is not None else 0.0
         try:
             yield
         finally:
             into[name] = into.get(name, 0.0) + time.perf_counter() - t
+            if rss is not None:
+                rss[name] = round(rss.get(name, 0.0) + _peak_rss_mb() - peak, 1)
 
     return stage
+
+
+def _peak_rss_mb() -> float:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)  # bytes on macOS, KiB on Linux
 
 
 def chunk_and_analyze(docs, doc_langs, chunker, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
