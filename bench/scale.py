@@ -305,7 +305,8 @@ def build(out: Path, jobs: int | None, memory_gb: float | None = None) -> dict:
             return {"build_failed": stderr.read().decode()[-2000:], "build_s": {"total": wall}, "peak_rss_mb": usage.ru_maxrss / 1024,
                     "peak_tree_pss_mb": peak["pss"] / 1024, "build_memory_limit_gb": memory_gb}  # fmt: skip
         rep = json.loads(stdout.read())
-    return {"build_s": {"total": wall, **rep["seconds"]}, "peak_rss_mb": usage.ru_maxrss / 1024, "peak_tree_pss_mb": peak["pss"] / 1024,
+    return {"build_s": {"total": wall, **rep["seconds"]}, "build_cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024, "peak_tree_pss_mb": peak["pss"] / 1024,
             "rss_raised_by_stage_mb": rep["rss_mb"], "section_bytes": rep["section_bytes"], "artifact_bytes": art.stat().st_size,
             "terms": rep["terms"], "documents": rep["documents"], "build_memory_limit_gb": memory_gb}  # fmt: skip
 
@@ -632,6 +633,7 @@ def report(dirs: list[Path], results: Path) -> None:
     head = ["measure"] + [f"{r['chunks']:,}" for r in runs]
     rows = [
         ("build s (wall)", lambda r: f"{r['build_s']['total']:.1f}"),
+        ("build CPU s (kb-build and its workers)", lambda r: f"{r['build_cpu_s']:.1f}" if "build_cpu_s" in r else "-"),
         *[(f"&nbsp;&nbsp;{s}", (lambda s: lambda r: f"{r['build_s'].get(s, 0):.2f}")(s)) for s in stages],
         ("build peak RSS MB (kb-build process)", lambda r: f"{r['peak_rss_mb']:.0f}"),
         ("build peak PSS MB (with its workers)", lambda r: f"{r['peak_tree_pss_mb']:.0f}"),

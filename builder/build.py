@@ -202,16 +202,20 @@ def build(
                     index.add(vecs)
             del docs, rows
         rep.documents, rep.chunks = len(store), len(columns)
-        fields = merged.result()
-        with clock("postings"):
-            post = build_postings(fields, config, columns.chunk_doc())
-        del fields, merged
-        rep.terms = len(post.terms)
+        # The graph, the documents' map and the given vectors are done with: let them go before
+        # the postings stage, so that stage's peak does not add to theirs.
+        store.close()
+        given = None
         vectors_data = None
         if index is not None:
             with clock("hnsw"):
                 vectors_data = index.save(scratch())
             rep.vectors = index.count
+        fields = merged.result()
+        with clock("postings"):
+            post = build_postings(fields, config, columns.chunk_doc())
+        del fields, merged
+        rep.terms = len(post.terms)
         with clock("tags"):
             statuses, status_bitmaps, tag_names, tag_bitmaps = columns.filters()
         rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in columns.unknown)
