@@ -5,7 +5,8 @@ usearch restores a saved index as a view and then trusts it: a neighbour slot pa
 the graph, or a node level larger than its tape, makes a search read out of bounds and kill the
 process. A crc32 only proves the bytes are the ones the table names, and anyone who edits a
 file can forge it. So, as safetensors does with its header, every size, offset and slot is checked
-here first (in numpy, ~1 ms per 10k chunks). The layout, all little-endian:
+here first (in numpy, about 2 ms per 10,000 chunks: it reads the whole graph, so kb checks it in a
+background thread while a search starts, runtime/index.py). The layout, all little-endian:
 
     matrix:  rows(u32) cols(u32)  rows x cols bytes     (cols = bytes per vector)
     head:    "usearch"(7) major(u16) minor(u16) patch(u16) metric(u8) scalar(u8) key(u8)
