@@ -35,7 +35,7 @@ from kb.formats.version import KB_VERSION
 from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
-from .embedders import AUTO_MODEL, choose_embedder, make_embedder, reranker_files
+from .embedders import AUTO_MODEL, choose_embedder, embedder_files, make_embedder, reranker_files
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
@@ -266,9 +266,9 @@ def build(
 
 
 def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> tuple[GivenVectors, dict[str, bytes]]:
-    """The checked ``--vectors`` array and the files of the model that made them (loaded here to
-    check its width before any other work, and let go: nothing is embedded at build time).
-    Every refusal is a usage error."""
+    """The checked ``--vectors`` array and the files of the model that made them (its card gives
+    the width, checked before any other work; the model is never run at build time). Every
+    refusal is a usage error."""
     if roots or len(jsonl) != 1:
         raise UsageError("--vectors needs exactly one --jsonl FILE and no CORPUS folder: row i of the array is the vector of record i of that file")
     if config.embedding_model == AUTO_MODEL:
@@ -276,10 +276,10 @@ def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> t
     if config.embedding_model == "none":
         raise UsageError("--vectors needs the model that made them; --embedder none builds no vectors")
     given = open_vectors(path)
-    model = embedder or make_embedder(config.embedding_model, config.quantization)
-    check_dim(given, config.embedding_model, model.dim)
+    files = embedder.files() if embedder is not None else embedder_files(config.embedding_model, config.quantization)
+    check_dim(given, config.embedding_model, R.ModelCard.from_json(files[R.CARD_FILE]).dim)
     check_values(given)
-    return given, model.files()
+    return given, files
 
 
 def _shifted(progress: Progress, done: int, total: int) -> Progress:
