@@ -11,7 +11,7 @@ Encoding of the scratch file: one msgpack array per document, back to back, in r
 
 from __future__ import annotations
 
-import mmap
+import os
 from array import array
 from typing import Iterator
 
@@ -31,7 +31,6 @@ class DocumentStore:
         self._ends = array("q")  # end offset of each record, in read order
         self._keys: list | None = []
         self._order: np.ndarray | None = None
-        self._map = None
         self._size = 0
         self._packer = msgpack.Packer()
 
@@ -48,8 +47,6 @@ class DocumentStore:
         self._order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
         del keys
         self._file.flush()
-        if self._size:
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -57,7 +54,9 @@ class DocumentStore:
     def __getitem__(self, i: int) -> Document:
         j = int(self._order[i])
         start = self._ends[j - 1] if j else 0
-        doc_id, path, kind, title, text, first_line, tags, status, description, record = msgpack.unpackb(self._map[start : self._ends[j]])
+        # read, not mapped: pages of a map would count in the build's RSS until it ends
+        raw = os.pread(self._file.fileno(), self._ends[j] - start, start)
+        doc_id, path, kind, title, text, first_line, tags, status, description, record = msgpack.unpackb(raw)
         return Document(doc_id, path, kind, title, text, first_line, tuple(tags), status, description, record)
 
     def __iter__(self) -> Iterator[Document]:
@@ -70,6 +69,4 @@ class DocumentStore:
         return sizes[self._order]
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
+        """Nothing to let go: the scratch file is the build's to close."""

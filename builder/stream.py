@@ -19,7 +19,7 @@ window. Every output byte is the same as when the whole corpus was one window.
 
 from __future__ import annotations
 
-import mmap
+import os
 from array import array
 
 import numpy as np
@@ -150,49 +150,45 @@ class TextBlocks:
         import zstandard
 
         self._raw.file.flush()
-        n, ends = len(self._ends), self._ends
-        with mmap.mmap(self._raw.file.fileno(), 0, access=mmap.ACCESS_READ) if self._size else _Empty() as mm:
+        n, ends, fd = len(self._ends), self._ends, self._raw.file.fileno()
 
-            def record(i: int) -> bytes:
-                return mm[ends[i - 1] if i else 0 : ends[i]]
+        def span(i: int, j: int) -> tuple[bytes, int]:
+            """Records i..j-1, read (not mapped: mapped pages would count in the build's RSS),
+            and the offset of the first."""
+            start = ends[i - 1] if i else 0
+            return os.pread(fd, ends[j - 1] - start, start), start
 
-            zdict = b""
-            total = self._size
-            dict_bytes = min(ZSTD_DICT_BYTES, total // 10)
-            if n >= ZSTD_DICT_MIN_SAMPLES and dict_bytes >= ZSTD_DICT_MIN_BYTES:
-                try:
-                    step = max(1, -(-total // (ZSTD_DICT_SAMPLE_FACTOR * dict_bytes)))
-                    samples = [record(i) for i in range(0, n, step)]
-                    zdict = zstandard.train_dictionary(dict_bytes, samples, k=ZSTD_DICT_K, d=ZSTD_DICT_D, threads=1, level=ZSTD_LEVEL).as_bytes()
-                except zstandard.ZstdError:
-                    zdict = b""  # too little or too uniform text to train on: plain zstd still works
-            params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
-            if zdict:
-                params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
-            cctx = zstandard.ZstdCompressor(**params)
-            offsets = array("Q", [0])
-            out = self._packed.file
-            step = L.TEXT_BLOCK * COMPRESS_BATCH
-            for lo in range(0, n, step):
-                raw = [R.pack_text_block([record(i) for i in range(b, min(n, b + L.TEXT_BLOCK))]) for b in range(lo, min(n, lo + step), L.TEXT_BLOCK)]
-                packed = cctx.multi_compress_to_buffer(raw, threads=threads) if threads > 1 else [cctx.compress(b) for b in raw]
-                for i in range(len(raw)):
-                    block = packed[i]
-                    out.write(block)
-                    offsets.append(offsets[-1] + len(block))
+        zdict = b""
+        total = self._size
+        dict_bytes = min(ZSTD_DICT_BYTES, total // 10)
+        if n >= ZSTD_DICT_MIN_SAMPLES and dict_bytes >= ZSTD_DICT_MIN_BYTES:
+            try:
+                step = max(1, -(-total // (ZSTD_DICT_SAMPLE_FACTOR * dict_bytes)))
+                samples = [span(i, i + 1)[0] for i in range(0, n, step)]
+                zdict = zstandard.train_dictionary(dict_bytes, samples, k=ZSTD_DICT_K, d=ZSTD_DICT_D, threads=1, level=ZSTD_LEVEL).as_bytes()
+            except zstandard.ZstdError:
+                zdict = b""  # too little or too uniform text to train on: plain zstd still works
+        params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
+        if zdict:
+            params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
+        cctx = zstandard.ZstdCompressor(**params)
+        offsets = array("Q", [0])
+        out = self._packed.file
+        step = L.TEXT_BLOCK * COMPRESS_BATCH
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            data, base = span(lo, hi)
+            view = memoryview(data)
+            record = [view[(ends[i - 1] if i else 0) - base : ends[i] - base] for i in range(lo, hi)]
+            raw = [R.pack_text_block(record[b : b + L.TEXT_BLOCK]) for b in range(0, hi - lo, L.TEXT_BLOCK)]
+            packed = cctx.multi_compress_to_buffer(raw, threads=threads) if threads > 1 else [cctx.compress(b) for b in raw]
+            for i in range(len(raw)):
+                block = packed[i]
+                out.write(block)
+                offsets.append(offsets[-1] + len(block))
         out.flush()
         head = L.blob_head(np.frombuffer(offsets, dtype=np.uint64))
         return zdict, (head, FileRange(self._packed.path, 0, offsets[-1]))
-
-
-class _Empty:
-    """Stands in for the map of an empty file (mmap refuses length 0)."""
-
-    def __enter__(self):
-        return b""
-
-    def __exit__(self, *exc):
-        return None
 
 
 class VectorIndex:

@@ -16,6 +16,7 @@ finite direction).
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,15 @@ class GivenVectors:
         """Rows ``rows`` (record numbers) as unit-length float32 vectors, in that order. (Stored
         unit length, a float16 index cannot overflow; the cosine is the same.)"""
         v = np.asarray(self.array[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+        self.release()
         return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def release(self) -> None:
+        """Drop the pages read so far from this process's resident set (they stay in the page
+        cache): a mapped array's pages would otherwise count in the build's RSS until it ends."""
+        m = getattr(self.array, "_mmap", None)
+        if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            m.madvise(mmap.MADV_DONTNEED)
 
 
 def open_vectors(path: Path) -> GivenVectors:
@@ -96,6 +105,7 @@ def check_values(given: GivenVectors) -> None:
     a = given.array
     for lo in range(0, given.rows, BLOCK_ROWS):
         block = np.asarray(a[lo : lo + BLOCK_ROWS], dtype=np.float32)
+        given.release()
         bad = ~np.isfinite(block)
         if bad.any():
             r = int(np.flatnonzero(bad.any(axis=1))[0])
