@@ -6,16 +6,17 @@
 The corpus. Sentences of the English sets in ../shared/data (SciFact, Cranfield, CISI abstracts,
 the Hugo documentation's prose) are the raw material. ``--topics`` (4096) real passages, each a
 run of sentences of one source document, are embedded with the real model (all-MiniLM-L6-v2,
-through kb's own embedder) and are the topics. Chunk i has a primary topic t (Zipf-like
-popularity) and a secondary topic u (uniform): its text is ``k`` sentences, a share w (0.6 to
-0.9) drawn from t's document and the rest from u's, and its vector is
-``normalize(w v_t + (1 - w) v_u + NOISE e)``, where ``e`` is Gaussian noise shaped by the
-covariance of the real embeddings (so it stays in the directions real embeddings vary in;
-isotropic noise in 384 dimensions would not). Vectors therefore have the cluster structure of
-real ones (the JSON reports the nearest-neighbour cosines of both). Metadata: one team tag of ten
-(10% each) and the source set's name as tags, statuses live 70%, derived 10%, historical 10%,
-superseded 10%, paths ``AREA/NNNNNNN.md`` in record order. Everything is drawn from
-``numpy.random.default_rng(seed)``; the same seed and N give the same files.
+through kb's own embedder) and are the topics. N / CHUNKS_PER_DOC documents are generated: each
+has a primary topic t (Zipf-like popularity), a secondary topic u among t's NEAR nearest, a share
+w (0.6 to 0.9) and a centre ``normalize(w v_t + (1 - w) v_u + DOC_NOISE e)``; each chunk belongs to
+a random document, its vector is ``normalize(centre + CHUNK_NOISE e)`` and its text is ``k``
+sentences, a share w of them drawn from t's source document and the rest from u's. ``e`` is
+Gaussian noise shaped by the covariance of the real embeddings (so it stays in the directions real
+embeddings vary in; isotropic noise in 384 dimensions would not). ``--calibrate`` compares the
+result with 12,567 real passages: nearest-neighbour cosines and HNSW recall at that size.
+Metadata: one team tag of ten (10% each) and the source set's name as tags, statuses live 70%,
+derived 10%, historical 10%, superseded 10%, paths ``AREA/NNNNNNN.md`` in record order. Everything
+is drawn from ``numpy.random.default_rng(seed)``; the same seed and N give the same files.
 
 The queries: 200 real queries (SciFact, Cranfield, CISI, the Hugo fixture), embedded with the
 same model. Measured (``--json`` prints them; DIR/scale.json keeps them):
@@ -61,7 +62,11 @@ TEAMS = [f"team-{i:02d}" for i in range(10)]
 STATUSES = (("live", 0.7), ("derived", 0.1), ("historical", 0.1), ("superseded", 0.1))
 AREAS = ("engineering", "research", "operations", "support", "product", "finance", "legal", "people")
 FILTER = {"statuses": ("derived",), "tags": ("team-03",)}  # keeps 10% x 10% = 1%
-NOISE = 0.4  # norm of the shaped noise against a unit mixture (--calibrate: this matches real passages best)
+# Generated documents mix two related real topics and add DOC_NOISE of shaped noise; their chunks
+# add CHUNK_NOISE more (norms against a unit vector; --calibrate chose them against real passages).
+DOC_NOISE = 0.4
+CHUNK_NOISE = 0.5
+CHUNKS_PER_DOC = 4  # on average (kb cuts a SciFact abstract into 2.25 chunks, a Hugo page into 4.4)
 NEAR = 16  # a chunk's secondary topic is one of its primary's NEAR nearest topics (a chunk mixes related subjects)
 ZIPF = 0.6
 SENTENCES = (2, 6)  # sentences per chunk, uniform: 650 characters on average, as kb cuts SciFact (645; Hugo 352)
@@ -180,21 +185,30 @@ def noise_shape(vecs: np.ndarray) -> np.ndarray:
     return (basis * np.sqrt(vals / vals.sum())).astype(np.float32)
 
 
-def mixtures(topic_vecs, near, popularity, n: int, rng, shape) -> tuple[np.ndarray, ...]:
-    """(primary topic, secondary topic, primary share, unit vectors) of ``n`` generated chunks."""
-    t = rng.choice(len(topic_vecs), size=n, p=popularity)
-    u = near[t, rng.integers(0, near.shape[1], size=n)]
-    w = rng.uniform(0.6, 0.9, size=n)
-    v = w[:, None] * topic_vecs[t] + (1 - w)[:, None] * topic_vecs[u]
-    v += NOISE * (rng.standard_normal((n, topic_vecs.shape[1]), dtype=np.float32) @ shape.T)
-    return t, u, w, v / np.linalg.norm(v, axis=1, keepdims=True)
+def documents(mat: "Material", n_docs: int, rng) -> tuple[np.ndarray, ...]:
+    """(primary topic, secondary topic, primary share, unit centre) of ``n_docs`` generated
+    documents: each mixes a topic (Zipf-like popularity) with one of its NEAR nearest, plus
+    DOC_NOISE of shaped noise."""
+    t = rng.choice(len(mat.topic_vecs), size=n_docs, p=zipf(len(mat.topic_vecs)))
+    u = mat.near[t, rng.integers(0, mat.near.shape[1], size=n_docs)]
+    w = rng.uniform(0.6, 0.9, size=n_docs).astype(np.float32)
+    c = w[:, None] * mat.topic_vecs[t] + (1 - w)[:, None] * mat.topic_vecs[u]
+    c += DOC_NOISE * (rng.standard_normal(c.shape, dtype=np.float32) @ mat.shape.T)
+    return t, u, w, c / np.linalg.norm(c, axis=1, keepdims=True)
+
+
+def chunk_vectors(centres: np.ndarray, doc: np.ndarray, rng, shape: np.ndarray) -> np.ndarray:
+    """Unit vectors of chunks of documents ``doc``: their centre plus CHUNK_NOISE of shaped noise."""
+    v = centres[doc] + CHUNK_NOISE * (rng.standard_normal((len(doc), centres.shape[1]), dtype=np.float32) @ shape.T)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
 def generate(mat: Material, n: int, out: Path, seed: int) -> dict:
     """Write OUT/corpus.jsonl and OUT/vectors.npy (float16) for ``n`` chunks, in blocks."""
     rng = np.random.default_rng([seed, n])
     t0 = time.perf_counter()
-    popularity = zipf(len(mat.topic_doc))
+    n_docs = max(1, n // CHUNKS_PER_DOC)
+    doc_t, doc_u, doc_w, centres = documents(mat, n_docs, rng)
     dim = mat.topic_vecs.shape[1]
     vec_path = out / "vectors.npy"
     vectors = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float16, shape=(n, dim))
@@ -203,7 +217,9 @@ def generate(mat: Material, n: int, out: Path, seed: int) -> dict:
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
         for lo in range(0, n, BLOCK):
             m = min(BLOCK, n - lo)
-            t, u, w, v = mixtures(mat.topic_vecs, mat.near, popularity, m, rng, mat.shape)
+            d = rng.integers(0, n_docs, size=m)  # a document's chunks lie scattered over the corpus
+            t, u, w = doc_t[d], doc_u[d], doc_w[d]
+            v = chunk_vectors(centres, d, rng, mat.shape)
             k = rng.integers(SENTENCES[0], SENTENCES[1] + 1, size=m)
             team = rng.integers(0, len(TEAMS), size=m)
             status = rng.choice(len(status_names), size=m, p=status_p)
@@ -220,7 +236,7 @@ def generate(mat: Material, n: int, out: Path, seed: int) -> dict:
                 rec = {
                     "id": f"c{i:07d}",
                     "path": f"{AREAS[i * len(AREAS) // n]}/{i:07d}.md",
-                    "title": main_doc[1],
+                    "title": f"{main_doc[1]} ({d[j]})",
                     "text": " ".join(sents),
                     "tags": [TEAMS[team[j]], main_doc[0]],
                     "status": status_names[status[j]],
@@ -542,8 +558,9 @@ def calibrate(a) -> dict:
     real = np.load(f)
     real /= np.linalg.norm(real, axis=1, keepdims=True)
     rng = np.random.default_rng([a.seed, len(real)])
-    gen = mixtures(mat.topic_vecs, mat.near, zipf(len(mat.topic_doc)), len(real), rng, mat.shape)[3].astype(np.float32)
-    res = {"chunks": len(real), "noise": NOISE, "near": NEAR,
+    centres = documents(mat, max(1, len(real) // CHUNKS_PER_DOC), rng)[3]
+    gen = chunk_vectors(centres, rng.integers(0, len(centres), size=len(real)), rng, mat.shape).astype(np.float32)
+    res = {"chunks": len(real), "doc_noise": DOC_NOISE, "chunk_noise": CHUNK_NOISE, "chunks_per_doc": CHUNKS_PER_DOC, "near": NEAR,
            "real_recall_at_10": dense_recall(real, mat.query_vecs), "generated_recall_at_10": dense_recall(gen, mat.query_vecs),
            "real_nn_cos_p50": nn_cosines(real, 500, a.seed), "generated_nn_cos_p50": nn_cosines(gen, 500, a.seed)}  # fmt: skip
     (a.cache / "calibration.json").write_text(json.dumps(res, indent=2))

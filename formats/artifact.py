@@ -525,9 +525,9 @@ class Artifact:
             self.raw(name)
             return
         starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
-        pages = np.unique(np.concatenate([starts // PAGE, (np.maximum(stops, starts + 1) - 1) // PAGE]))
+        pages = np.concatenate([starts // PAGE, (np.maximum(stops, starts + 1) - 1) // PAGE])
         ok = self._pages_ok[name]
-        for p in pages[~ok[pages]].tolist():
+        for p in np.unique(pages[~ok[pages]]).tolist():  # nothing to sort once the pages were seen
             self._check_page(name, p, crcs)
 
     def _check_page(self, name: str, p: int, crcs) -> None:

@@ -450,6 +450,24 @@ class Index:
         except (ValueError, TypeError):
             raise self._corrupt("the vector index lacks the vectors of some chunks") from None
 
+    def cosines(self, ids: np.ndarray, qv: np.ndarray) -> np.ndarray:
+        """The cosine of ``qv`` with the stored vector of each of ``ids`` (float32, in order),
+        their bytes verified: usearch's exact (SIMD) kernel over the rows gathered in place, or
+        numpy over float32 copies where the matrix cannot be viewed."""
+        ids = np.asarray(ids, dtype=np.int64)
+        m = self.vector_matrix
+        if m is None or not len(ids):
+            vecs = self.vectors_of(ids)
+            norms = np.linalg.norm(vecs, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
+            return (vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
+        from usearch.index import MetricKind, search
+
+        self.check_vectors(ids)
+        found = search(m[ids], np.asarray(qv, dtype=np.float32), len(ids), MetricKind.Cos, exact=True, threads=1)
+        sims = np.empty(len(ids), dtype=np.float32)
+        sims[np.asarray(found.keys, dtype=np.int64)] = 1.0 - np.asarray(found.distances, dtype=np.float32)
+        return sims
+
     def check_vectors(self, ids: np.ndarray) -> None:
         """Verify the stored bytes of the vectors of ``ids`` (results of an HNSW search, whose
         walk through the graph read vectors kb cannot see)."""
