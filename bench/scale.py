@@ -541,9 +541,9 @@ def real_passages(docs) -> list[str]:
     return out
 
 
-def dense_recall(vecs: np.ndarray, queries: np.ndarray) -> float:
-    """Recall@10 of kb's dense leg (top 10 of an HNSW search for 50, kb-build's default M and ef,
-    one thread) against exact search, on float16 vectors as kb stores them."""
+def dense_recall(vecs: np.ndarray, queries: np.ndarray, efs=(64, 256, 1024)) -> dict:
+    """Recall@10 of kb's dense leg (top 10 of an HNSW search for 50, kb-build's default M, one
+    thread) against exact search, on float16 vectors as kb stores them, at each search ef."""
     from usearch.index import Index
 
     from kb.builder.config import BuildConfig
@@ -551,10 +551,14 @@ def dense_recall(vecs: np.ndarray, queries: np.ndarray) -> float:
     v = BuildConfig().vectors
     q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
     exact = np.argsort(-(q @ vecs.astype(np.float16).astype(np.float32).T), axis=1, kind="stable")[:, :10]
-    idx = Index(ndim=vecs.shape[1], metric="cos", dtype=v.dtype, connectivity=v.connectivity, expansion_add=v.expansion_add, expansion_search=v.expansion_search)
+    idx = Index(ndim=vecs.shape[1], metric="cos", dtype=v.dtype, connectivity=v.connectivity, expansion_add=v.expansion_add)
     idx.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=1)
-    hits = sum(len(set(np.asarray(idx.search(qv, 50).keys)[:10].tolist()) & set(e.tolist())) for qv, e in zip(q, exact))
-    return hits / (10 * len(q))
+    out = {}
+    for ef in efs:
+        idx.expansion_search = ef
+        hits = sum(len(set(np.asarray(idx.search(qv, 50).keys)[:10].tolist()) & set(e.tolist())) for qv, e in zip(q, exact))
+        out[str(ef)] = hits / (10 * len(q))
+    return out
 
 
 def calibrate(a) -> dict:
@@ -571,6 +575,7 @@ def calibrate(a) -> dict:
     centres = documents(mat, max(1, len(real) // CHUNKS_PER_DOC), rng)[3]
     gen = chunk_vectors(centres, rng.integers(0, len(centres), size=len(real)), rng, mat.shape).astype(np.float32)
     res = {"chunks": len(real), "doc_noise": DOC_NOISE, "chunk_noise": CHUNK_NOISE, "chunks_per_doc": CHUNKS_PER_DOC, "near": NEAR,
+
            "real_recall_at_10": dense_recall(real, mat.query_vecs), "generated_recall_at_10": dense_recall(gen, mat.query_vecs),
            "real_nn_cos_p50": nn_cosines(real, 500, a.seed), "generated_nn_cos_p50": nn_cosines(gen, 500, a.seed)}  # fmt: skip
     (a.cache / "calibration.json").write_text(json.dumps(res, indent=2))
@@ -586,6 +591,7 @@ def run(a) -> dict:
         earlier = json.loads((out / "scale.json").read_text())
         res = {k: v for k, v in earlier.items() if k in BUILD_KEYS}
         res["build_command"] = earlier.get("build_command", earlier["command"])
+        res["build_machine"] = earlier.get("build_machine", earlier["machine"])
     else:
         res = {"chunks": a.chunks, "seed": a.seed, "topics": len(mat.topic_doc), "source_documents": len(mat.docs), "queries": len(mat.queries)}
         res.update(generate(mat, a.chunks, out, a.seed))
@@ -690,9 +696,12 @@ def report(dirs: list[Path], results: Path) -> None:
     runs = sorted((json.loads((d / "scale.json").read_text()) for d in dirs), key=lambda r: r["chunks"])
     plot(runs, HERE / "scale.png")
     stages = sorted({k for r in runs for k in r["build_s"] if k != "total"}, key=lambda k: list(runs[-1]["build_s"]).index(k) if k in runs[-1]["build_s"] else 99)
-    lines = [f"Machine: {runs[-1]['machine']}  ", f"Dates: {', '.join(sorted({r['date'] for r in runs}))}  ",
-             "Commands: " + "; ".join(f"`{c}`" for r in runs for c in (r.get("build_command"), r["command"]) if c), "",
-             "![measures against N](scale.png)", ""]  # fmt: skip
+    lines = [f"Machine (searches measured): {runs[-1]['machine']}  "]
+    lines += [f"The largest build: {runs[-1]['build_machine']}  "] if "build_machine" in runs[-1] else []
+    lines += [f"Dates: {', '.join(sorted({r['date'] for r in runs}))}  ",
+              "Commands: " + "; ".join(f"`{c}`" for r in runs for c in (r.get("build_command"), r["command"]) if c)
+              + (f"; open_ms: `python bench/scale.py --open {' '.join(str(d) for d in dirs)} --rounds {runs[-1]['open_ms_rounds']}`" if "open_ms_rounds" in runs[-1] else ""),
+              "", "![measures against N](scale.png)", ""]  # fmt: skip
     head = ["measure"] + [f"{r['chunks']:,}" for r in runs]
     rows = [
         ("build s (wall)", lambda r: f"{r['build_s']['total']:.1f}"),
@@ -700,6 +709,7 @@ def report(dirs: list[Path], results: Path) -> None:
         *[(f"&nbsp;&nbsp;{s}", (lambda s: lambda r: f"{r['build_s'].get(s, 0):.2f}")(s)) for s in stages],
         ("build peak RSS MB (kb-build process)", lambda r: f"{r['peak_rss_mb']:.0f}"),
         ("build peak PSS MB (with its workers)", lambda r: f"{r['peak_tree_pss_mb']:.0f}"),
+        ("build peak RSS MB without the postings stage's rise", lambda r: f"{_before_postings(r):.0f}"),
         ("stages that raised the build's peak RSS most (MB)", _peak_stage),
         ("artifact bytes", lambda r: f"{r['artifact_bytes']:,}"),
         ("bytes per chunk (without the model)", lambda r: f"{r['bytes_per_chunk']:.0f} ({r['data_bytes_per_chunk']:.0f})"),
@@ -722,10 +732,10 @@ def report(dirs: list[Path], results: Path) -> None:
     cal = HERE / "out" / "scale-cache" / "calibration.json"
     if cal.is_file():
         c = json.loads(cal.read_text())
+        pairs = ", ".join(f"ef {ef}: {c['real_recall_at_10'][ef]:.4f} and {c['generated_recall_at_10'][ef]:.4f}" for ef in c["real_recall_at_10"])
         lines += ["", f"The generator against real data (`python bench/scale.py --calibrate`): {c['chunks']:,} real passages (two per "
-                  f"source document, embedded with {MODEL}) and as many generated chunks give recall@10 {c['real_recall_at_10']:.4f} and "
-                  f"{c['generated_recall_at_10']:.4f} (kb's dense leg, kb-build's M and ef), nearest-neighbour cosine p50 "
-                  f"{c['real_nn_cos_p50']:.3f} and {c['generated_nn_cos_p50']:.3f}: the generated set is as dense and slightly harder for HNSW."]  # fmt: skip
+                  f"source document, embedded with {MODEL}) and as many generated chunks give recall@10 (kb's dense leg, M 16) {pairs}; "
+                  f"nearest-neighbour cosine p50 {c['real_nn_cos_p50']:.3f} and {c['generated_nn_cos_p50']:.3f}."]  # fmt: skip
     update_region(results, "scale", "\n".join(lines))
     print("\n".join(lines))
 
@@ -738,7 +748,7 @@ def acceptance(runs: list[dict]) -> list[str]:
     ok = lambda c: "yes" if c else "**no**"  # noqa: E731
     best = [int(ef) for ef, m in sorted(big["recall_by_ef"].items(), key=lambda kv: int(kv[0])) if m["recall_at_10"] >= 0.99]
     rows = [
-        ("build peak RSS <= 4 GB", f"{big['peak_rss_mb'] / 1024:.2f} GB ({_peak_stage(big)})", big["peak_rss_mb"] <= 4096),
+        ("build peak RSS <= 4 GB", f"{big['peak_rss_mb'] / 1024:.2f} GB; without the postings stage's rise {_before_postings(big) / 1024:.2f} GB", big["peak_rss_mb"] <= 4096),
         ("build <= 15 min with --vectors", f"{big['build_s']['total'] / 60:.1f} min wall, {big.get('build_cpu_s', 0) / 60:.1f} min CPU", big["build_s"]["total"] <= 900),
         ("hybrid p50 <= 20 ms (embedding excluded)", f"{big['hybrid_p50_ms']:.1f} ms", big["hybrid_p50_ms"] <= 20),
         ("filtered hybrid p50 <= 30 ms", f"{big['filtered_hybrid_p50_ms']:.1f} ms", big["filtered_hybrid_p50_ms"] <= 30),
@@ -763,6 +773,11 @@ def _load(r: dict) -> str:
     return m.group(1) if m else "?"
 
 
+def _before_postings(r: dict) -> float:
+    """kb-build's peak RSS (MB) less what its postings stage added to it."""
+    return r["peak_rss_mb"] - (r.get("rss_raised_by_stage_mb") or {}).get("postings", 0.0)
+
+
 def _peak_stage(r: dict) -> str:
     """The stages that raised kb-build's peak RSS the most, and by how much (MB)."""
     rss = r.get("rss_raised_by_stage_mb") or {}
@@ -782,6 +797,10 @@ def plot(runs: list[dict], path: Path) -> None:
         if get is None:
             for k in ("bm25", "vector", "hybrid", "filtered_hybrid"):
                 ax.plot(ns, [r[f"{k}_p50_ms"] for r in runs], marker="o", label=k)
+            ax.legend(fontsize=8)
+        elif key == "rss":
+            ax.plot(ns, [get(r) for r in runs], marker="o", label="peak")
+            ax.plot(ns, [_before_postings(r) for r in runs], marker="o", label="without the postings stage's rise")
             ax.legend(fontsize=8)
         else:
             ax.plot(ns, [get(r) for r in runs], marker="o")
