@@ -65,7 +65,7 @@ def searches(searcher, bset, backend: str, options, top_k: int = 10):
 
 
 def cmd_grid(a):
-    from kb.common.options import resolve
+    from kb.common.options import resolve, stored_search
     from kb.runtime import fusion as F
     from kb.runtime.bench import DEPTH, ndcg_at
     from kb.runtime.index import Index
@@ -80,7 +80,7 @@ def cmd_grid(a):
             for label, consts in grid:
                 if consts:
                     F.COS_WEAK, F.COS_STRONG, F.STRENGTH_FLOOR = consts
-                opts = resolve(ix.meta.search, {"adaptive_fusion": consts is not None})
+                opts = resolve(stored_search(ix.meta), {"adaptive_fusion": consts is not None})
                 vals = [ndcg_at([getattr(r, bset.key) for r in resp.results], q.relevant, 10) for q, resp in searches(s, bset, "hybrid", opts, DEPTH) if q.relevant]
                 table.setdefault(label, {})[name] = round(float(np.mean(vals)), 4)
                 print(name, label, table[label][name], file=sys.stderr, flush=True)
@@ -90,7 +90,7 @@ def cmd_grid(a):
 def cmd_compare(a):
     """kb bench's quality, calibration and notice figures per set, with fixed fusion (kb before
     issue 16) and with adaptive fusion, for the hybrid backends; one JSON object on stdout."""
-    from kb.common.options import resolve
+    from kb.common.options import resolve, stored_search
     from kb.runtime.bench import run_bench
     from kb.runtime.index import Index
     from kb.runtime.search import Searcher
@@ -101,14 +101,14 @@ def cmd_compare(a):
         with Index(a.art / f"{name}.kb") as ix:
             s = Searcher(ix)
             for label, adaptive in (("fixed", False), ("adaptive", True)):
-                res = run_bench(s, bset, backends=a.backends.split(","), options=resolve(ix.meta.search, {"adaptive_fusion": adaptive}))
+                res = run_bench(s, bset, backends=a.backends.split(","), options=resolve(stored_search(ix.meta), {"adaptive_fusion": adaptive}))
                 out.setdefault(name, {})[label] = res["backends"]
                 print(name, label, {b: v["ndcg@10"] for b, v in res["backends"].items()}, file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
 
 
 def cmd_collect(a):
-    from kb.common.options import resolve
+    from kb.common.options import resolve, stored_search
     from kb.runtime.index import Index
     from kb.runtime.search import Searcher
 
@@ -117,7 +117,7 @@ def cmd_collect(a):
             bset = load_set(name, a.data, a.fixtures)
             with Index(a.art / f"{name}.kb") as ix:
                 s = Searcher(ix)
-                opts = resolve(ix.meta.search)
+                opts = resolve(stored_search(ix.meta))
                 for backend in a.backends.split(","):
                     t = time.time()
                     for q, resp in searches(s, bset, backend, opts):

@@ -12,6 +12,7 @@ against a real ``kb serve`` process with its default limits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import statistics
@@ -25,14 +26,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def start(artifact: Path, *args: str):
+@contextlib.contextmanager
+def serving(artifact: Path, *args: str):
+    """The port of a `kb serve` of ``artifact`` with ``args``, stopped on the way out."""
     cmd = [sys.executable, "-m", "kb.runtime.serve_cli", "serve", "-i", str(artifact), "--port", "0", "--no-stale-check", *args]
     proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     line = proc.stderr.readline().decode()
     if "listening on http://127.0.0.1:" not in line:
         proc.kill()
         raise SystemExit(f"kb serve did not start: {line!r}")
-    return proc, int(line.rsplit(":", 1)[1])
+    try:
+        yield int(line.rsplit(":", 1)[1])
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def request(port: int, raw: bytes, timeout: float = 30.0):
@@ -106,25 +113,13 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     report = {}
-    proc, port = start(a.artifact)
-    try:
+    with serving(a.artifact) as port:
         report["64 tricklers, defaults"] = trickle(port)
         report["burst of 200, defaults"] = burst(port)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-    proc, port = start(a.artifact, "--max-connections", "20")
-    try:
+    with serving(a.artifact, "--max-connections", "20") as port:
         report["burst of 200, --max-connections 20"] = burst(port)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-    proc, port = start(a.artifact, "--max-connections", "64")
-    try:
+    with serving(a.artifact, "--max-connections", "64") as port:
         report["64 tricklers, --max-connections 64"] = trickle(port)
-    finally:
-        proc.terminate()
-        proc.wait(10)
     print(json.dumps(report, indent=2))
     if a.json:
         a.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -20,16 +20,16 @@ from collections import Counter, defaultdict
 from itertools import chain, count
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
 from kb.common.errors import KbError, UsageError
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats import roaring
 from kb.formats.analyzer import STOP_MARK, Analyzer
 from kb.formats.artifact import FORMAT_VERSION, Scratch, SectionData, remove_stale_temporaries, write_artifact
+from kb.formats.bm25 import quantize_impacts, tf_component
 from kb.formats.version import KB_VERSION
 
 from . import shards
@@ -40,7 +40,7 @@ from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
 from .store import DocumentStore
-from .stream import ChunkColumns, TextBlocks, VectorIndex, windows
+from .stream import ChunkColumns, TextBlocks, VectorIndex, pack_sources, windows
 from .vectors import GivenVectors, check_dim, check_rows, check_values, open_vectors, source_of, whole_chunk
 
 Progress = Callable[[str, int, int], None]
@@ -77,13 +77,20 @@ class ChunkRow:
 
 @dataclass
 class Postings:
+    """The inverted index: term t's postings are items offsets[t]..offsets[t+1] of ``ids`` (chunk
+    ids ascending), ``tf`` and ``impacts``; its document postings likewise over ``doc_offsets``."""
+
     terms: list[str]  # sorted by (term_hash, term)
     hashes: np.ndarray
-    bitmaps: bytes  # the postings section: a blob table of portable roaring bitmaps
-    tf_offsets: np.ndarray
-    tf: np.ndarray
+    offsets: np.ndarray  # u64 x (terms + 1)
+    ids: np.ndarray  # u32 chunk ids
+    tf: np.ndarray  # f32 weighted term frequencies (the impacts' input; not stored)
+    impacts: np.ndarray  # u8 quantized saturated tf (formats/bm25.py)
     lengths: np.ndarray
     doc_df: np.ndarray  # u32 per term: documents holding it
+    doc_offsets: np.ndarray  # u64 x (terms + 1)
+    doc_ids: np.ndarray  # u32 document ids
+    doc_impacts: np.ndarray  # u8
 
 
 def _without_cyclic_gc(fn):
@@ -148,6 +155,7 @@ def build(
         stack.callback(store.close)
         with clock("read"):
             corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={out}, follow_symlinks=follow_symlinks, documents=store)
+            contexts_unmatched = unmatched_contexts(config.contexts, store.paths())
             store.seal()
         if given is not None:
             check_rows(given, corpus.records, Path(jsonl[0]))
@@ -160,6 +168,7 @@ def build(
             raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
         if not len(store):
             raise BuildError("nothing to index: no readable documents in the inputs")
+        rep.warnings.extend(contexts_unmatched)
         with clock("language"):
             doc_langs = document_languages(store, config.languages)
         rep.languages = dict(sorted(Counter(doc_langs).items()))
@@ -204,23 +213,24 @@ def build(
         rep.documents, rep.chunks = len(store), len(columns)
         # The graph, the documents' map and the given vectors are done with: let them go before
         # the postings stage, so that stage's peak does not add to theirs.
-        store.close()
         given = None
         vectors_data = None
         if index is not None:
             with clock("hnsw"):
                 vectors_data = index.save(scratch())
             rep.vectors = index.count
+        with clock("text"):
+            zdict, blocks = text.finish(threads=jobs)
+            sources = pack_sources(store, zdict, scratch(), threads=jobs)
+        store.close()
         fields = merged.result()
         with clock("postings"):
-            post = build_postings(fields, config, columns.chunk_doc())
+            post = build_postings(fields, config, columns.chunk_doc(), rep.documents)
         del fields, merged
         rep.terms = len(post.terms)
         with clock("tags"):
             statuses, status_bitmaps, tag_names, tag_bitmaps = columns.filters()
         rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in columns.unknown)
-        with clock("text"):
-            zdict, blocks = text.finish(threads=jobs)
 
         embed_card = _card(model_files)
         rerank_card = _card(rerank_files)
@@ -240,6 +250,7 @@ def build(
             search=config.search,
             text_block=L.TEXT_BLOCK,
             source="jsonl" if jsonl and not roots else "files",
+            path_contexts=config.contexts,
         )
         manifest = R.Manifest(
             root=corpus.root,
@@ -256,7 +267,7 @@ def build(
             analyzer=analyzer.params() | {"documents": rep.languages},
             file_types=tuple(sorted(SOURCE_EXTENSIONS)),
         )
-        sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_data, model_files)
+        sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files)
         if rerank_files is not None:
             sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
         with clock("write"):
@@ -280,6 +291,22 @@ def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> t
     check_dim(given, config.embedding_model, R.ModelCard.from_json(files[R.CARD_FILE]).dim)
     check_values(given)
     return given, files
+
+
+def unmatched_contexts(contexts: dict, paths: Iterable[str]) -> list[str]:
+    """A warning for each [contexts] prefix no document path starts with. Not an error: the
+    kb.toml may describe a folder the corpus does not hold yet; the prefix is kept, unused."""
+    from bisect import bisect_left
+
+    if not contexts:
+        return []
+    paths = sorted(paths)  # the paths under a prefix are the ones from bisect_left on
+
+    def matched(p: str) -> bool:
+        i = bisect_left(paths, p)
+        return i < len(paths) and paths[i].startswith(p)
+
+    return [f"[contexts] {p!r} matches no document path; no result will carry its description" for p in contexts if not matched(p)]
 
 
 def _shifted(progress: Progress, done: int, total: int) -> Progress:
@@ -496,13 +523,18 @@ def merge_fields(parts: list[Fields]) -> Fields:
     return merger.result()
 
 
-def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None) -> Postings:
+def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None, n_docs: int | None = None) -> Postings:
     """Weighted term frequencies per (term, chunk), vectorised: every occurrence becomes one
     (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'.
     Stopword terms (``STOP_MARK`` + word) get postings but count in no chunk's length.
-    ``chunk_doc``: each chunk's document, for the document frequencies (None: one per chunk)."""
+    ``chunk_doc``: each chunk's document, for the document frequencies and impacts (None: one
+    per chunk); ``n_docs``: the documents (default: the highest in ``chunk_doc`` + 1)."""
     p = config.bm25
     n = max(f.chunks, 1)
+    if chunk_doc is None:
+        chunk_doc = np.arange(f.chunks, dtype=np.int64)
+    if n_docs is None:
+        n_docs = int(chunk_doc.max()) + 1 if len(chunk_doc) else 0
     terms, hashes, order = sorted_vocabulary(f.vocabulary, f.hashes)
     rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
     rank[order] = np.arange(len(terms))
@@ -531,7 +563,7 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
     ukey = key[starts]
     post_term, post_chunk = ukey // n, (ukey % n).astype(np.uint32)
     df = np.bincount(post_term, minlength=len(terms))
-    post_doc = post_chunk.astype(np.int64) if chunk_doc is None else chunk_doc[post_chunk]
+    post_doc = chunk_doc[post_chunk]
     # postings are sorted by (term, chunk) and a document's chunks are consecutive ids, so a
     # term's documents are non-decreasing: each change of (term, document) is one more document
     new_doc = np.r_[True, (post_term[1:] != post_term[:-1]) | (post_doc[1:] != post_doc[:-1])] if len(post_term) else np.zeros(0, bool)
@@ -540,10 +572,23 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
         live = np.flatnonzero(df > 0)
         terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
         post_term = np.searchsorted(live, post_term)
-    tf_offsets = np.zeros(len(terms) + 1, dtype="<u8")
-    np.cumsum(df, out=tf_offsets[1:])
-    bitmaps = L.pack_blob_buffer(*roaring.serialize_many(post_term, post_chunk, len(terms)))
-    return Postings(terms, hashes, bitmaps, tf_offsets, tf, lengths, doc_df.astype("<u4"))
+    offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    np.cumsum(df, out=offsets[1:])
+    avg = float(lengths.mean()) if len(lengths) else 0.0
+    impacts = quantize_impacts(tf_component(tf, lengths[post_chunk], max(avg, 1e-9), p.k1, p.b))
+    # document postings: a document's tf' and len' are its chunks' sums (formats/bm25.py)
+    doc_start = np.flatnonzero(new_doc)
+    doc_tf = np.add.reduceat(tf.astype(np.float64), doc_start) if len(doc_start) else np.zeros(0)
+    doc_ids = post_doc[doc_start]
+    doc_len = np.bincount(chunk_doc, weights=lengths, minlength=n_docs)
+    doc_avg = float(doc_len.mean()) if len(doc_len) else 0.0
+    doc_impacts = quantize_impacts(tf_component(doc_tf, doc_len[doc_ids], max(doc_avg, 1e-9), p.k1, p.b))
+    doc_offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    np.cumsum(doc_df, out=doc_offsets[1:])
+    return Postings(
+        terms, hashes, offsets, post_chunk.astype("<u4"), tf, impacts, lengths, doc_df.astype("<u4"),
+        doc_offsets, doc_ids.astype("<u4"), doc_impacts,
+    )  # fmt: skip
 
 
 def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -595,7 +640,7 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
     return out, truncated
 
 
-def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post, status_bitmaps, tag_bitmaps, zdict, blocks, vectors_data, model_files) -> list[SectionData]:
+def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files) -> list[SectionData]:
     sections = [
         SectionData(L.META, R.pack_meta(meta)),
         R.manifest_section(manifest),
@@ -606,13 +651,17 @@ def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post, st
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
         SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
-        SectionData(L.POSTINGS, post.bitmaps),
-        SectionData(L.POSTING_TF_OFFSETS, post.tf_offsets.tobytes()),
-        SectionData(L.POSTING_TF, post.tf.tobytes()),
+        SectionData(L.POSTING_OFFSETS, post.offsets.tobytes()),
+        SectionData(L.POSTING_IDS, post.ids.tobytes()),
+        SectionData(L.POSTING_IMPACTS, post.impacts.tobytes()),
+        SectionData(L.DOC_POSTING_OFFSETS, post.doc_offsets.tobytes()),
+        SectionData(L.DOC_POSTING_IDS, post.doc_ids.tobytes()),
+        SectionData(L.DOC_POSTING_IMPACTS, post.doc_impacts.tobytes()),
         SectionData(L.STATUS_BITMAPS, L.pack_blobs(status_bitmaps)),
         SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
         SectionData(L.TEXT_DICT, zdict),
         SectionData(L.TEXT_BLOCKS, blocks),
+        SectionData(L.DOC_SOURCES, sources),
     ]
     if vectors_data is not None:
         sections.append(SectionData(L.VECTORS, (vectors_data,)))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from kb.formats.analyzer import CJK_RANGES
+from kb.formats.records import text_lines
 
 from kb.common.settings import setting
 
@@ -102,9 +103,7 @@ _JSON_KEY = re.compile(r'^  "((?:[^"\\]|\\.)*)"\s*:')
 
 
 def chunk_document(doc: Document, count: TokenCounter, opts: ChunkOptions = ChunkOptions()) -> list[Chunk]:
-    lines = doc.text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = text_lines(doc.text)
     sections = _sections(doc.kind, lines)
     chunks: list[Chunk] = []
     for path, start, end in sections:

@@ -1,6 +1,7 @@
 """kb.toml: the corpus's configuration, read and validated once into one options value (``BuildConfig``).
 
     [tags]        tag = "one-line context returned with results"
+    [contexts]    "path/prefix/" = "one-line context returned with every result under it"
     [statuses]    known, exclude_by_default, default                        (StatusOptions, below)
     [search]      the runtime defaults, kb.common.options.SearchOptions; stored in the artifact as given
     [chunking]    builder/chunk.py ChunkOptions
@@ -90,6 +91,7 @@ SECTIONS = {"statuses": StatusOptions, "search": SearchOptions, "chunking": Chun
 @dataclass(frozen=True)
 class BuildConfig:
     tags: dict = field(default_factory=dict)
+    contexts: dict = field(default_factory=dict)  # [contexts]: path prefix -> one-line description, sorted by prefix
     statuses: tuple[str, ...] = StatusOptions.known
     excluded_statuses: tuple[str, ...] = StatusOptions.exclude_by_default
     default_status: str = StatusOptions.default
@@ -122,7 +124,7 @@ def load_config(path: Path | None) -> BuildConfig:
         raise ConfigError(f"{path}: malformed kb.toml: {e}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
-    known = ("tags", *SECTIONS)
+    known = ("tags", "contexts", *SECTIONS)
     unknown = [k for k in data if k not in known]
     if unknown:
         raise ConfigError(f"{path}: [{unknown[0]}]: unknown section; known: {', '.join(known)}")
@@ -132,6 +134,7 @@ def load_config(path: Path | None) -> BuildConfig:
     for k, v in tags.items():
         if not isinstance(v, str):
             raise ConfigError(f'{path}: [tags] {k}: must be a one-line description (a string), e.g. ops = "Runbooks"')
+    contexts = _path_contexts(data.get("contexts", {}), f"{path}: [contexts]")
     t = {name: from_table(cls, data.get(name, {}), f"{path}: [{name}]") for name, cls in SECTIONS.items()}
     from .embedders import EMBEDDERS
 
@@ -140,6 +143,7 @@ def load_config(path: Path | None) -> BuildConfig:
         raise ConfigError(f"{path}: [embedding] model: must be one of auto, {', '.join(sorted(EMBEDDERS))}, none, got {model!r}")
     return BuildConfig(
         tags={k.casefold(): v.strip() for k, v in sorted(tags.items())},
+        contexts=contexts,
         statuses=t["statuses"].known,
         excluded_statuses=t["statuses"].exclude_by_default,
         default_status=t["statuses"].default,
@@ -152,3 +156,32 @@ def load_config(path: Path | None) -> BuildConfig:
         vectors=t["vectors"],
         source=str(path),
     )
+
+
+def _path_contexts(table, where: str) -> dict:
+    """[contexts]: each key a path prefix (as ``kb search --path`` takes it), each value one line
+    that describes the documents under it; bounded (kb.formats.meta) because every artifact and
+    every result carries them."""
+    from kb.formats.meta import MAX_CONTEXT_CHARS, MAX_CONTEXT_PREFIX_CHARS, MAX_PATH_CONTEXTS
+
+    if not isinstance(table, dict):
+        raise ConfigError(f'{where} must be a table of path prefixes, e.g. "runbooks/" = "Lab runbooks"')
+    if len(table) > MAX_PATH_CONTEXTS:
+        raise ConfigError(f"{where} holds {len(table)} prefixes; the most is {MAX_PATH_CONTEXTS}")
+    out = {}
+    for prefix, v in sorted(table.items()):
+        key = f"{where} {prefix if len(prefix) <= 60 else prefix[:59] + '…'!r}"
+        if not prefix:
+            raise ConfigError(f'{key}: the prefix is empty; a context describes the documents under a path prefix, e.g. "runbooks/"')
+        if len(prefix) > MAX_CONTEXT_PREFIX_CHARS:
+            raise ConfigError(f"{key}: the prefix is {len(prefix)} characters long; the most is {MAX_CONTEXT_PREFIX_CHARS}")
+        if not isinstance(v, str):
+            dotted = " (quote a prefix that holds a dot: \"docs/v1.2/\" = ...)" if isinstance(v, dict) else ""
+            raise ConfigError(f'{key}: must be a one-line description (a string), e.g. "runbooks/" = "Lab runbooks"{dotted}')
+        v = v.strip()
+        if not v or "\n" in v or "\r" in v:
+            raise ConfigError(f"{key}: must be one line of text, not {'empty' if not v else 'several lines'}")
+        if len(v) > MAX_CONTEXT_CHARS:
+            raise ConfigError(f"{key}: the description is {len(v)} characters long; the most is {MAX_CONTEXT_CHARS}")
+        out[prefix] = v
+    return out

@@ -46,6 +46,12 @@ class Document:
     status: str | None = None
     description: str = ""
     record: int | None = None  # JSON Lines: the record's index among its file's non-blank lines (its --vectors row)
+    head: str = ""  # what the file holds before text (front matter): first_line - 1 whole lines
+
+    @property
+    def source(self) -> str:
+        """The text chunks' line numbers count in: head + text (the artifact's docs.source)."""
+        return self.head + self.text
 
 
 @dataclass(frozen=True)
@@ -370,23 +376,20 @@ def _too_deep(what: str) -> ParseError:
 
 def load_json(text: str, what: str):
     """Parse JSON within the bounds: one ParseError for bad syntax, depth or huge integers."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ParseError(f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:
-        raise _too_deep(what) from None
-    except ValueError as e:
-        raise _value_error(what, e) from None
-    check_nesting(obj, what)
-    return obj
+    return _load_bounded(json.loads, text, what, json.JSONDecodeError, lambda e: f"{e.msg} at line {e.lineno} column {e.colno}")
 
 
 def load_toml(text: str, what: str) -> dict:
+    return _load_bounded(tomllib.loads, text, what, tomllib.TOMLDecodeError, str)
+
+
+def _load_bounded(parse, text: str, what: str, syntax_error: type, describe):
+    """``parse(text)`` with its syntax error (``describe``d), too deep a nesting and oversized
+    integers each as one ParseError naming ``what``."""
     try:
-        obj = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ParseError(f"{what}: {e}") from None
+        obj = parse(text)
+    except syntax_error as e:
+        raise ParseError(f"{what}: {describe(e)}") from None
     except RecursionError:
         raise _too_deep(what) from None
     except ValueError as e:
@@ -515,7 +518,7 @@ def _parse_markdown(rel: str, text: str, stem: str) -> Document:
     status = _str(meta.get("status")) or None
     tags, description = tags_of(meta.get("tags")), _str(meta.get("description"))
     _check_unicode("front matter", title, status or "", description, *tags)
-    return Document(rel, rel, "markdown", title, body, first, tags, status, description)
+    return Document(rel, rel, "markdown", title, body, first, tags, status, description, head=text[: len(text) - len(body)])
 
 
 def _check_unicode(what: str, *values: str) -> None:

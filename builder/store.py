@@ -6,7 +6,7 @@ the text of one window, never the corpus's: in memory there are only two integer
 (and, until ``seal``, its sort key).
 
 Encoding of the scratch file: one msgpack array per document, back to back, in read order:
-``[doc_id, path, kind, title, text, first_line, tags, status, description, record]``.
+``[doc_id, path, kind, title, text, first_line, tags, status, description, record, head]``.
 """
 
 from __future__ import annotations
@@ -35,11 +35,15 @@ class DocumentStore:
         self._packer = msgpack.Packer()
 
     def append(self, doc: Document) -> None:
-        rec = self._packer.pack([doc.doc_id, doc.path, doc.kind, doc.title, doc.text, doc.first_line, list(doc.tags), doc.status, doc.description, doc.record])
+        rec = self._packer.pack([doc.doc_id, doc.path, doc.kind, doc.title, doc.text, doc.first_line, list(doc.tags), doc.status, doc.description, doc.record, doc.head])
         self._file.write(rec)
         self._size += len(rec)
         self._ends.append(self._size)
         self._keys.append((doc.path, doc.doc_id))
+
+    def paths(self) -> list[str]:
+        """The documents' paths, in read order; only before ``seal``."""
+        return [path for path, _ in self._keys]
 
     def seal(self) -> None:
         """Order the documents by (path, id), as the artifact numbers them; no more appends."""
@@ -56,8 +60,8 @@ class DocumentStore:
         start = self._ends[j - 1] if j else 0
         # read, not mapped: pages of a map would count in the build's RSS until it ends
         raw = os.pread(self._file.fileno(), self._ends[j] - start, start)
-        doc_id, path, kind, title, text, first_line, tags, status, description, record = msgpack.unpackb(raw)
-        return Document(doc_id, path, kind, title, text, first_line, tuple(tags), status, description, record)
+        doc_id, path, kind, title, text, first_line, tags, status, description, record, head = msgpack.unpackb(raw)
+        return Document(doc_id, path, kind, title, text, first_line, tuple(tags), status, description, record, head)
 
     def __iter__(self) -> Iterator[Document]:
         return (self[i] for i in range(len(self)))

@@ -30,6 +30,10 @@ MAX_RERANK_TOP = 200  # candidates the cross-encoder rescores; its cost is linea
 MAX_CONTEXT = 10  # neighbouring chunks on each side that a get returns
 MAX_DOC_CHUNKS = 1000  # chunks of one document that a get returns
 DEFAULT_DOC_CHUNKS = 200
+MAX_GET_TARGETS = 100  # targets of one get (kb get TARGET..., targets of /get and multi_get)
+MAX_GLOB_MATCHES = 1000  # documents one get's glob may match; a glob that matches more is refused
+DEFAULT_GET_BYTES = 1 << 20  # bytes of text one get returns unless max_bytes says otherwise
+MAX_GET_BYTES = 16 << 20
 BLENDS = ("position", "sigmoid")
 
 
@@ -52,6 +56,24 @@ class SearchOptions:
 
 
 SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
+
+
+# Defaults that differ by embedding model (the artifact's embedder, meta.embedder.name), under the
+# artifact's own [search] table. multilingual-e5-small's cosines sit high and close together
+# (bench/RESULTS.md "dense-noise"), and its dense leg earns less of the fusion: semantic_weight
+# 0.5 against 0.7 lifts hybrid nDCG@10 on Hugo 0.513 -> 0.574, CMRC2018 0.952 -> 0.966 and
+# JSQuAD 0.850 -> 0.889 (first 300 dev queries; bench/RESULTS.md "e5"); MiniLM keeps
+# SearchOptions' defaults.
+MODEL_DEFAULTS: dict[str, dict] = {
+    "multilingual-e5-small": {"semantic_weight": 0.5},
+}
+
+
+def stored_search(meta) -> dict:
+    """The [search] table an artifact searches with: its embedding model's defaults
+    (MODEL_DEFAULTS), then the artifact's own kb.toml [search] over them."""
+    model = (meta.embedder or {}).get("name")
+    return {**MODEL_DEFAULTS.get(model, {}), **(meta.search or {})}
 
 
 def resolve(stored: dict | None, overrides: dict | None = None) -> SearchOptions:

@@ -231,7 +231,32 @@ class Analyzer:
             out = tuple(dict.fromkeys(content)), (STOP_MARK + w if stopped else None)
         if len(cache) >= FORMS_CACHE:
             cache.clear()
+            self._term_words.clear()
         cache[word] = out
+        for t in out[0] if out[1] is None else (*out[0], out[1]):
+            self._term_words.setdefault(t, set()).add(word)
+        return out
+
+    def term_hits(self, words: set[str], want: set[str]) -> dict[str, set[str]]:
+        """For each of ``words`` whose terms (as ``terms`` gives them) meet ``want``: those terms.
+        Each word is analysed once per process; after that a word is found through the terms it
+        has (the memo's reverse side), so a passage costs set operations, not a loop over its words."""
+        cache, index = self._forms_cache, self._term_words
+        out: dict[str, set[str]] = {}
+        size = len(cache)
+        for w in words.difference(cache):  # a dict: membership tests, not a walk over the memo
+            forms, stop = self.forms(w)
+            got = want.intersection(forms)
+            if stop is not None and stop in want:
+                got.add(stop)
+            if got:
+                out[w] = got
+            if len(cache) < size:  # the memo was emptied on the way: the reverse side lost words
+                return {w: got for w in words if (got := want.intersection(self.terms(w)))}
+            size = len(cache)
+        for t in want:
+            for w in index.get(t, set()).intersection(words):
+                out.setdefault(w, set()).add(t)
         return out
 
     def query_terms(self, text: str) -> list[str]:
@@ -273,6 +298,11 @@ class Analyzer:
 
     @cached_property
     def _forms_cache(self) -> dict:
+        return {}
+
+    @cached_property
+    def _term_words(self) -> dict[str, set[str]]:
+        """term -> the memoised words that have it (``forms``'s reverse side, for ``term_hits``)."""
         return {}
 
     @cached_property

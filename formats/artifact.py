@@ -34,7 +34,7 @@ __all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "FileRange", "NotAnAr
 
 MAGIC = b"\x89KBA\r\n\x1a\n"
 FOOTER_MAGIC = b"KBA-END\n"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 OLDEST_SUPPORTED_VERSION = 1
 ALIGNMENT = 4096
 
@@ -245,7 +245,7 @@ def checksummed(sections: list[SectionData]) -> tuple[list[SectionData], list[in
     return list(sections) + [table], crcs + [zlib.crc32(table.data)]
 
 
-def serialize(sections: list[SectionData]) -> Iterable[bytes]:
+def serialize(sections: list[SectionData], version: int = FORMAT_VERSION) -> Iterable[bytes]:
     """Yield the artifact's bytes in order (header, table, padded sections, footer)."""
     names = [s.name for s in sections]
     if len(set(names)) != len(names):
@@ -255,7 +255,7 @@ def serialize(sections: list[SectionData]) -> Iterable[bytes]:
     sections, crcs = checksummed(sections)
     placed, total = layout(sections, crcs)
     table = b"".join(pack_entry(s) for s in placed)
-    yield pack_header(len(placed), total)
+    yield pack_header(len(placed), total, version)
     yield table
     pos = HEADER_SIZE + len(table)
     for sd, s in zip(sections, placed):
@@ -265,13 +265,15 @@ def serialize(sections: list[SectionData]) -> Iterable[bytes]:
     yield FOOTER.pack(zlib.crc32(table), len(placed), FOOTER_MAGIC)
 
 
-def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
+def write_artifact(path: str | os.PathLike, sections: list[SectionData], version: int = FORMAT_VERSION) -> int:
     """Write atomically: a temporary file beside the target, fsync, rename, fsync the folder.
 
     A failed or killed write leaves whatever was at ``path`` untouched, except for a temporary
     that a killed write cannot delete; the next write of ``path`` removes those. The new file
     keeps the mode of the one it replaces, else gets 0666 less the umask, like any file ``open``
     creates (the kernel applies the umask; the process's umask is never changed). Returns the size.
+    ``version``: the header's format version (kb-build writes the current one; tests and tools
+    that rewrite an older artifact keep its own).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -282,7 +284,7 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData]) -> int:
     try:
         _lock(lock_fd)
         with os.fdopen(fd, "wb") as f:
-            for part in serialize(sections):
+            for part in serialize(sections, version):
                 f.write(part)
                 size += len(part)
             f.flush()

@@ -23,10 +23,22 @@ the dev sets that is worth +0.01..0.02 nDCG@10 (bench/RESULTS.md, "lexical"). St
 count in no length. Format 1 artifacts: N and df over chunks, distinct query terms.
 
 With the title, section and document weights 0 this is plain Lucene BM25 over the body.
+
+Impacts (format 3). Everything but idf is fixed when the artifact is built, so the builder stores
+each posting's saturated tf (a number in (0, 1)) quantized to one byte, for the chunk and for the
+document, and a query costs, per term, one idf and one scaled scatter-add of those bytes:
+
+    impact(t, c) = max(1, round(255 * tf'/(tf' + k1 (1 - b + b len'/avglen'))))     (u8)
+    score(q, c)  = sum over t in q of  idf(t) * impact(t, c) / 255
+
+idf stays out of the stored bytes so that statistics can be combined at query time. Rounding
+moves a term's contribution by at most idf/510 (nDCG@10 on the dev sets: bench/RESULTS.md,
+"lexical"); an impact is never 0, so every posting still matches.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -52,6 +64,20 @@ def idf(df, n_docs: int):
     """Lucene idf: ln(1 + (N - df + 0.5) / (df + 0.5))."""
     df = np.asarray(df, dtype=np.float64)
     return np.log1p((n_docs - df + 0.5) / (df + 0.5))
+
+
+IMPACT_LEVELS = 255  # format 3: a saturated tf in (0, 1) is stored as one byte, 1..255
+
+
+def quantize_impacts(saturated) -> np.ndarray:
+    """Saturated tf values in [0, 1) as format 3's u8 impacts: round(255 x), at least 1."""
+    q = np.rint(np.asarray(saturated, dtype=np.float64) * IMPACT_LEVELS)
+    return np.clip(q, 1, IMPACT_LEVELS).astype(np.uint8)
+
+
+def idf_scalar(df: int, n_docs: int) -> float:
+    """``idf`` of one term, in plain floats (the query side computes one per term)."""
+    return math.log1p((n_docs - df + 0.5) / (df + 0.5))
 
 
 def tf_component(tf, length, avg_length: float, k1: float, b: float):

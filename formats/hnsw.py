@@ -31,6 +31,7 @@ _HEAD = struct.Struct("<7sHHHBBBBQQQB")  # 48 bytes used of the 64
 HEAD_SIZE = 64
 _GRAPH = struct.Struct("<QQQQQ")
 KEY_U64, SLOT_U32 = 14, 15
+METRIC_COS = ord("c")  # usearch metric_kind_t: kb builds every index with cos (a 0, "unknown", has no distance function)
 SCALAR_BYTES = {11: 4, 12: 2, 4: 2, 23: 1, 10: 8, 17: 1}  # f32, f16, bf16, i8, f64, u8
 MAX_CONNECTIVITY = 4096
 MAX_LEVEL = 64
@@ -76,13 +77,15 @@ def check_hnsw(buf, count: int) -> HnswImage:
     graph_start = pos
     if pos + HEAD_SIZE + _GRAPH.size > n:
         raise BadIndex("vector matrix runs past the end")
-    magic, major, _minor, _patch, _metric, scalar, key, slot, present, deleted, dims, multi = _HEAD.unpack(
+    magic, major, _minor, _patch, metric, scalar, key, slot, present, deleted, dims, multi = _HEAD.unpack(
         bytes(b[pos : pos + _HEAD.size])
     )
     if magic != MAGIC or major != MAJOR:
         raise BadIndex("not a usearch 2.x index")
     if key != KEY_U64 or slot != SLOT_U32 or multi:
         raise BadIndex("unexpected key or slot kind")
+    if metric != METRIC_COS:
+        raise BadIndex(f"metric kind {metric}, expected cos")  # usearch would call a null distance function
     if scalar not in SCALAR_BYTES or cols != dims * SCALAR_BYTES[scalar]:
         raise BadIndex("vector width does not match its dimensions")
     if rows != count or present != count or deleted:

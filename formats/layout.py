@@ -28,18 +28,29 @@ DOC_FIRST_CHUNK = "docs.first_chunk"  # raw u32 x (docs + 1): chunks of doc d ar
 TERM_HASHES = "terms.hash"  # raw u64, sorted ascending (ties broken by term bytes)
 TERM_STRINGS = "terms.strings"  # blob table of UTF-8 terms, same order as terms.hash
 TERM_DOC_DF = "terms.doc_df"  # raw u32 per term: documents holding it (format 2; BM25's df, N = documents)
-POSTINGS = "postings"  # blob table of portable roaring bitmaps of chunk ids, one per term
-POSTING_TF_OFFSETS = "postings.tf_offsets"  # raw u64 x (terms + 1) into postings.tf
-POSTING_TF = "postings.tf"  # raw f32 weighted term frequencies, in chunk-id order per term
+POSTINGS = "postings"  # formats 1-2: blob table of portable roaring bitmaps of chunk ids, one per term
+POSTING_TF_OFFSETS = "postings.tf_offsets"  # formats 1-2: raw u64 x (terms + 1) into postings.tf
+POSTING_TF = "postings.tf"  # formats 1-2: raw f32 weighted term frequencies, in chunk-id order per term
+# Format 3: impact postings (formats/bm25.py). Term t's postings are items offsets[t]..offsets[t+1]
+# of the ids and impacts sections: chunk ids ascending, each with its u8 impact; the same per
+# document for the document score.
+POSTING_OFFSETS = "postings.offsets"  # raw u64 x (terms + 1) into postings.ids / postings.impacts
+POSTING_IDS = "postings.ids"  # raw u32 chunk ids
+POSTING_IMPACTS = "postings.impacts"  # raw u8 chunk impacts
+DOC_POSTING_OFFSETS = "postings.doc_offsets"  # raw u64 x (terms + 1) into postings.doc_ids / .doc_impacts
+DOC_POSTING_IDS = "postings.doc_ids"  # raw u32 document ids
+DOC_POSTING_IMPACTS = "postings.doc_impacts"  # raw u8 document impacts
 TAG_BITMAPS = "tags.bitmaps"  # blob table of roaring bitmaps, order of meta["tags"]["names"]
 STATUS_BITMAPS = "status.bitmaps"  # blob table of roaring bitmaps, order of meta["statuses"]
 TEXT_DICT = "text.dict"  # raw zstd dictionary for text.blocks
 TEXT_BLOCKS = "text.blocks"  # blob table of zstd(msgpack list of chunk records), TEXT_BLOCK chunks each
+DOC_SOURCES = "docs.source"  # blob table of zstd(UTF-8 source text), one per document, with text.dict (optional)
 VECTORS = "vectors.hnsw"  # raw usearch index (Index.save bytes), keys = chunk ids
 MODEL_EMBED = "model.embed"  # blob table: kb_model.json first, then (name, bytes) pairs
 MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder
 
-TEXT_BLOCK = 16  # chunks per compressed text block
+TEXT_BLOCK = 4  # chunks per compressed text block: a result shown decodes its block (16: 2.3x the time
+# per result on SciFact, 4: 6% more text bytes; bench/RESULTS.md "lexical-speed"); readers use meta.text_block
 
 CHUNK_DTYPE = np.dtype(
     [

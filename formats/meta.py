@@ -10,9 +10,15 @@ uses them can index and iterate without guarding each access. A failed check rai
 
 from __future__ import annotations
 
+import functools
+
 import math
 
 U32 = 1 << 32
+# Bounds on kb.toml [contexts] (meta.path_contexts): kb-build refuses more, a reader finds more corrupt.
+MAX_PATH_CONTEXTS = 1000  # prefixes
+MAX_CONTEXT_PREFIX_CHARS = 1024  # characters of one prefix
+MAX_CONTEXT_CHARS = 300  # characters of one description (one line)
 
 
 class ShapeError(ValueError):
@@ -68,10 +74,11 @@ def check_meta(meta) -> None:
         _need(_is_int(counts.get(key), 0, U32), f"meta.counts.{key} must be an integer in 0..2^32-1")
     bm25 = meta.get("bm25")
     _need(isinstance(bm25, dict), "meta.bm25 must be a map")
-    for key in ("k1", "b", "avg_length"):
-        _need(_is_num(bm25.get(key)) and bm25[key] >= 0, f"meta.bm25.{key} must be a finite number >= 0")
-    for key in ("title_weight", "section_weight", "document_weight"):  # optional (document_weight: format 2)
-        _need(key not in bm25 or (_is_num(bm25[key]) and bm25[key] >= 0), f"meta.bm25.{key} must be a finite number >= 0")
+    _need(_is_num(bm25.get("avg_length")) and bm25["avg_length"] >= 0, "meta.bm25.avg_length must be a finite number >= 0")
+    for s in _bm25_settings():  # the ranges kb-build accepts (formats/bm25.py BM25Params)
+        lo, hi = s.spec.minimum, s.spec.maximum
+        optional = s.name in ("title_weight", "section_weight", "document_weight")  # document_weight: format 2
+        _need((optional and s.name not in bm25) or (_is_num(bm25.get(s.name)) and lo <= bm25[s.name] <= hi), f"meta.bm25.{s.name} must be a number in {lo:g}..{hi:g}")
     _check_analyzer(meta.get("analyzer"))
     for key in ("embedder", "reranker", "vectors"):
         _optional_dict(meta, key)
@@ -85,8 +92,17 @@ def check_meta(meta) -> None:
           "meta.tags.descriptions must map strings to strings")
     for key in ("statuses", "excluded_statuses"):
         _need(_is_strs(meta.get(key)), f"meta.{key} must be a list of strings")
+    _check_path_contexts(meta.get("path_contexts", {}))
     _need(isinstance(meta.get("search"), dict), "meta.search must be a map")
     _need(_is_int(meta.get("text_block"), 1, 1 << 16), "meta.text_block must be an integer in 1..65535")
+
+
+def _check_path_contexts(contexts) -> None:
+    """meta.path_contexts (optional): at most MAX_PATH_CONTEXTS prefixes, each mapped to one line."""
+    _need(isinstance(contexts, dict) and len(contexts) <= MAX_PATH_CONTEXTS, f"meta.path_contexts must be a map of at most {MAX_PATH_CONTEXTS} prefixes")
+    for k, v in contexts.items():
+        _need(isinstance(k, str) and len(k) <= MAX_CONTEXT_PREFIX_CHARS, f"meta.path_contexts prefixes must be strings of at most {MAX_CONTEXT_PREFIX_CHARS} characters")
+        _need(isinstance(v, str) and len(v) <= MAX_CONTEXT_CHARS and not ({"\n", "\r"} & set(v)), f"meta.path_contexts descriptions must be one line of at most {MAX_CONTEXT_CHARS} characters")
 
 
 def _check_analyzer(params) -> None:
@@ -100,7 +116,7 @@ def _check_analyzer(params) -> None:
     stemmers = params.get("stemmers", {})
     _need(isinstance(stemmers, dict) and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in stemmers.items()),
           "meta.analyzer.stemmers must map languages to stemmer names")
-    _need(isinstance(params.get("stemmer_library", ""), str), "meta.analyzer.stemmer_library must be a string")
+    _need(params.get("stemmer_library") is None or isinstance(params["stemmer_library"], str), "meta.analyzer.stemmer_library must be a string or nil")  # nil: no language stems
     # Whether this kb has the analyzer (its name, version, stemmers) is the analyzer's to say,
     # when a search first needs it: an unknown stemmer is "upgrade kb" (exit 4), not corruption.
 
@@ -132,3 +148,12 @@ def check_model_card(card, names=()) -> None:
     for key in ("dim", "max_tokens"):
         _need(key not in card or _is_int(card[key], 1, 1 << 16), f"kb_model.json {key} must be an integer in 1..65535")
 
+
+
+@functools.lru_cache(maxsize=1)
+def _bm25_settings():
+    from kb.common.settings import settings_of
+
+    from .bm25 import BM25Params
+
+    return settings_of(BM25Params)

@@ -3,6 +3,7 @@
     meta          Meta (msgpack map)                       pack_meta / unpack_meta
     manifest      Manifest (zstd msgpack map)              manifest_section / unpack_manifest
     text.blocks   ChunkRecord lists (zstd msgpack arrays)  pack_chunk_record, pack_text_block / unpack_text_block
+    docs.source   a document's source text (zstd UTF-8)    pack_source / unpack_source, text_lines
     model.*       model files + ModelCard (kb_model.json)  pack_model_files / unpack_model_files, ModelCard
 
 The builder writes these sections only through the pack side and the runtime reads them only
@@ -173,9 +174,15 @@ class Meta:
     search: dict  # kb.toml [search] as given (validated by kb-build)
     text_block: int  # chunks per text block
     source: str  # "files" or "jsonl"
+    path_contexts: dict = field(default_factory=dict)  # path prefix -> one-line context from kb.toml [contexts]; written only when not empty
+
+    def contexts_of(self, path: str) -> tuple[tuple[str, str], ...]:
+        """(prefix, description) of every path context ``path`` is under, most specific (longest) first."""
+        return tuple(sorted(((p, d) for p, d in self.path_contexts.items() if path.startswith(p)), key=lambda pd: -len(pd[0])))
 
 
 def pack_meta(m: Meta) -> bytes:
+    optional = {"path_contexts": m.path_contexts} if m.path_contexts else {}
     return msgpack.packb(
         {
             "kb_version": m.kb_version,
@@ -192,6 +199,7 @@ def pack_meta(m: Meta) -> bytes:
             "search": m.search,
             "text_block": m.text_block,
             "source": m.source,
+            **optional,
         }
     )
 
@@ -241,6 +249,7 @@ def unpack_meta(buf) -> Meta:
         search=_typed(d, "search", dict, what),
         text_block=text_block,
         source=str(d.get("source", "files")),
+        path_contexts=d.get("path_contexts", {}),
     )
 
 
@@ -362,17 +371,44 @@ def pack_text_block(records: list[bytes]) -> bytes:
     return msgpack.Packer().pack_array_header(len(records)) + b"".join(records)
 
 
-def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list[ChunkRecord]:
-    """The records of a text block (``expect`` of them, when given)."""
+def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list:
+    """The records of a text block (``expect`` of them, when given), each as msgpack decoded it:
+    ``chunk_record`` checks one when it is used (a search shows a few records of each block)."""
     try:
         items = msgpack.unpackb(raw)
     except (ValueError, msgpack.UnpackException):
         raise _corrupt(f"{what} does not decode") from None
-    if expect is not None and (not isinstance(items, list) or len(items) != expect):
+    if not isinstance(items, list) or (expect is not None and len(items) != expect):
         raise _corrupt(f"{what} holds {len(items) if isinstance(items, list) else 'no'} records, expected {expect}")
-    out = []
-    for it in items if isinstance(items, list) else [None]:
-        if not (isinstance(it, list) and len(it) == 5 and all(isinstance(x, str) for x in it[:4]) and isinstance(it[4], list) and all(isinstance(t, str) for t in it[4])):
-            raise _corrupt(f"{what} is malformed")
-        out.append(ChunkRecord(it[0], it[1], it[2], it[3], tuple(it[4])))
-    return out
+    return items
+
+
+def chunk_record(item, what: str) -> ChunkRecord:
+    """One record of ``unpack_text_block``'s, checked: [text, section, title, doc_id, [tags]]."""
+    if not (isinstance(item, list) and len(item) == 5 and all(isinstance(x, str) for x in item[:4]) and isinstance(item[4], list) and all(isinstance(t, str) for t in item[4])):
+        raise _corrupt(f"{what} is malformed")
+    return ChunkRecord(item[0], item[1], item[2], item[3], tuple(item[4]))
+
+
+# --- document sources ----------------------------------------------------------------------------
+def text_lines(text: str) -> list[str]:
+    """The lines that chunks' StartLine and EndLine count (1-based): ``text`` split at each \\n,
+    without the empty piece after a final \\n. The chunker and ``kb get PATH:FROM:COUNT`` both
+    number lines with it."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def pack_source(text: str) -> bytes:
+    """A docs.source item before compression: the document's source text as UTF-8."""
+    return text.encode("utf-8")
+
+
+def unpack_source(raw: bytes, what: str) -> list[str]:
+    """The lines of a decompressed docs.source item."""
+    try:
+        return text_lines(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _corrupt(f"{what} is not UTF-8") from None

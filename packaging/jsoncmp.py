@@ -3,7 +3,7 @@
     python packaging/jsoncmp.py REFERENCE FROZEN
 
 Ignored, because they legitimately differ between two runs of the same program: ``timings_ms``
-(``--explain``) and ``latency_ms`` (``kb bench``) wherever they occur. Floats must agree to 1e-9
+(``--explain``), ``latency_ms`` and ``quality_call_ms`` (``kb bench``) wherever they occur. Floats must agree to 1e-9
 (both programs run the same libraries on the same machine, so they are normally bit-identical).
 Non-JSON outputs (human text) must be byte-identical.
 """
@@ -14,7 +14,7 @@ import json
 import math
 import sys
 
-IGNORED_KEYS = {"timings_ms", "latency_ms"}
+IGNORED_KEYS = {"timings_ms", "latency_ms", "quality_call_ms"}
 TOL = 1e-9
 
 

@@ -7,7 +7,7 @@
 # the first command also unpacks it), PATH an empty directory (no Python, no tar, nothing).
 # The reference is the project's own `kb` (.venv/bin/kb) with the caller's environment. For
 # each case both must exit with the same status and print the same stdout (JSON compared
-# structurally by packaging/jsoncmp.py, ignoring timings_ms / latency_ms; text byte for byte)
+# structurally by packaging/jsoncmp.py, ignoring timings_ms / latency_ms / quality_call_ms; text byte for byte)
 # and, for the error cases, the same stderr. Exit status: number of failed cases (0 = pass).
 #
 # Cases: the sample corpus (examples/kb-sample) built here by the reference kb-build with the

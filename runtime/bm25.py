@@ -1,12 +1,14 @@
 """The BM25 leg: query terms -> scored chunk ids, over postings viewed in place.
 
-Formula and variant: formats/bm25.py. Chunks are scored; in a format 2 artifact N and df count
-documents (``terms.doc_df``), in format 1 chunks, and a format 2 chunk's score adds
-``document_weight`` x its document's own BM25 (the document's tf and length summed over its
-chunks, computed here from the chunk postings). A query term repeated n times adds its impact
-n times (format 2; format 1 queries hold distinct terms). Scores accumulate per term with numpy
-over each term's posting list; the ``allowed`` filter (a boolean mask over chunk ids) is applied
-before ranking, so the top hits are drawn from the allowed set only.
+Formula and variant: formats/bm25.py. Chunks are scored; from format 2 N and df count documents
+(``terms.doc_df``), in format 1 chunks, and a chunk's score adds ``document_weight`` x its
+document's own BM25. Format 3 stores each posting's impact (quantized saturated tf, for the chunk
+and for the document), so a query costs one idf and two slices per term over views of the mmap,
+then one weighted bincount for the chunks and one for the documents; formats 1-2 compute the
+impacts from the stored tf, once per term per process. A query term repeated n times adds its
+impact n times (formats 2-3; format 1 queries hold distinct terms). The ``allowed`` filter (a
+boolean mask over chunk ids) is applied before ranking, so the top hits are drawn from the
+allowed set only, and the top k are selected by partition, not a full sort.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from kb.formats.analyzer import Analyzer, AnalyzerError
-from kb.formats.bm25 import idf, tf_component
+from kb.formats.bm25 import IMPACT_LEVELS, idf_scalar, tf_component
 
 
 def query_terms(ix, text: str) -> list[str]:
@@ -35,12 +37,24 @@ def analyzer_of(ix) -> Analyzer:
     return analyzer
 
 
-IMPACT_CACHE = 8192  # terms whose decoded impacts a warm process keeps
+IMPACT_CACHE = 8192  # terms whose computed impacts a warm process keeps (formats 1-2)
 
 
-def impacts(ix, tid: int) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk ids, BM25 impact idf * saturated tf) of a term: decoded and computed once per
-    process, then reused (kb serve and kb bench see each common term many times)."""
+def term_postings(ix, tid: int) -> tuple[np.ndarray, np.ndarray, float, np.ndarray | None, np.ndarray | None]:
+    """(chunk ids, impacts, scale, document ids, document impacts) of a term: its contribution
+    to a chunk is ``scale * impact``, to a document ``scale * document impact``. Format 3 reads
+    the stored u8 impacts in place (scale = idf / 255); formats 1-2 compute idf-weighted float
+    impacts from the stored tf once per process (scale 1)."""
+    if ix.version >= 3:
+        ids, imp = ix.impact_posting(tid)
+        doc_ids, doc_imp = ix.impact_posting(tid, document=True) if document_weight(ix) > 0 else (None, None)
+        return ids, imp, term_weight(ix, tid) / IMPACT_LEVELS, doc_ids, doc_imp
+    ids, imp, *doc = _computed_impacts(ix, tid)
+    return (ids, imp, 1.0, *doc) if doc else (ids, imp, 1.0, None, None)
+
+
+def _computed_impacts(ix, tid: int) -> tuple:
+    """Formats 1-2: (chunk ids, idf * saturated tf[, doc ids, idf * the documents' saturated tf])."""
     cache = ix.leg_cache.setdefault("bm25", {})
     hit = cache.get(tid)
     if hit is not None:
@@ -48,23 +62,28 @@ def impacts(ix, tid: int) -> tuple[np.ndarray, np.ndarray]:
     p = ix.meta.bm25
     ids, tf = ix.posting(tid)
     w = term_weight(ix, tid)
-    out = (ids, w * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"]))
-    if document_weight(ix) > 0:
-        chunk_doc, doc_len, avg = _doc_stats(ix)
-        dtf = np.bincount(chunk_doc[ids], weights=tf, minlength=ix.n_docs)
-        docs = np.flatnonzero(dtf)
-        out += (docs, w * tf_component(dtf[docs], doc_len[docs], avg, p["k1"], p["b"]))
+    with np.errstate(all="ignore"):  # forged tf or lengths: a posting that overflows scores 0, not NaN
+        out = (ids, _finite(w * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"])))
+        if document_weight(ix) > 0:
+            chunk_doc, doc_len, avg = _doc_stats(ix)
+            dtf = np.bincount(chunk_doc[ids], weights=tf, minlength=ix.n_docs)
+            docs = np.flatnonzero(dtf)
+            out += (docs, _finite(w * tf_component(dtf[docs], doc_len[docs], avg, p["k1"], p["b"])))
     if len(cache) >= IMPACT_CACHE:
         cache.clear()
     cache[tid] = out
     return out
 
 
+def _finite(x: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def term_weight(ix, tid: int) -> float:
-    """A term's idf: over documents (format 2), or over chunks (format 1)."""
+    """A term's idf: over documents (formats 2-3), or over chunks (format 1)."""
     if ix.version >= 2:
-        return float(idf(int(ix.doc_df[tid]), ix.n_docs))
-    return float(idf(int(ix.tf_offsets[tid + 1] - ix.tf_offsets[tid]), ix.n_chunks))
+        return idf_scalar(int(ix.doc_df[tid]), ix.n_docs)
+    return idf_scalar(int(ix.tf_offsets[tid + 1] - ix.tf_offsets[tid]), ix.n_chunks)
 
 
 def document_weight(ix) -> float:
@@ -84,25 +103,42 @@ def _doc_stats(ix) -> tuple[np.ndarray, np.ndarray, float]:
 
 def bm25_scores(ix, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(chunk ids, scores) of every chunk matching at least one term, ids ascending; a term
-    given n times counts n times."""
-    n = ix.n_chunks
-    acc = np.zeros(n, dtype=np.float64)
-    touched = np.zeros(n, dtype=bool)
-    lam = document_weight(ix)
-    dacc = np.zeros(ix.n_docs if lam > 0 else 0, dtype=np.float64)
+    given n times counts n times. All the terms' postings are summed at once: one weighted
+    ``bincount`` over the chunk impacts (and one over the document impacts), each posting
+    weighted by its term's scale; every impact is positive, so the matching chunks are the
+    nonzero sums."""
+    parts, doc_parts, scales = [], [], []
     for t, times in Counter(terms).items():
         tid = ix.term_id(t)
         if tid is None:
             continue
-        ids, imp, *doc = impacts(ix, tid)
-        acc[ids] += imp * times if times > 1 else imp
-        touched[ids] = True
-        if doc:
-            dacc[doc[0]] += doc[1] * times if times > 1 else doc[1]
-    ids = np.flatnonzero(touched)  # a dense mask beats np.unique over the concatenated postings
-    if lam > 0:
-        return ids, acc[ids] + lam * dacc[_doc_stats(ix)[0][ids]]
+        ids, imp, scale, doc_ids, doc_imp = term_postings(ix, tid)
+        parts.append((ids, imp))
+        doc_parts.append((doc_ids, doc_imp))
+        scales.append(scale * times)
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    acc = _weighted_sum(ix, parts, scales, ix.n_chunks)
+    ids = np.flatnonzero(acc > 0)  # a bool mask: several times faster to scan than the floats
+    lam = document_weight(ix)
+    if lam > 0 and doc_parts[0][0] is not None:
+        dacc = _weighted_sum(ix, doc_parts, scales, ix.n_docs)
+        return ids, acc[ids] + lam * dacc[ix.chunks["doc"][ids]]
     return ids, acc[ids]
+
+
+def _weighted_sum(ix, parts: list[tuple[np.ndarray, np.ndarray]], scales: list[float], n: int) -> np.ndarray:
+    """sum over parts of scale x impact, by id, as a length-``n`` array (ids checked against ``n``)."""
+    if len(parts) == 1:
+        ids, w = parts[0][0], parts[0][1] * scales[0]
+    else:
+        ids = np.concatenate([p[0] for p in parts])
+        w = np.concatenate([p[1] for p in parts]) * np.repeat(scales, [len(p[0]) for p in parts])
+    if len(ids) and int(ids.max()) >= n:
+        from kb.formats.artifact import CorruptArtifact
+
+        raise CorruptArtifact(f"{ix.path}: corrupt artifact: a posting names a chunk or document past the tables")
+    return np.bincount(ids, weights=w, minlength=n)
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

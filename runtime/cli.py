@@ -14,13 +14,18 @@ import sys
 import click
 
 from kb.common.errors import UsageError
-from kb.common.options import DEFAULT_DOC_CHUNKS, GROUPS, MAX_CONTEXT, MAX_DOC_CHUNKS, MAX_TOP_K, MODES, SETTINGS
+from kb.common.options import DEFAULT_DOC_CHUNKS, DEFAULT_GET_BYTES, GROUPS, MAX_CONTEXT, MAX_DOC_CHUNKS, MAX_GET_BYTES, MAX_GLOB_MATCHES, MAX_TOP_K, MODES, SETTINGS
 from kb.common.usage import count, debug_option, printable
 from kb.formats.version import KB_VERSION
 
 from .clikit import command_group, compute_option, device_option, index_option, open_index, search_option_flags
-from .output import FORMATS
+from .output import FORMATS, json_text
 from .serve_cli import mcp as mcp_command, serve as serve_command
+
+
+def pretty() -> bool:
+    """JSON output is indented for a person at a terminal, one compact line otherwise."""
+    return sys.stdout.isatty()
 
 
 @command_group()
@@ -44,7 +49,7 @@ def info(index_path, as_json, verify):
         d = describe(ix)
     if verify:
         d["verified"] = {"sections": len(d["sections"]), "crc32": "ok"}
-    click.echo(json.dumps(d, indent=2, ensure_ascii=False) if as_json else render_info(d))
+    click.echo(json_text(d, pretty()) if as_json else render_info(d))
 
 
 @main.command()
@@ -55,14 +60,13 @@ def status(index_path, as_json):
     """Compare the artifact's manifest with the corpus on disk: changed, added, removed files.
     Exit 0 when the artifact is up to date, 1 when it is stale or the corpus root is not here,
     so a pipeline can gate a rebuild on it."""
-    from .stale import stale_report
+    from .stale import status_report
 
     with open_index(index_path) as ix:
-        rep = stale_report(ix.manifest())
+        rep = status_report(ix.manifest())
     n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
-    rep["fresh"] = rep["root_exists"] and n == 0
     if as_json:
-        click.echo(json.dumps(rep, indent=2, ensure_ascii=False))
+        click.echo(json_text(rep, pretty()))
     elif not rep["root_exists"]:
         click.echo(f"corpus root {printable(rep['root'])} is not on this machine; cannot check staleness")
     else:
@@ -89,7 +93,7 @@ def status(index_path, as_json):
 @search_option_flags
 @click.option("--literal", is_flag=True, help="Take QUERY as plain words: quotes, a leading - and field: are not syntax.")
 @click.option("--explain", is_flag=True, help="Per result: each leg's rank and raw score, RRF parts, bonus, rerank logit and blend weights.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object; indented on a terminal, one line otherwise), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="Same as --format jsonl.")
 @click.option("--min-score", type=click.FloatRange(0, 1), help="Only results whose confidence is at least this (0..1).")
@@ -104,14 +108,15 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
 
     \b
     QUERY is natural language, and may hold:
-      "exact phrase"      chunks must contain the phrase
+      "exact phrase"      chunks must contain the phrase (if none does: a notice,
+                          and the words in any order)
       -term  -"phrase"    chunks must not contain it (put -- before a query that starts with -)
       title:word          the document's title must hold it (also title:"a phrase")
       section:word        the chunk's headings must hold it
       path:prefix         only documents under prefix
     Phrases, exclusions and scopes filter; the words still rank.
     """
-    from kb.common.options import resolve
+    from kb.common.options import resolve, stored_search
 
     from .output import render_csv, render_files, render_human, render_json, render_jsonl, render_md, render_notices
     from .search import Query, Searcher
@@ -126,7 +131,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
 
         reranker = load_reranker_path(reranker_path, device, compute_type)  # a bad model refuses loudly, before any search
     with open_index(index_path) as ix:
-        options = resolve(ix.meta.search, overrides)
+        options = resolve(stored_search(ix.meta), overrides)
         q = Query(
             text=query, rewrites=tuple(rewrite), entities=tuple(entity), top_k=top_k, statuses=tuple(status),
             all_statuses=all_statuses, tags=tuple(tag), path=path_prefix, mode=mode, budget_ms=budget_ms,
@@ -141,7 +146,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
         artifact = {"id": ix.artifact.id, "path": str(ix.path)}
         notes = [] if fmt in ("text", "json", "md") else render_notices(resp)
         if fmt == "json":
-            out = render_json(resp, artifact)
+            out = render_json(resp, artifact, pretty())
         elif fmt == "jsonl":
             out = render_jsonl(resp, artifact)
         elif fmt == "csv":
@@ -166,47 +171,64 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
 
 
 @main.command()
-@click.argument("target")
+@click.argument("targets", nargs=-1, metavar="TARGET...")
 @index_option
-@click.option("--doc", "whole_doc", is_flag=True, help="The whole document of the chunk TARGET (a path or doc_id always gives the whole document).")
+@click.option("--glob", metavar="PATTERN", help=f"Also every document whose path matches PATTERN (as kb-build --include: * matches / too), in path order; at most {MAX_GLOB_MATCHES} documents.")
+@click.option("--max-bytes", type=click.IntRange(1, MAX_GET_BYTES), default=DEFAULT_GET_BYTES, show_default=True, help="The most bytes of text to print. Several targets: each that does not fit is left out and named (stderr; JSON: omitted). One target over it is an error.")
+@click.option("--doc", "whole_doc", is_flag=True, help="A chunk id TARGET gives its whole document instead (a path or doc_id always gives the whole document).")
 @click.option("-C", "--context", type=click.IntRange(0, MAX_CONTEXT), default=1, show_default=True, help="With a chunk id: neighbouring chunks to show on each side.")
 @click.option("--max-chunks", type=click.IntRange(1, MAX_DOC_CHUNKS), default=DEFAULT_DOC_CHUNKS, show_default=True, help="With a document: the most chunks to print.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: the same record kb serve's /get and the MCP get tool return.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the record kb serve's /get and the MCP get tool return; for several targets or --glob, {items, omitted} as /get with targets and MCP multi_get return.")
 @debug_option
-def get(target, index_path, whole_doc, context, max_chunks, as_json):
-    """Read a chunk by its chunk_id (a search result's), with its neighbours, or a whole document
-    by its path or doc_id."""
-    from .requests import GetRequest, RequestError
-    from .service import Service
+def get(targets, index_path, glob, max_bytes, whole_doc, context, max_chunks, as_json):
+    """Read chunks, documents or line ranges of the artifact.
 
+    \b
+    TARGET is one of:
+      12                a chunk id (a search result's chunk_id), with -C neighbours each side
+      PATH or DOC_ID    the document's chunks in order
+      PATH:FROM:COUNT   COUNT lines from line FROM, numbered as in the source file (front
+                        matter included); a COUNT past the end stops at the last line
+      PATH:FROM         from line FROM to the end of the document
+    One TARGET prints its record. Several TARGETs or --glob print each record that fits in
+    --max-bytes, in order, and name every one left out.
+    """
+    from .output import render_get
+    from .requests import RequestError, parse_get
+    from .service import Service, too_large
+
+    if not targets and glob is None:
+        raise UsageError("give a TARGET (a chunk id, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN")
     with open_index(index_path) as ix:
-        svc = Service(ix, stale_check=False)
-        if target.isdigit() and whole_doc:
-            cid = int(target)
-            if not 0 <= cid < ix.n_chunks:
-                raise UsageError(f"no chunk {cid}; this artifact has chunk ids 0..{ix.n_chunks - 1}")
-            req = GetRequest(path=ix.doc_path(ix.doc_of(cid)), max_chunks=max_chunks)
-        elif target.isdigit():
-            req = GetRequest(chunk_id=int(target), context=context)
-        else:
-            req = GetRequest(doc_id=target, max_chunks=max_chunks) if ix.doc_by_path(target) is None else GetRequest(path=target, max_chunks=max_chunks)
+        if whole_doc:
+            targets = tuple(_document_of_chunk(ix, t) if t.isascii() and t.isdigit() else t for t in targets)
         try:
-            out = svc.get(req)
+            req = parse_get({"targets": list(targets), "max_bytes": max_bytes, "context": context, "max_chunks": max_chunks, **({} if glob is None else {"glob": glob})})
+            out = Service(ix, stale_check=False).get(req)
         except RequestError as e:
             raise UsageError(e.message) from None
+    single = len(targets) == 1 and glob is None  # one target: its record, as the servers' single get
+    if single:
+        if out["omitted"]:
+            left = out["omitted"][0]
+            raise UsageError(too_large(left["target"], left["bytes"], max_bytes, "--max-bytes"))
+        records = [{k: v for k, v in out["items"][0].items() if k != "target"} | {"artifact": out["artifact"]}]
+    else:
+        records = out["items"]
     if as_json:
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        click.echo(json_text(records[0] if single else out, pretty()))
         return
-    doc = out["document"]
-    chunks = out["previous"] + [out["chunk"]] + out["next"] if "chunk" in out else out["chunks"]
-    click.echo(printable(f"{doc['path']} · {doc['title']} · {count(doc['n_chunks'], 'chunk')}"))
-    for c in chunks:
-        mark = " (asked for)" if "chunk" in out and c["chunk_id"] == out["chunk"]["chunk_id"] else ""
-        where = f" § {c['section']}" if c["section"] else ""
-        click.echo("\n" + printable(f"--- chunk {c['chunk_id']}{where} · lines {c['lines'][0]}-{c['lines'][1]}{mark}"))
-        click.echo(c["text"])
-    if out.get("truncated"):
-        click.echo(f"\n(first {count(max_chunks, 'chunk')} shown; --max-chunks for more)")
+    click.echo("\n\n".join(render_get(r) for r in records))
+    for left in out["omitted"]:
+        click.echo(printable(f"kb: note: left out {left['target']} ({left['bytes']:,} bytes): {left['reason']}"), err=True)
+
+
+def _document_of_chunk(ix, target: str) -> str:
+    """--doc: the path of the document that holds chunk ``target``."""
+    cid = int(target)
+    if not 0 <= cid < ix.n_chunks:
+        raise UsageError(f"no chunk {cid}; this artifact has chunk ids 0..{ix.n_chunks - 1}")
+    return ix.doc_path(ix.doc_of(cid))
 
 
 @main.command(name="list")
@@ -269,7 +291,7 @@ def bench(fixture, index_path, beir_dir, split, k, backends, as_json, device, co
     with open_index(index_path) as ix:
         res = run_bench(Searcher(ix, device, compute_type), bset, k, list(backends) or None)
         res["artifact"] = {"id": ix.artifact.id, "path": str(ix.path)}
-    click.echo(json.dumps(res, indent=2) if as_json else render_table(res))
+    click.echo(json_text(res, pretty()) if as_json else render_table(res))
 
 
 main.add_command(serve_command, "serve")

@@ -15,6 +15,7 @@ kb.toml [search] (or --low-confidence-floor) overrides it.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -101,11 +102,15 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None) -> np
 
 def predict(backend: str, rows: np.ndarray) -> np.ndarray:
     """P(relevant) per row under the backend's fitted model."""
+    z = expand(rows) @ _weights(backend)
+    return np.exp(-np.logaddexp(0.0, -z))  # the logistic function, without overflow for any z
+
+
+@functools.lru_cache(maxsize=None)
+def _weights(backend: str) -> np.ndarray:
     from .confidence_model import MODEL
 
-    weights = MODEL["backends"].get(backend) or MODEL["backends"]["hybrid"]
-    z = expand(rows) @ np.asarray(weights, dtype=np.float64)
-    return 1.0 / (1.0 + np.exp(-z))
+    return np.asarray(MODEL["backends"].get(backend) or MODEL["backends"]["hybrid"], dtype=np.float64)
 
 
 def low_confidence_floor(backend: str) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kb.common.errors import UsageError
+from kb.common.usage import printable
 
 
 def allowed_mask(ix, statuses=(), all_statuses: bool = False, tags=(), path: str | None = None) -> np.ndarray:
@@ -21,10 +22,9 @@ def allowed_mask(ix, statuses=(), all_statuses: bool = False, tags=(), path: str
         wanted = list(statuses)
     else:
         wanted = [s for s in known if s not in ix.meta.excluded_statuses]
-    mask = np.zeros(ix.n_chunks, dtype=bool)
-    codes = ix.chunks["status"]
-    for s in wanted:
-        mask |= codes == known.index(s)
+    mask = _status_mask(ix, tuple(known.index(s) for s in wanted))
+    if tags or path:
+        mask = mask.copy()
     for t in tags:
         check_tag(ix, t)
         bm = ix.tag_bitmap(t.casefold())
@@ -35,17 +35,29 @@ def allowed_mask(ix, statuses=(), all_statuses: bool = False, tags=(), path: str
     if path:
         a, b = ix.path_range(path)
         if a == b and not _any_document_under(ix, path):
-            raise UsageError(f"no document path starts with {path!r}{_closest(path, _path_prefixes(ix))}")
+            raise UsageError(f"no document path starts with {path!r}{closest(path, _path_prefixes(ix))}")
         window = np.zeros(ix.n_chunks, dtype=bool)
         window[a:b] = True
         mask &= window
     return mask
 
 
+def _status_mask(ix, codes: tuple[int, ...]) -> np.ndarray:
+    """Chunks whose status is one of ``codes``: computed once per process and set of statuses,
+    read-only (callers that narrow it copy it)."""
+    cache = ix.leg_cache.setdefault("status_masks", {})
+    mask = cache.get(codes)
+    if mask is None:
+        mask = np.isin(ix.chunks["status"], codes) if codes else np.zeros(ix.n_chunks, dtype=bool)
+        mask.flags.writeable = False
+        cache[codes] = mask
+    return mask
+
+
 def check_tag(ix, tag: str) -> None:
     """A tag filter must name a tag the artifact knows (tags are casefolded at build time)."""
     if tag.casefold() not in ix.meta.tag_names:
-        raise UsageError(f"unknown tag {tag!r}{_closest(tag.casefold(), ix.meta.tag_names)}")
+        raise UsageError(f"unknown tag {tag!r}{closest(tag.casefold(), ix.meta.tag_names)}")
 
 
 def _any_document_under(ix, prefix: str) -> bool:
@@ -64,22 +76,24 @@ def _path_prefixes(ix) -> list[str]:
     return sorted(out)
 
 
-def _closest(value: str, known) -> str:
-    """'; closest: a, b' from ``known``, or '' when nothing is close."""
+def closest(value: str, known, cutoff: float = 0.5) -> str:
+    """'; closest: a, b' from ``known``, or '' when nothing is close: the folders ``value`` names
+    ('/notes' -> 'notes/'), the paths it is the end of ('disk-full.md' -> 'runbooks/disk-full.md'),
+    then difflib's matches of at least ``cutoff``."""
     import difflib
 
     known = list(known)
     stripped = value.strip("/")
-    folders = [k for k in known if stripped and k.startswith(stripped) and k.endswith("/")]  # '/notes' -> 'notes/'
-    near = list(dict.fromkeys(folders + difflib.get_close_matches(value, known, n=3, cutoff=0.5)))[:3]
-    return f"; closest: {', '.join(near)}" if near else ""
+    named = [k for k in known if stripped and ((k.startswith(stripped) and k.endswith("/")) or k.endswith("/" + stripped))]
+    near = list(dict.fromkeys(named + difflib.get_close_matches(value, known, n=3, cutoff=cutoff)))[:3]
+    return f"; closest: {', '.join(printable(n) for n in near)}" if near else ""  # a path may hold control characters
 
 
 def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
     """``allowed`` narrowed by a parsed query's path:, phrases, title:/section: scopes and
     exclusions (runtime/query_syntax.py). Candidates come from the postings of each needle's
     terms; the needle is then verified against the chunk's text, title or section."""
-    from .bm25 import analyzer_of, query_terms
+    from .bm25 import analyzer_of
     from .query_syntax import matches
 
     mask = allowed.copy()
@@ -91,14 +105,17 @@ def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
     analyzer = analyzer_of(ix)
 
     def holding(needle: str) -> np.ndarray:
-        """Chunks whose postings hold every term of ``needle`` (a superset of its matches)."""
+        """Chunks whose postings hold, for every word of ``needle``, one of the terms the word
+        can be (its stem in each of the artifact's languages, or its stopword term): a superset
+        of the chunks the needle matches."""
         hold = np.ones(ix.n_chunks, dtype=bool)
-        for t in dict.fromkeys(query_terms(ix, needle)):
-            tid = ix.term_id(t)
-            if tid is None:
-                return np.zeros(ix.n_chunks, dtype=bool)
+        for w in dict.fromkeys(analyzer.words(needle)):
+            forms, stop = analyzer.forms(w)
             has = np.zeros(ix.n_chunks, dtype=bool)
-            has[ix.posting(tid)[0]] = True
+            for t in (*forms, stop) if stop is not None else forms:
+                tid = ix.term_id(t)
+                if tid is not None:
+                    has[ix.posting_ids(tid)] = True
             hold &= has
         return hold
 

@@ -17,7 +17,7 @@ from kb.formats import layout as L
 from kb.formats import records as R
 from kb.formats.artifact import MAX_ZSTD_RATIO, Artifact, CorruptArtifact
 
-BLOCK_CACHE = 256  # decoded text blocks kept (16 chunks each)
+BLOCK_CACHE = 1024  # decoded text blocks kept (meta.text_block chunks each: 4 from kb-build)
 TERM_CACHE = 65536  # term -> term id lookups kept
 
 
@@ -45,15 +45,20 @@ REQUIRED = (
     L.DOC_FIRST_CHUNK,
     L.TERM_HASHES,
     L.TERM_STRINGS,
-    L.POSTINGS,
-    L.POSTING_TF_OFFSETS,
-    L.POSTING_TF,
     L.STATUS_BITMAPS,
     L.TAG_BITMAPS,
     L.TEXT_DICT,
     L.TEXT_BLOCKS,
 )
-REQUIRED_V2 = (L.TERM_DOC_DF,)  # format 2: BM25 statistics over documents
+ROARING_POSTINGS = (L.POSTINGS, L.POSTING_TF_OFFSETS, L.POSTING_TF)  # formats 1-2
+IMPACT_POSTINGS = (L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS, L.DOC_POSTING_OFFSETS, L.DOC_POSTING_IDS, L.DOC_POSTING_IMPACTS)  # format 3
+
+
+def required_sections(version: int) -> tuple[str, ...]:
+    """Format 1: roaring postings with f32 tf; 2: + document frequencies; 3: impact postings."""
+    if version >= 3:
+        return REQUIRED + (L.TERM_DOC_DF,) + IMPACT_POSTINGS
+    return REQUIRED + ROARING_POSTINGS + ((L.TERM_DOC_DF,) if version >= 2 else ())
 
 
 class Index:
@@ -94,7 +99,7 @@ class Index:
     def _check_structure(self):
         secs = self.artifact.sections
         self.version = self.artifact.version
-        missing = [n for n in REQUIRED + (REQUIRED_V2 if self.version >= 2 else ()) if n not in secs]
+        missing = [n for n in required_sections(self.version) if n not in secs]
         if missing:
             raise self._corrupt(f"missing sections: {', '.join(missing)}")
         try:
@@ -109,10 +114,18 @@ class Index:
             L.CHUNK_LENGTHS: n_chunks * 4,
             L.DOC_FIRST_CHUNK: (n_docs + 1) * 4,
             L.TERM_HASHES: n_terms * 8,
-            L.POSTING_TF_OFFSETS: (n_terms + 1) * 8,
         }
         if self.version >= 2:
             expect[L.TERM_DOC_DF] = n_terms * 4
+        if self.version >= 3:
+            expect[L.POSTING_OFFSETS] = expect[L.DOC_POSTING_OFFSETS] = (n_terms + 1) * 8
+            expect[L.POSTING_IMPACTS] = secs[L.POSTING_IDS].length // 4
+            expect[L.DOC_POSTING_IMPACTS] = secs[L.DOC_POSTING_IDS].length // 4
+            for name in (L.POSTING_IDS, L.DOC_POSTING_IDS):
+                if secs[name].length % 4:
+                    raise self._corrupt(f"section {name!r} is {secs[name].length} bytes, not a whole number of u32")
+        else:
+            expect[L.POSTING_TF_OFFSETS] = (n_terms + 1) * 8
         for name, size in expect.items():
             if secs[name].length != size:
                 raise self._corrupt(f"section {name!r} is {secs[name].length} bytes, expected {size}")
@@ -133,7 +146,11 @@ class Index:
 
     @cached_property
     def lengths(self) -> np.ndarray:
-        return np.frombuffer(self.artifact.section(L.CHUNK_LENGTHS), dtype="<f4")
+        """Each chunk's weighted BM25 length: finite and not negative (formats 1-2 score with them)."""
+        n = np.frombuffer(self.artifact.section(L.CHUNK_LENGTHS), dtype="<f4")
+        if len(n) and not (np.isfinite(n).all() and n.min() >= 0):
+            raise self._corrupt("chunk lengths must be finite and not negative")
+        return n
 
     @cached_property
     def first_chunk(self) -> np.ndarray:
@@ -178,7 +195,7 @@ class Index:
     @cached_property
     def tf_offsets(self) -> np.ndarray:
         o = np.frombuffer(self.artifact.section(L.POSTING_TF_OFFSETS), dtype="<u8")
-        if o[0] != 0 or o[-1] * 4 != self.artifact.sections[L.POSTING_TF].length:
+        if int(o[0]) != 0 or int(o[-1]) * 4 != self.artifact.sections[L.POSTING_TF].length:  # Python ints: a forged u64 must not wrap
             raise self._corrupt("term-frequency offsets do not cover postings.tf")
         return o
 
@@ -207,8 +224,35 @@ class Index:
             i += 1
         return None
 
+    @cached_property
+    def _impact_postings(self) -> tuple[np.ndarray, ...]:
+        """(offsets, chunk ids, impacts, doc offsets, doc ids, doc impacts) of a format 3
+        artifact, viewed in place; the offsets' ends are checked here, each term's slice when used."""
+        out = []
+        for offs, ids, imps in ((L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS), (L.DOC_POSTING_OFFSETS, L.DOC_POSTING_IDS, L.DOC_POSTING_IMPACTS)):
+            o = np.frombuffer(self.artifact.section(offs), dtype="<u8")
+            i = np.frombuffer(self.artifact.section(ids), dtype="<u4")
+            if int(o[0]) != 0 or int(o[-1]) != len(i):
+                raise self._corrupt(f"section {offs!r} does not cover {ids!r}")
+            out += [o, i, np.frombuffer(self.artifact.section(imps), dtype="u1")]
+        return tuple(out)
+
+    def impact_posting(self, tid: int, document: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, u8 impacts) of term ``tid`` (``document``: its document ids and
+        document impacts); format 3. The ids are not checked against the tables here: an id
+        past them makes the scatter that uses it fail, which runtime/bm25.py reports as corrupt."""
+        o, ids, imps = self._impact_postings[3:] if document else self._impact_postings[:3]
+        a, b = int(o[tid]), int(o[tid + 1])
+        if not a <= b <= len(ids):
+            raise self._corrupt(f"posting offsets of term {tid} are out of order")
+        return ids[a:b], imps[a:b]
+
+    def posting_ids(self, tid: int) -> np.ndarray:
+        """The chunk ids holding term ``tid``, any format."""
+        return self.impact_posting(tid)[0] if self.version >= 3 else self.posting(tid)[0]
+
     def posting(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk ids as uint32, weighted term frequencies) of term ``tid``."""
+        """(chunk ids as uint32, weighted term frequencies) of term ``tid``; formats 1-2."""
         from pyroaring import BitMap
 
         try:
@@ -302,7 +346,10 @@ class Index:
         block = self._block(cid // per)
         if cid % per >= len(block):
             raise self._corrupt(f"text block of chunk {cid} is malformed")
-        rec = block[cid % per]
+        try:
+            rec = R.chunk_record(block[cid % per], f"text block {cid // per}")
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None
         row = self.chunks[cid]
         return StoredChunk(
             chunk_id=int(cid),
@@ -316,7 +363,7 @@ class Index:
             text=rec.text,
         )
 
-    def _block(self, b: int) -> list[R.ChunkRecord]:
+    def _block(self, b: int) -> list:
         """Decoded text block ``b``, from a small LRU cache. Thread-safe: a zstd decompression
         context must not be used by two threads at once (kb serve shares one Index)."""
         with self._block_lock:
@@ -324,15 +371,7 @@ class Index:
             if b in cache:
                 cache.move_to_end(b)
                 return cache[b]
-            import zstandard
-
-            try:
-                data = bytes(self._text_blocks[b])
-                if zstandard.frame_content_size(data) > MAX_ZSTD_RATIO * max(len(data), 1024):
-                    raise zstandard.ZstdError("implausible decoded size")  # a forged size would allocate it
-                raw = self._dctx.decompress(data)
-            except zstandard.ZstdError:
-                raise self._corrupt(f"text block {b} does not decode") from None
+            raw = self._decompress(self._text_blocks[b], f"text block {b}")
             try:
                 per = self.meta.text_block
                 block = R.unpack_text_block(raw, f"text block {b}", min(per, self.n_chunks - b * per))
@@ -342,6 +381,41 @@ class Index:
             if len(cache) > BLOCK_CACHE:
                 cache.popitem(last=False)
             return block
+
+    def _decompress(self, data, what: str) -> bytes:
+        """A zstd frame of text.blocks or docs.source, decoded with text.dict; the caller holds
+        ``_block_lock`` (one decompression context)."""
+        import zstandard
+
+        try:
+            data = bytes(data)
+            if zstandard.frame_content_size(data) > MAX_ZSTD_RATIO * max(len(data), 1024):
+                raise zstandard.ZstdError("implausible decoded size")  # a forged size would allocate it
+            return self._dctx.decompress(data)
+        except zstandard.ZstdError:
+            raise self._corrupt(f"{what} does not decode") from None
+
+    # --- document sources ----------------------------------------------------------------------
+    @property
+    def has_sources(self) -> bool:
+        """Whether the artifact holds its documents' source text (docs.source; kb-build wrote it
+        from issue 21 on)."""
+        return L.DOC_SOURCES in self.artifact.sections
+
+    @cached_property
+    def _sources(self) -> L.BlobTable:
+        return self._blobs(L.DOC_SOURCES, self.n_docs, paged=True)
+
+    def source_lines(self, d: int) -> list[str]:
+        """Document ``d``'s source text as lines: line n (1-based) is the line chunks' ``lines``
+        number n. Only when ``has_sources``."""
+        what = f"the source of document {d}"
+        with self._block_lock:
+            raw = self._decompress(self._sources[d], what)
+        try:
+            return R.unpack_source(raw, what)
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None
 
     def manifest(self) -> R.Manifest:
         try:
@@ -443,12 +517,19 @@ class Index:
         if m is not None:
             row = m.strides[0]
             self.artifact.check_pages(L.VECTORS, MATRIX_START + ids * row, MATRIX_START + (ids + 1) * row)
-            return m[ids].astype(np.float32)
+            return self._finite(m[ids].astype(np.float32))
         got = self.vectors.get(ids.astype(np.uint64))
         try:
-            return np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
+            vecs = np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
         except (ValueError, TypeError):
             raise self._corrupt("the vector index lacks the vectors of some chunks") from None
+        return self._finite(vecs)
+
+    def _finite(self, vecs: np.ndarray) -> np.ndarray:
+        """``vecs``, unless one is not finite (NaN cosines would reach the JSON as NaN)."""
+        if not np.isfinite(vecs).all():
+            raise self._corrupt("a stored vector is not finite")
+        return vecs
 
     def cosines(self, ids: np.ndarray, qv: np.ndarray) -> np.ndarray:
         """The cosine of ``qv`` with the stored vector of each of ``ids`` (float32, in order),
@@ -463,7 +544,7 @@ class Index:
         from usearch.index import MetricKind, search
 
         self.check_vectors(ids)
-        found = search(m[ids], np.asarray(qv, dtype=np.float32), len(ids), MetricKind.Cos, exact=True, threads=1)
+        found = search(self._finite(m[ids]), np.asarray(qv, dtype=np.float32), len(ids), MetricKind.Cos, exact=True, threads=1)
         sims = np.empty(len(ids), dtype=np.float32)
         sims[np.asarray(found.keys, dtype=np.int64)] = 1.0 - np.asarray(found.distances, dtype=np.float32)
         return sims

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from kb.common.usage import printable
 from kb.formats.artifact import CODECS
 
 
@@ -27,6 +28,7 @@ def describe(ix) -> dict:
         "statuses": list(m.statuses),
         "excluded_statuses": list(m.excluded_statuses),
         "tags": m.tag_descriptions,
+        "path_contexts": m.path_contexts,
         "search": m.search,
         "manifest": {
             "root": man.root,
@@ -54,6 +56,8 @@ def render_info(d: dict) -> str:
         f"tags: {len(d['tags'])}",
     ]
     out.extend(f"  {t}: {desc}" for t, desc in d["tags"].items())
+    out.append(f"path contexts: {len(d['path_contexts'])}")
+    out.extend(printable(f"  {p}: {desc}") for p, desc in d["path_contexts"].items())
     man = d["manifest"]
     out.append(f"manifest: root {man['root']}, {man['sources']} sources ({man['source_bytes']:,} bytes), {man['skipped']} skipped, {man['excluded']} excluded")
     if "verified" in d:

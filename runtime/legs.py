@@ -113,6 +113,10 @@ def hnsw_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray, n_allowed: int | N
         m = index.search(qv, count)
         keys = np.asarray(m.keys, dtype=np.int64)
         sims = 1.0 - np.asarray(m.distances, dtype=np.float64)
+        if not np.isfinite(sims).all():  # a forged vector (NaN) gives NaN distances
+            from kb.formats.artifact import CorruptArtifact
+
+            raise CorruptArtifact(f"{ix.path}: corrupt artifact: a stored vector is not finite")
         keep = allowed[keys]
         if keep.sum() >= k or count >= ix.n_chunks:
             keys, sims = keys[keep], sims[keep]

@@ -13,10 +13,10 @@ to stderr, where the logs go too.
 Messages: ``initialize`` (version negotiation: the client's version when it is one of
 PROTOCOL_VERSIONS, else the newest), ``notifications/initialized``, ``ping``, ``tools/list``,
 ``tools/call``, ``notifications/cancelled`` (a cancelled call's result is dropped); JSON-RPC
-batches (arrays) are accepted. Tools: ``search``, ``get``, ``info``. A tool's own failure (bad
-argument, unknown status, chunk not found) is a tool result with ``isError: true`` that names the
-field, so the model can correct itself; malformed messages, unknown methods, unknown tools and
-non-object arguments are JSON-RPC errors.
+batches (arrays) are accepted. Tools: ``search``, ``get``, ``multi_get``, ``info``, ``status``. A
+tool's own failure (bad argument, unknown status, chunk not found) is a tool result with
+``isError: true`` that names the field, so the model can correct itself; malformed messages,
+unknown methods, unknown tools and non-object arguments are JSON-RPC errors.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+from kb.common.options import DEFAULT_GET_BYTES
 from kb.formats.version import KB_VERSION
 
-from .requests import GET_FIELDS, MCP_SEARCH_FIELDS, SEARCH_FIELDS, RequestError, input_schema, parse_get, parse_search
+from .requests import GET_FIELDS, MCP_SEARCH_FIELDS, MULTI_GET_FIELDS, SEARCH_FIELDS, SINGLE_GET_FIELDS, RequestError, input_schema, parse_get, parse_search
 
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 STRUCTURED_SINCE = "2025-06-18"  # tool results carry structuredContent from this version on
@@ -45,8 +46,10 @@ INSTRUCTIONS = (
     "wording) and `entities` (systems, products, topics that may be tags) when they help. Results "
     "carry chunk_id, doc_id, path, section, status and a snippet; call `get` with a chunk_id to "
     "read a chunk in full with its neighbouring chunks, or with a doc_id or path for a whole "
-    "document. `info` lists the artifact's statuses, tags and counts. By default historical and "
-    "superseded documents are left out (all_statuses or status to include them)."
+    "document; `multi_get` reads several at once, exact line ranges (PATH:FROM:COUNT) and every "
+    "document matching a glob, within a byte budget. `info` lists the artifact's statuses, tags, "
+    "path contexts and counts; `status` says whether files changed since the build. By default "
+    "historical and superseded documents are left out (all_statuses or status to include them)."
 )
 
 TOOLS = (
@@ -57,7 +60,8 @@ TOOLS = (
             "Hybrid search over the knowledge base: BM25 (exact words) and dense vectors (meaning), fused "
             "with Reciprocal Rank Fusion, plus a tag leg for `entities`; with `rerank` (off unless the "
             "artifact's kb.toml turned it on) the top candidates are rescored by the artifact's cross-encoder. Returns JSON: `results` ranked best first (rank, score, score_kind, "
-            "path, section, lines, status, tags, chunk_id, doc_id, title, snippet or text), `tag_contexts` "
+            "path, section, lines, status, tags, `path_contexts` (what the folders the path is under hold, "
+            "most specific first), chunk_id, doc_id, title, snippet or text), `tag_contexts` "
             "(what each tag means) and `notices` (low confidence, stale index). An empty `results` means "
             "nothing matched in the chosen scope."
         ),
@@ -69,17 +73,42 @@ TOOLS = (
         "description": (
             "Read from the knowledge base by id. With `chunk_id`: that chunk's full text with `context` "
             "chunks before (`previous`) and after (`next`) it in the same document. With `doc_id` or "
-            "`path`: the whole document's chunks in order. Give exactly one of chunk_id, doc_id, path."
+            "`path`: the whole document's chunks in order. Give exactly one of chunk_id, doc_id, path. "
+            f"A record of more than {DEFAULT_GET_BYTES:,} bytes of text is refused (read a line range with multi_get)."
         ),
-        "fields": (GET_FIELDS, None),
+        "fields": (GET_FIELDS, SINGLE_GET_FIELDS),
+    },
+    {
+        "name": "multi_get",
+        "title": "Read several chunks, documents or line ranges",
+        "description": (
+            "Read several things at once, as `kb get` and HTTP /get take them. `targets`: chunk ids ('12', "
+            "with `context` neighbours), document paths or doc_ids (their chunks), or PATH:FROM:COUNT for "
+            "COUNT lines from line FROM exactly as in the source file (PATH:FROM: to its end). `glob`: also "
+            "every document whose path matches. Returns JSON: `items` (each record with its `target`; a line "
+            "range has `lines` [first, last], `total_lines` and `text`), then `omitted`: every target left "
+            "out because it did not fit in `max_bytes`, with its size, so nothing is dropped unsaid."
+        ),
+        "fields": (GET_FIELDS, MULTI_GET_FIELDS),
     },
     {
         "name": "info",
         "title": "Describe the knowledge base",
         "description": (
             "What the artifact holds: document, chunk and term counts, the embedder and reranker, the "
-            "statuses (and which are excluded by default), the tags with their descriptions, search "
-            "defaults and the corpus root it was built from."
+            "statuses (and which are excluded by default), the tags and path contexts with their "
+            "descriptions, search defaults and the corpus root it was built from."
+        ),
+        "fields": ({}, None),
+    },
+    {
+        "name": "status",
+        "title": "Is the knowledge base up to date?",
+        "description": (
+            "Compares the artifact with the corpus on disk, as `kb status --json`: `fresh`, the files "
+            "`changed`, `added` and `removed` since the build (`root_exists` false when the corpus is not on "
+            "this machine), plus the artifact's `counts` (documents, chunks, terms, vectors) and `models` "
+            "(embedder and reranker cards)."
         ),
         "fields": ({}, None),
     },
@@ -254,9 +283,9 @@ class McpServer:
             args = {}
         if not isinstance(args, dict):
             raise RpcError(INVALID_PARAMS, "arguments must be an object")
-        handler = {"search": self._search, "get": self._get, "info": self._info}.get(name)
+        handler = {"search": self._search, "get": self._get, "multi_get": self._multi_get, "info": self._info, "status": self._status}.get(name)
         if handler is None:
-            raise RpcError(INVALID_PARAMS, f"unknown tool {name!r}; tools: search, get, info")
+            raise RpcError(INVALID_PARAMS, f"unknown tool {name!r}; tools: {', '.join(t['name'] for t in TOOLS)}")
         try:
             return self._result(handler(args), False)
         except RequestError as e:
@@ -269,12 +298,18 @@ class McpServer:
         return self.service.search(parse_search(args, allowed=MCP_SEARCH_FIELDS))
 
     def _get(self, args: dict) -> dict:
-        return self.service.get(parse_get(args))
+        return self.service.get(parse_get(args, allowed=SINGLE_GET_FIELDS))
+
+    def _multi_get(self, args: dict) -> dict:
+        return self.service.get(parse_get(args, allowed=MULTI_GET_FIELDS))
 
     def _info(self, args: dict) -> dict:
-        if args:
-            raise RequestError("unknown_field", f"info takes no arguments, got {', '.join(map(repr, args))}", next(iter(args)))
+        _no_arguments("info", args)
         return self.service.info()
+
+    def _status(self, args: dict) -> dict:
+        _no_arguments("status", args)
+        return self.service.status()
 
     def _result(self, payload: dict, is_error: bool) -> dict:
         if is_error:
@@ -286,6 +321,11 @@ class McpServer:
         if (self.protocol or PROTOCOL_VERSIONS[0]) >= STRUCTURED_SINCE:
             out["structuredContent"] = payload
         return out
+
+
+def _no_arguments(tool: str, args: dict) -> None:
+    if args:
+        raise RequestError("unknown_field", f"{tool} takes no arguments, got {', '.join(map(repr, args))}", next(iter(args)))
 
 
 def _error(mid, code: int, message: str) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, fields
 
@@ -13,12 +14,17 @@ from .results import SCHEMA_VERSION
 
 def _present(record) -> dict:
     """A record as a dict in field order, without the fields it does not have (None)."""
-    return {f.name: _plain(getattr(record, f.name)) for f in fields(record) if getattr(record, f.name) is not None}
+    return {name: _plain(v) for name in _field_names(type(record)) if (v := getattr(record, name)) is not None}
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def _plain(v):
     if isinstance(v, tuple):
-        return list(v)
+        return [_plain(x) for x in v]
     if hasattr(v, "__dataclass_fields__"):
         return asdict(v)
     return v
@@ -60,8 +66,17 @@ def response_dict(resp: Response, artifact: dict) -> dict:
     }
 
 
-def render_json(resp: Response, artifact: dict) -> str:
-    return json.dumps(response_dict(resp, artifact), ensure_ascii=False, indent=2)
+def json_text(obj, pretty: bool = False) -> str:
+    """JSON as kb prints it: indented for a person at a terminal (``pretty``), else one compact
+    line for a pipe, a script or an agent (json's C encoder, which it uses only without indent:
+    several times faster, and fewer tokens)."""
+    if pretty:
+        return json.dumps(obj, ensure_ascii=False, indent=2)
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def render_json(resp: Response, artifact: dict, pretty: bool = False) -> str:
+    return json_text(response_dict(resp, artifact), pretty)
 
 
 def render_jsonl(resp: Response, artifact: dict) -> str:
@@ -130,6 +145,8 @@ def render_human(resp: Response, show_status: bool = True, highlight=None) -> st
         if r.also_matched:
             extra.append(f"{r.also_matched} more matching chunk{'' if r.also_matched == 1 else 's'} in this document")
         out.append("   " + (f"Status: {r.status} · " if show_status else "") + " · ".join(extra))
+        if r.path_contexts:
+            out.append(printable("   Context: " + "; ".join(f"{c.prefix}: {c.description}" for c in r.path_contexts)))
         if r.explain is not None:
             e = r.explain
             legs = ", ".join(f"{n} #{v['rank']} ({v['raw_score']:.3f}) +{v['rrf']:.4f}" for n, v in e.legs.items())
@@ -146,3 +163,27 @@ def render_human(resp: Response, show_status: bool = True, highlight=None) -> st
 def render_notices(resp: Response) -> list[str]:
     """The notices as lines for stderr."""
     return [f"kb: note: {n.message}" + (f" ({n.reason})" if n.reason else "") for n in resp.notices]
+
+
+def render_get(rec: dict) -> str:
+    """A get record (kb get, /get, the MCP get tools) as text: a header naming the document, its
+    path contexts, then the chunks, or the lines numbered as in the source (``N<TAB>line``, as
+    ``cat -n``; ``cut -f2-`` gives the lines back exactly)."""
+    doc = rec["document"]
+    contexts = ["Context: " + "; ".join(f"{c['prefix']}: {c['description']}" for c in doc["path_contexts"])] if doc.get("path_contexts") else []
+    if "total_lines" in rec:
+        first, last = rec["lines"]
+        head = [f"{doc['path']} · {doc['title']} · lines {first}-{last} of {rec['total_lines']}", *contexts]
+        width = len(str(last))
+        return "\n".join([printable(h) for h in head] + [f"{n:>{width}}\t{line}" for n, line in enumerate(rec["text"].split("\n"), first)])
+    asked = rec.get("chunk")
+    chunks = rec["previous"] + [asked] + rec["next"] if asked else rec["chunks"]
+    out = [printable(h) for h in (f"{doc['path']} · {doc['title']} · {doc['n_chunks']} chunk{'' if doc['n_chunks'] == 1 else 's'}", *contexts)]
+    for c in chunks:
+        mark = " (asked for)" if asked and c["chunk_id"] == asked["chunk_id"] else ""
+        where = f" § {c['section']}" if c["section"] else ""
+        out.append("\n" + printable(f"--- chunk {c['chunk_id']}{where} · lines {c['lines'][0]}-{c['lines'][1]}{mark}"))
+        out.append(c["text"])
+    if rec.get("truncated"):
+        out.append(f"\n(first {len(chunks)} chunk{'' if len(chunks) == 1 else 's'} shown; --max-chunks for more)")
+    return "\n".join(out)

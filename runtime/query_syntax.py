@@ -90,6 +90,8 @@ def matches(analyzer, haystack: str, needle: str) -> bool:
     want = analyzer.terms(needle)
     if not want:
         return True
+    if len(want) == 1:  # one term: found by set operations, without analysing every word in order
+        return bool(analyzer.term_hits(set(analyzer.words(haystack)), set(want)))
     have = analyzer.terms(haystack)
     n = len(want)
     return any(have[i : i + n] == want for i in range(len(have) - n + 1))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kb.common.options import DEFAULT_DOC_CHUNKS, GROUPS, MAX_CONTEXT, MAX_DOC_CHUNKS, MAX_TOP_K, MODES
+from kb.common.options import DEFAULT_DOC_CHUNKS, DEFAULT_GET_BYTES, GROUPS, MAX_CONTEXT, MAX_DOC_CHUNKS, MAX_GET_BYTES, MAX_GET_TARGETS, MAX_GLOB_MATCHES, MAX_TOP_K, MODES
 from kb.common.options import SETTINGS as OPTION_SETTINGS
 
 from .search import Query
@@ -43,6 +43,7 @@ HTTP_STATUS = {
     "bad_type": 400,
     "bad_value": 400,
     "not_found": 404,
+    "too_large": 400,  # a single get record over max_bytes (a request for too much, not a large body)
 }
 
 
@@ -137,8 +138,28 @@ GET_FIELDS: dict[str, Field] = {
         Field("path", "str", "A document's exact path (a search result's path): returns the document's chunks in order.", max_chars=4096),
         Field("context", "int", "With chunk_id: how many neighbouring chunks to return on each side (previous and next).", minimum=0, maximum=MAX_CONTEXT, default=1),
         Field("max_chunks", "int", f"With doc_id or path: the most chunks to return (default {DEFAULT_DOC_CHUNKS}).", minimum=1, maximum=MAX_DOC_CHUNKS, default=DEFAULT_DOC_CHUNKS),
+        Field(
+            "targets",
+            "strs",
+            "What to read, each as `kb get` takes it: a chunk id ('12', with `context` neighbours), a document's path or doc_id (its chunks), "
+            "or PATH:FROM:COUNT (COUNT lines of the document from line FROM, numbered as in the source file; PATH:FROM reads to its end).",
+            max_items=MAX_GET_TARGETS,
+            max_chars=4096,
+        ),
+        Field("glob", "str", f"Also every document whose path matches this shell pattern (as kb-build --include: * matches any characters, / too; ?, [abc]), in path order; at most {MAX_GLOB_MATCHES} documents.", max_chars=1024),
+        Field(
+            "max_bytes",
+            "int",
+            f"The most bytes of text (UTF-8) to return, default {DEFAULT_GET_BYTES}. Items are taken in order while they fit; each one that does not is listed in `omitted` with its size. "
+            "A single chunk_id, doc_id or path over it is an error.",
+            minimum=1,
+            maximum=MAX_GET_BYTES,
+            default=DEFAULT_GET_BYTES,
+        ),
     )
 }
+SINGLE_GET_FIELDS = ("chunk_id", "doc_id", "path", "context", "max_chunks")  # the MCP `get` tool
+MULTI_GET_FIELDS = ("targets", "glob", "max_bytes", "context", "max_chunks")  # the MCP `multi_get` tool
 
 
 def input_schema(fields: dict[str, Field], names=None) -> dict:
@@ -256,19 +277,40 @@ def parse_search(data, allowed=None) -> SearchRequest:
 
 @dataclass(frozen=True)
 class GetRequest:
+    """One read: a chunk_id, doc_id or path (one record back), or targets and a glob (``many``:
+    items and what was omitted back)."""
+
     chunk_id: int | None = None
     doc_id: str | None = None
     path: str | None = None
     context: int = 1
     max_chunks: int = DEFAULT_DOC_CHUNKS
+    targets: tuple[str, ...] = ()
+    glob: str | None = None
+    max_bytes: int = DEFAULT_GET_BYTES
+
+    @property
+    def many(self) -> bool:
+        return bool(self.targets) or self.glob is not None
 
 
-def parse_get(data) -> GetRequest:
-    v = _fields_of(data, GET_FIELDS, None)
-    given = [k for k in ("chunk_id", "doc_id", "path") if k in v]
-    if len(given) != 1:
-        what = "none" if not given else " and ".join(given)
-        raise RequestError("missing_field" if not given else "bad_request", f"give exactly one of chunk_id, doc_id or path (got {what})", given[1] if len(given) > 1 else "chunk_id")
+def parse_get(data, allowed=None) -> GetRequest:
+    """A JSON object -> GetRequest: exactly one of chunk_id, doc_id or path, or targets and/or a
+    glob. ``allowed``: the field names this server offers (default all)."""
+    v = _fields_of(data, GET_FIELDS, allowed)
+    offered = set(GET_FIELDS if allowed is None else allowed)
+    single = [k for k in ("chunk_id", "doc_id", "path") if k in v]
+    many = [k for k in ("targets", "glob") if k in v]
+    if single and many:
+        raise RequestError("bad_request", f"give chunk_id, doc_id or path, or targets or a glob, not both (got {', '.join(single + many)})", many[0])
+    if not many and len(single) != 1:
+        what = "none" if not single else " and ".join(single)
+        if not single and "chunk_id" not in offered:
+            raise RequestError("missing_field", "give targets or glob (got neither)", "targets")
+        also = ", or targets or a glob" if "targets" in offered else ""
+        raise RequestError("missing_field" if not single else "bad_request", f"give exactly one of chunk_id, doc_id or path{also} (got {what})", single[1] if len(single) > 1 else "chunk_id")
+    if "targets" in v and not v["targets"] and "glob" not in v:
+        raise RequestError("missing_field", "targets is empty; give at least one target (or a glob)", "targets")
     return GetRequest(**v)
 
 

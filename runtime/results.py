@@ -61,6 +61,14 @@ class Explain:
 
 
 @dataclass(frozen=True)
+class PathContext:
+    """A kb.toml [contexts] entry a result's path is under."""
+
+    prefix: str
+    description: str
+
+
+@dataclass(frozen=True)
 class Result:
     rank: int
     score: float
@@ -71,6 +79,7 @@ class Result:
     lines: tuple[int, int]
     status: str
     tags: tuple[str, ...]
+    path_contexts: tuple[PathContext, ...]  # the [contexts] the path is under, most specific first
     chunk_id: int
     doc_id: str
     title: str

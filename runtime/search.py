@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kb.common.errors import UsageError
-from kb.common.options import GROUPS, MODES, SearchOptions, resolve
+from kb.common.options import GROUPS, MODES, SearchOptions, resolve, stored_search
 
 from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
@@ -31,10 +31,11 @@ from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor
 from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf
 from .rerank import rerank
 from .query_syntax import parse
-from .results import Candidate, Explain, Notice, Response, Result
+from .results import Candidate, Explain, Notice, PathContext, Response, Result
 from .snippets import snippet
 
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
+BM25_ALONE_DEPTH = 10  # a lone BM25 leg (--mode bm25) ranks top_k, and at least the 10 its confidence features read
 # Scripts an embedding model was trained on, by model name. A dense leg on a script the model
 # never saw ranks noise (all-MiniLM-L6-v2 on CMRC2018-zh: nDCG@10 0.10 against BM25's 0.98,
 # and it dragged hybrid to 0.73), so such queries skip the dense legs, with a notice.
@@ -73,7 +74,7 @@ class Searcher:
         self.device, self.compute_type = device, compute_type
         self._embedder = None
         self._reranker = reranker
-        self.defaults = resolve(index.meta.search)  # the artifact's [search] over kb's defaults
+        self.defaults = resolve(stored_search(index.meta))  # the artifact's [search] over its model's and kb's defaults
 
     # --- models --------------------------------------------------------------------------------
     @property
@@ -113,7 +114,14 @@ class Searcher:
             self.ix.prefetch_vectors()  # checked while the filters, the embedder and BM25 run
         allowed = allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         if parsed is not None and (parsed.filters or parsed.path):
-            allowed = syntax_mask(self.ix, parsed, allowed)
+            scoped = syntax_mask(self.ix, parsed, allowed)
+            if not scoped.any() and allowed.any() and (parsed.phrases or parsed.title or parsed.section) and not syntax_mask(self.ix, replace(parsed, excluded=()), allowed).any():
+                # no chunk in scope holds the phrases (or title:/section: words) as written (not
+                # merely excluded): say so, and search the words with the exclusions and path:
+                # only, rather than return nothing
+                scoped = syntax_mask(self.ix, replace(parsed, phrases=(), title=(), section=()), allowed)
+                notices.append(Notice("phrase_not_found", f"no chunk contains {_quoted_requirements(parsed)} as written; these results hold the words in any order"))
+            allowed = scoped
         timings["filter"] = _ms(t0)
         if not allowed.any():
             notices.append(self._empty_scope_notice(q))
@@ -210,6 +218,8 @@ class Searcher:
         """BM25 and dense legs for the query and each rewrite, then the tag leg for entities;
         and the query's own embedding (None without a dense leg)."""
         depth = max(LEG_DEPTH, top_k, o.rerank_top)
+        if q.mode == "bm25" and not q.rewrites and not q.entities and q.group == "chunk":
+            depth = max(top_k, BM25_ALONE_DEPTH)  # one leg: fusion keeps its order, nothing reranks
         w_dense = o.semantic_weight if q.mode == "hybrid" else 1.0
         w_lex = 1.0 - o.semantic_weight if q.mode == "hybrid" else 1.0
         texts = [("", q.text, 1.0)] if q.text.strip() else []
@@ -264,6 +274,7 @@ class Searcher:
             lines=rec.lines,
             status=rec.status,
             tags=rec.tags,
+            path_contexts=tuple(PathContext(p, d) for p, d in self.ix.meta.contexts_of(rec.path)),
             chunk_id=rec.chunk_id,
             doc_id=rec.doc_id,
             title=rec.title,
@@ -272,6 +283,12 @@ class Searcher:
             also_matched=c.also_matched,
             explain=explain,
         )
+
+
+def _quoted_requirements(parsed) -> str:
+    """The phrases and title:/section: scopes of a query, as the user wrote them."""
+    parts = [f'"{p}"' for p in parsed.phrases] + [f'{k}:"{v}"' if " " in v else f"{k}:{v}" for k, vs in (("title", parsed.title), ("section", parsed.section)) for v in vs]
+    return ", ".join(parts)
 
 
 def _fusion(o: SearchOptions) -> FusionParams:

@@ -4,12 +4,15 @@ Endpoints (JSON in, JSON out):
 
 - ``GET|POST /search``: the inputs of ``kb search`` (runtime/requests.py SEARCH_FIELDS) as a JSON
   object body or as query parameters; answers the versioned JSON of ``kb search --json``.
-- ``GET|POST /get``: a chunk with its neighbours (``chunk_id``, ``context``) or a document's
-  chunks (``doc_id`` or ``path``).
+- ``GET|POST /get``: the inputs of ``kb get`` (runtime/requests.py GET_FIELDS): a chunk with its
+  neighbours (``chunk_id``, ``context``) or a document's chunks (``doc_id`` or ``path``), one
+  record; or ``targets`` (chunk ids, paths or doc_ids, ``PATH:FROM:COUNT`` line ranges) and a
+  ``glob``, answered as ``kb get --json`` with several targets: ``items`` in order while they fit
+  in ``max_bytes``, and ``omitted``, the rest with their sizes (the MCP multi_get tool's answer).
 - ``GET /info``: ``kb info --json``. ``GET /health``: liveness and the artifact id.
 
 Errors are ``{"error": {"code", "message", "field"?}}`` with 400 (bad JSON, wrong type, unknown
-field, bad value), 403 (foreign Host or Origin), 404 (unknown path or chunk/document), 405 (wrong
+field, bad value, a single get record over ``max_bytes``), 403 (foreign Host or Origin), 404 (unknown path or chunk/document), 405 (wrong
 method), 413 (body over the limit), 415 (not JSON), 503 (all search
 slots busy), 504 (the request ran past the per-request timeout).
 

@@ -82,7 +82,7 @@ def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_w
 @compute_option
 @debug_option
 def mcp(index_path, no_stale_check, device, compute_type):
-    """Serve search to an MCP client over stdio (tools: search, get, info)."""
+    """Serve search to an MCP client over stdio (tools: search, get, multi_get, info, status)."""
     from .mcp_server import protect_stdout, run_stdio
 
     out = protect_stdout()  # before anything loads: only protocol messages may reach stdout

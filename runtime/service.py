@@ -20,15 +20,48 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict
+import re
+from dataclasses import asdict, dataclass
 
 from kb.common.errors import UsageError
-from kb.common.options import resolve
+from kb.common.options import MAX_GLOB_MATCHES, resolve, stored_search
 
 from .requests import DEFAULT_DOC_CHUNKS, GetRequest, RequestError, SearchRequest
 from .search import Query
 
 STALE_TTL_S = 30.0  # how long a staleness check (one stat per corpus file) is reused
+PATH_CUTOFF = 0.7  # difflib similarity of a path suggested for an unknown one ('nope.md' and 'notes/glossary.md' are 0.5)
+LINE_RANGES = (re.compile(r"(.+):(\d{1,12}):(\d{1,12})"), re.compile(r"(.+):(\d{1,12})"))  # PATH:FROM:COUNT, then PATH:FROM
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What one get target reads: a chunk (with neighbours), a document's chunks, or lines."""
+
+    kind: str  # chunk | document | lines
+    at: int  # the chunk id, or the document index
+    lines: tuple[int, int] | None = None  # lines: the first and last, 1-based
+
+    def name(self, ix) -> str:
+        return f"chunk {self.at}" if self.kind == "chunk" else ix.doc_path(self.at)
+
+
+def too_large(what: str, n: int, limit: int, name: str = "max_bytes") -> str:
+    """Why one get target is refused: its text is over the budget."""
+    return f"{what} is {n:,} bytes of text, more than {name} {limit:,}; read part of it (PATH:FROM:COUNT) or raise {name}"
+
+
+def _unclosed_bracket(pattern: str) -> bool:
+    """Whether a [ in ``pattern`` has no closing ] (fnmatch would quietly match a literal [)."""
+    i = 0
+    while (i := pattern.find("[", i)) >= 0:
+        j = i + 1
+        j += pattern[j : j + 1] == "!"
+        j += pattern[j : j + 1] == "]"  # a ] first in the set is a member
+        i = pattern.find("]", j)
+        if i < 0:
+            return True
+    return False
 
 
 class Service:
@@ -48,14 +81,18 @@ class Service:
     def warm(self) -> Service:
         """Create every lazy view and load the models now, once, before requests share them."""
         ix = self.ix
-        for name in ("chunks", "lengths", "first_chunk", "doc_paths", "term_hashes", "term_strings", "postings", "tf_offsets", "tf", "_text_blocks", "_dctx"):
+        for name in ("chunks", "lengths", "first_chunk", "doc_paths", "term_hashes", "term_strings", "_text_blocks", "_dctx"):
             getattr(ix, name, None)
+        for name in ("_impact_postings",) if ix.version >= 3 else ("postings", "tf_offsets", "tf"):
+            getattr(ix, name)
+        if ix.has_sources:
+            getattr(ix, "_sources")  # noqa: B009 - a cached property: creating it is the point
         if ix.has_vectors:
             getattr(ix, "vectors")  # noqa: B009 - a cached property: creating it is the point
             getattr(self.searcher, "embedder")  # noqa: B009
         self.searcher.reranker()
         if ix.n_chunks:  # first-call costs, not the first client's
-            self.searcher.search(Query("warm up", top_k=1, all_statuses=True), resolve(ix.meta.search, {"rerank_top": 1}))
+            self.searcher.search(Query("warm up", top_k=1, all_statuses=True), resolve(stored_search(ix.meta), {"rerank_top": 1}))
         self.info()
         if self.stale_check:
             self.stale_notice()
@@ -66,7 +103,7 @@ class Service:
         from .output import response_dict
 
         try:
-            options = resolve(self.ix.meta.search, req.options)
+            options = resolve(stored_search(self.ix.meta), req.options)
             resp = self.searcher.search(req.query, options)
         except UsageError as e:
             raise RequestError("bad_value", str(e)) from None
@@ -86,17 +123,104 @@ class Service:
 
     # --- get -----------------------------------------------------------------------------------
     def get(self, req: GetRequest) -> dict:
-        ix = self.ix
+        """One record for a chunk_id, doc_id or path; for targets and a glob (``req.many``), the
+        records that fit in max_bytes, in order, and what was omitted. Every target is resolved
+        and checked before anything is read, so a bad one fails the whole request."""
+        if req.many:
+            return self._get_many(req)
         if req.chunk_id is not None:
-            out = get_chunk(ix, req.chunk_id, req.context)
+            r = self._chunk(req.chunk_id, "chunk_id")
         else:
-            d = ix.doc_by_path(req.path) if req.path is not None else self._doc_by_id(req.doc_id)
+            field, value = ("path", req.path) if req.path is not None else ("doc_id", req.doc_id)
+            d = self.ix.doc_by_path(value) if field == "path" else self._doc_by_id(value)
             if d is None:
-                what, val = ("path", req.path) if req.path is not None else ("doc_id", req.doc_id)
-                raise RequestError("not_found", f"no document with {what} {val!r}", what)
-            out = get_document(ix, d, req.max_chunks)
+                raise RequestError("not_found", f"no document with {field} {value!r}{self._closest_path(value)}", field)
+            r = _Read("document", d)
+        out = self._read(r, req)
+        n = text_bytes(out)
+        if n > req.max_bytes:
+            raise RequestError("too_large", too_large(r.name(self.ix), n, req.max_bytes), "max_bytes")
         out["artifact"] = self.artifact
         return out
+
+    def _get_many(self, req: GetRequest) -> dict:
+        reads = [(t, self._target(t)) for t in req.targets]
+        if req.glob is not None:
+            reads += [(self.ix.doc_path(d), _Read("document", d)) for d in self._glob(req.glob)]
+        items, omitted, used = [], [], 0
+        for target, r in reads:
+            rec = self._read(r, req)
+            n = text_bytes(rec)
+            if used + n > req.max_bytes:
+                omitted.append({"target": target, "bytes": n, "reason": f"more than the {req.max_bytes - used:,} bytes left of max_bytes {req.max_bytes:,}"})
+                continue
+            used += n
+            items.append({"target": target, **rec})
+        return {"items": items, "omitted": omitted, "bytes": used, "max_bytes": req.max_bytes, "artifact": self.artifact}
+
+    def _read(self, r: _Read, req: GetRequest) -> dict:
+        if r.kind == "chunk":
+            return get_chunk(self.ix, r.at, req.context)
+        if r.kind == "document":
+            return get_document(self.ix, r.at, req.max_chunks)
+        return get_lines(self.ix, r.at, *r.lines)
+
+    def _chunk(self, cid: int, field: str) -> _Read:
+        if not 0 <= cid < self.ix.n_chunks:
+            raise RequestError("not_found", f"no chunk {cid}; this artifact has chunk ids 0..{self.ix.n_chunks - 1}", field)
+        return _Read("chunk", cid)
+
+    def _target(self, target: str) -> _Read:
+        """What a target names: a chunk id, a document (path, then doc_id), or PATH:FROM[:COUNT]."""
+        if target.isascii() and target.isdigit():
+            return self._chunk(int(target), "targets")
+        d = self._doc(target)
+        if d is not None:
+            return _Read("document", d)
+        ranges = [m for rx in LINE_RANGES if (m := rx.fullmatch(target))]
+        for m in ranges:
+            if (d := self._doc(m[1])) is not None:
+                return self._line_range(target, d, int(m[2]), int(m[3]) if m.re.groups == 3 else None)
+        raise RequestError("not_found", f"no document with path or doc_id {target!r}{self._closest_path(ranges[0][1] if ranges else target)}", "targets")
+
+    def _doc(self, name: str) -> int | None:
+        d = self.ix.doc_by_path(name)
+        return d if d is not None else self._doc_by_id(name)
+
+    def _line_range(self, target: str, d: int, first: int, count: int | None) -> _Read:
+        ix = self.ix
+        if not ix.has_sources:
+            raise RequestError("bad_request", f"this artifact was built without its documents' source lines (before kb get took line ranges); rebuild it with kb-build to read {target!r}", "targets")
+        if first < 1:
+            raise RequestError("bad_value", f"{target!r}: lines are numbered from 1, not {first}", "targets")
+        if count is not None and count < 1:
+            raise RequestError("bad_value", f"{target!r}: COUNT must be at least 1, got {count}", "targets")
+        n = len(ix.source_lines(d))
+        if first > n:
+            raise RequestError("bad_value", f"{target!r} starts past the end: {ix.doc_path(d)} has {n} line{'' if n == 1 else 's'}", "targets")
+        return _Read("lines", d, (first, n if count is None else min(n, first + count - 1)))
+
+    def _glob(self, pattern: str) -> list[int]:
+        """The documents whose path matches ``pattern`` (fnmatch, as kb-build --include), in path order."""
+        import fnmatch
+        import re
+
+        if not pattern:
+            raise RequestError("bad_value", "glob is empty; give a pattern such as 'runbooks/*.md'", "glob")
+        if _unclosed_bracket(pattern):
+            raise RequestError("bad_value", f"glob {pattern!r} has a [ that is never closed (to match [ itself, write [[])", "glob")
+        rx = re.compile(fnmatch.translate(pattern))
+        found = [d for d in range(self.ix.n_docs) if rx.match(self.ix.doc_path(d))]
+        if not found:
+            raise RequestError("not_found", f"no document path matches glob {pattern!r}", "glob")
+        if len(found) > MAX_GLOB_MATCHES:
+            raise RequestError("bad_value", f"glob {pattern!r} matches {len(found):,} documents; the most is {MAX_GLOB_MATCHES:,}: narrow it", "glob")
+        return found
+
+    def _closest_path(self, value: str) -> str:
+        from .filters import closest
+
+        return closest(value, (self.ix.doc_path(d) for d in range(self.ix.n_docs)), cutoff=PATH_CUTOFF)
 
     def _doc_by_id(self, doc_id: str) -> int | None:
         ix = self.ix
@@ -120,6 +244,14 @@ class Service:
             self._info = describe(self.ix)
         return self._info
 
+    def status(self) -> dict:
+        """``kb status --json`` (the files that changed, were added or removed since the build, and
+        ``fresh``) with the artifact's counts and models."""
+        from .stale import status_report
+
+        m = self.ix.meta
+        return {**status_report(self.ix.manifest()), "counts": asdict(m.counts), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": self.artifact}
+
     def health(self) -> dict:
         return {"status": "ok", "artifact": self.artifact, "chunks": self.ix.n_chunks, "documents": self.ix.n_docs}
 
@@ -134,10 +266,11 @@ def _chunk_dict(ix, cid: int) -> dict:
 def doc_summary(ix, d: int) -> dict:
     chunks = ix.doc_chunks(d)
     path = ix.doc_path(d)
+    contexts = [{"prefix": p, "description": c} for p, c in ix.meta.contexts_of(path)]
     if not chunks:
-        return {"doc_id": None, "path": path, "title": None, "status": None, "tags": [], "n_chunks": 0, "first_chunk_id": chunks.start}
+        return {"doc_id": None, "path": path, "title": None, "status": None, "tags": [], "path_contexts": contexts, "n_chunks": 0, "first_chunk_id": chunks.start}
     r = ix.chunk(chunks[0])
-    return {"doc_id": r.doc_id, "path": path, "title": r.title, "status": r.status, "tags": list(r.tags), "n_chunks": len(chunks), "first_chunk_id": chunks.start}
+    return {"doc_id": r.doc_id, "path": path, "title": r.title, "status": r.status, "tags": list(r.tags), "path_contexts": contexts, "n_chunks": len(chunks), "first_chunk_id": chunks.start}
 
 
 def get_chunk(ix, chunk_id: int, context: int = 1) -> dict:
@@ -152,6 +285,18 @@ def get_chunk(ix, chunk_id: int, context: int = 1) -> dict:
         "next": [_chunk_dict(ix, c) for c in range(chunk_id + 1, min(chunks.stop, chunk_id + 1 + context))],
         "document": doc_summary(ix, d),
     }
+
+
+def get_lines(ix, d: int, first: int, last: int) -> dict:
+    """Lines ``first``..``last`` (1-based, inclusive) of document ``d``'s source, as kb-build read it."""
+    lines = ix.source_lines(d)
+    return {"document": doc_summary(ix, d), "lines": [first, last], "total_lines": len(lines), "text": "\n".join(lines[first - 1 : last])}
+
+
+def text_bytes(record: dict) -> int:
+    """UTF-8 bytes of the text a get record carries (what max_bytes counts)."""
+    chunks = [record["chunk"], *record["previous"], *record["next"]] if "chunk" in record else record.get("chunks", [record])
+    return sum(len(c["text"].encode("utf-8")) for c in chunks)
 
 
 def get_document(ix, d: int, max_chunks: int = DEFAULT_DOC_CHUNKS) -> dict:

@@ -22,7 +22,7 @@ def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -
     if not lines:
         return ""
     want = set(terms)
-    found = [want.intersection(analyzer.terms(ln)) if want else set() for ln in lines]
+    found = _hits_per_line(lines, want, analyzer) if want and len(lines) > 1 else [set()] * len(lines)  # one line: it is the passage
     best, best_score = (0, 1), (-1, 0, 0)
     for i in [i for i in range(len(lines)) if found[i]] or [0]:  # a passage starts at a hit
         seen, size, j = set(), -1, i
@@ -36,11 +36,22 @@ def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -
     if len(passage) <= width:
         return passage
     low = passage.casefold()
-    hits = [low.find(t) for t in want if low.find(t) >= 0]
-    pos = min(hits, default=0)
+    pos = min((p for p in map(low.find, want) if p >= 0), default=0)
     start = max(0, min(pos - width // 4, len(passage) - width))
     cut = passage[start : start + width]
     return ("…" if start else "") + cut + ("…" if start + width < len(passage) else "")
+
+
+def _hits_per_line(lines: list[str], want: set[str], analyzer) -> list[set[str]]:
+    """The query terms each line shows, as ``want & analyzer.terms(line)`` would give: the lines'
+    words are split in C, the words that hit found by set operations (Analyzer.term_hits), and
+    only those looked at per line."""
+    words = [analyzer.words(ln) for ln in lines]
+    hits = analyzer.term_hits(set().union(*words), want)
+    if not hits:
+        return [set()] * len(lines)
+    keys = hits.keys()
+    return [set().union(*(hits[w] for w in keys & set(ws))) for ws in words]
 
 
 def highlighter(terms: list[str], analyzer):

@@ -53,6 +53,14 @@ def stale_report(manifest) -> dict:
     return rep
 
 
+def status_report(manifest) -> dict:
+    """``stale_report`` and ``fresh``: the corpus root is here and no file differs (kb status, and
+    the MCP status tool)."""
+    rep = stale_report(manifest)
+    rep["fresh"] = rep["root_exists"] and not any(rep[k] for k in ("changed", "added", "removed"))
+    return rep
+
+
 def stale_notice(manifest, limit: int = 5) -> Notice | None:
     """A search notice naming the changed, added and removed files, or None when fresh."""
     rep = stale_report(manifest)

@@ -33,13 +33,22 @@ from corpora import TINY
         ("[statuses]\ndefault = 3\n", "[statuses] default: must be a string, got 3"),
         ("[tags]\nops = 3\n", '[tags] ops: must be a one-line description (a string), e.g. ops = "Runbooks"'),
         ("search = 3\n", "[search] must be a table"),
-        ("[colours]\nred = 1\n", "[colours]: unknown section; known: tags, statuses, search, chunking, bm25, analyzer, embedding, vectors"),
+        ("[colours]\nred = 1\n", "[colours]: unknown section; known: tags, contexts, statuses, search, chunking, bm25, analyzer, embedding, vectors"),
         ('[analyzer]\nlanguage = "xx"\n', "[analyzer] language: unknown language 'xx'; known: auto, da, de, en, es, fr, it, ja, ko, nl, no, pt, ru, sv, tr, zh"),
         ('[analyzer]\nlanguage = ["en", "auto"]\n', "[analyzer] language: auto stands alone, not in a list; or list the codes to detect among (da, de, en, es, fr, it, ja, ko, nl, no, pt, ru, sv, tr, zh)"),
         ('[analyzer]\nlanguage = ["en", "en"]\n', "[analyzer] language: 'en' is listed twice"),
         ("[analyzer]\nlanguage = []\n", "[analyzer] language: must not be empty, got []"),
         ("[analyzer]\nlanguage = 3\n", "[analyzer] language: must be a string or an array of strings, got 3"),
         ('[analyzer]\nstemmer = "porter"\n', "[analyzer] stemmer: unknown key; known: language"),
+        ('[contexts]\n"runbooks/" = 3\n', '[contexts] \'runbooks/\': must be a one-line description (a string), e.g. "runbooks/" = "Lab runbooks"'),
+        ('[contexts]\ndocs.v1 = "x"\n', '[contexts] \'docs\': must be a one-line description (a string), e.g. "runbooks/" = "Lab runbooks" (quote a prefix that holds a dot: "docs/v1.2/" = ...)'),
+        ('[contexts]\n"a/" = """two\nlines"""\n', "[contexts] 'a/': must be one line of text, not several lines"),
+        ('[contexts]\n"a/" = "  "\n', "[contexts] 'a/': must be one line of text, not empty"),
+        ('[contexts]\n"" = "everything"\n', "[contexts] '': the prefix is empty; a context describes the documents under a path prefix, e.g. \"runbooks/\""),
+        ('[contexts]\n"a/" = "' + "x" * 301 + '"\n', "[contexts] 'a/': the description is 301 characters long; the most is 300"),
+        ('[contexts]\n"' + "p" * 1025 + '" = "x"\n', "[contexts] '" + "p" * 59 + "…': the prefix is 1025 characters long; the most is 1024"),
+        ("[contexts]\n" + "".join(f'"d{i}/" = "x"\n' for i in range(1001)), "[contexts] holds 1001 prefixes; the most is 1000"),
+        ("contexts = 3\n", '[contexts] must be a table of path prefixes, e.g. "runbooks/" = "Lab runbooks"'),
     ],
 )
 def test_a_bad_kb_toml_fails_the_build_with_one_line_naming_the_key(tmp_path, toml, message):
@@ -49,6 +58,17 @@ def test_a_bad_kb_toml_fails_the_build_with_one_line_naming_the_key(tmp_path, to
     r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--config", str(cfg), "--embedder", "none", "--no-reranker"])
     assert (r.exit_code, r.stderr) == (2, f"kb-build: error: {cfg}: {message}\n")
     assert not out.exists()
+
+
+def test_a_context_prefix_that_matches_no_document_is_a_warning_not_a_failure(tmp_path):
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text('[contexts]\n"notes/" = "Old notes"\n"nowhere/" = "Nothing here"\n')
+    out = tmp_path / "x.kb"
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--config", str(cfg), "--embedder", "none", "--no-reranker"])
+    assert r.exit_code == 0 and out.is_file()
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == ["warning: [contexts] 'nowhere/' matches no document path; no result will carry its description"]
+    assert load_config(cfg).contexts == {"notes/": "Old notes", "nowhere/": "Nothing here"}  # kept, as kb info shows
 
 
 def test_a_malformed_kb_toml_is_one_line_too(tmp_path):
@@ -141,3 +161,21 @@ def test_auto_picks_minilm_for_english_and_e5_when_a_tenth_is_not():
     assert choose_embedder({"en": 3, None: 1}) == "multilingual-e5-small"  # CJK documents have no Snowball language
     assert choose_embedder({}) == "all-MiniLM-L6-v2"
     assert load_config(None).embedding_model == "auto"
+
+
+def test_model_search_defaults_sit_under_the_artifacts_own_search_table_and_the_readme_names_them():
+    from types import SimpleNamespace
+
+    from kb.common.options import MODEL_DEFAULTS, resolve, stored_search
+
+    from corpora import REPO
+
+    e5 = SimpleNamespace(embedder={"name": "multilingual-e5-small"}, search={})
+    assert resolve(stored_search(e5)).semantic_weight == 0.5
+    assert resolve(stored_search(SimpleNamespace(embedder={"name": "multilingual-e5-small"}, search={"semantic_weight": 0.9}))).semantic_weight == 0.9
+    assert resolve(stored_search(SimpleNamespace(embedder={"name": "all-MiniLM-L6-v2"}, search={}))).semantic_weight == 0.7
+    assert resolve(stored_search(SimpleNamespace(embedder=None, search={}))).semantic_weight == 0.7
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    for model, values in MODEL_DEFAULTS.items():
+        for key, value in values.items():
+            assert f"built with `{model}` searches with `{key}` {value:g}" in readme

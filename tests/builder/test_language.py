@@ -57,6 +57,18 @@ def test_each_document_is_found_by_a_query_in_its_own_language(mixed, query, pat
     assert json.loads(r.stdout)["results"][0]["path"] == path
 
 
+def test_a_phrase_finds_its_document_when_the_languages_stem_its_words_differently(mixed):
+    """"kitchen" is "kitchen" to the English stemmer and "kitch" to the German one: the English
+    document holds only the English stem, and the phrase filter must still find it there."""
+    from kb.formats.analyzer import Analyzer
+
+    a = Analyzer.for_languages({"de": 1, "en": 1})
+    assert len(a.forms("kitchen")[0]) == 2
+    r = CliRunner().invoke(kb, ["search", '"kitchen scraps" soil', "-i", str(mixed), "--mode", "bm25", "--json", "--no-stale-check"])
+    assert r.exit_code == 0, r.output
+    assert [x["path"] for x in json.loads(r.stdout)["results"]] == ["garden-compost.md"]
+
+
 def test_an_inflected_german_query_matches_through_the_german_stemmer(mixed):
     with Index(mixed) as ix:
         assert ix.term_id("fahrkart") is not None and ix.term_id("fahrkarten") is None

@@ -5,7 +5,6 @@ from dataclasses import replace
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
-from pyroaring import BitMap
 
 from kb.builder import build as B
 from kb.builder import shards
@@ -13,7 +12,7 @@ from kb.builder.chunk import Chunk
 from kb.builder.config import BuildConfig
 from kb.builder.ingest import Document
 from kb.formats.analyzer import STOP_MARK, Analyzer
-from kb.formats.bm25 import BM25Params
+from kb.formats.bm25 import BM25Params, quantize_impacts, tf_component
 
 from corpora import SAMPLE, build_hash
 
@@ -64,18 +63,40 @@ def test_postings_equal_a_per_chunk_reference_sharded_or_not(spec, analysis, sec
     whole = B.analyze(documents, rows, analyzer, langs)
     cut = next((i for i, r in enumerate(rows) if r.doc >= len(documents) // 2), 0)  # two shards of whole documents, as workers get them
     halves = B.merge_fields([B.analyze(documents, rows[:cut], analyzer, langs), B.analyze(documents, rows[cut:], analyzer, langs)])
+    want_imp, want_doc_imp = reference_impacts(want_tf, want_len, chunk_doc, len(documents), cfg.bm25)
     for fields in (whole, halves):
-        post = B.build_postings(fields, cfg, chunk_doc)
-        got = {}
-        bitmaps = B.L.BlobTable(post.bitmaps)
+        post = B.build_postings(fields, cfg, chunk_doc, len(documents))
+        got, got_imp, got_doc_imp = {}, {}, {}
         for i, term in enumerate(post.terms):
-            chunks = list(BitMap.deserialize(bytes(bitmaps[i])))
-            weights = post.tf[post.tf_offsets[i] : post.tf_offsets[i + 1]]
-            got.update({(term, c): float(w) for c, w in zip(chunks, weights)})
+            a, b = post.offsets[i], post.offsets[i + 1]
+            assert np.all(np.diff(post.ids[a:b].astype(np.int64)) > 0)  # chunk ids ascending
+            got.update({(term, int(c)): float(w) for c, w in zip(post.ids[a:b], post.tf[a:b])})
+            got_imp.update({(term, int(c)): int(q) for c, q in zip(post.ids[a:b], post.impacts[a:b])})
+            a, b = post.doc_offsets[i], post.doc_offsets[i + 1]
+            got_doc_imp.update({(term, int(d)): int(q) for d, q in zip(post.doc_ids[a:b], post.doc_impacts[a:b])})
         assert got == {k: v for k, v in want_tf.items()}
         assert np.allclose(post.lengths, want_len)
         assert dict(zip(post.terms, post.doc_df.tolist())) == want_df
         assert list(post.hashes) == sorted(post.hashes)
+        # impacts: one rounding step at most from the reference (its float sums differ in the last bits)
+        assert got_imp.keys() == want_imp.keys() and all(abs(got_imp[k] - want_imp[k]) <= 1 for k in want_imp)
+        assert got_doc_imp.keys() == want_doc_imp.keys() and all(abs(got_doc_imp[k] - want_doc_imp[k]) <= 1 for k in want_doc_imp)
+
+
+def reference_impacts(tf, lengths, chunk_doc, n_docs, p):
+    """Format 3's u8 impacts from the reference tf and lengths, one posting at a time."""
+    avg = max(sum(lengths) / len(lengths), 1e-9)
+    doc_tf, doc_len = defaultdict(float), [0.0] * n_docs
+    for c, n in enumerate(lengths):
+        doc_len[chunk_doc[c]] += n
+    for (t, c), f in tf.items():
+        doc_tf[t, int(chunk_doc[c])] += f
+    avg_doc = max(sum(doc_len) / n_docs, 1e-9)
+
+    def q(f, n, mean):
+        return int(quantize_impacts([tf_component(f, n, mean, p.k1, p.b)])[0])
+
+    return ({(t, c): q(f, lengths[c], avg) for (t, c), f in tf.items()}, {(t, d): q(f, doc_len[d], avg_doc) for (t, d), f in doc_tf.items()})
 
 
 def test_any_number_of_jobs_gives_the_same_artifact(tmp_path, monkeypatch):

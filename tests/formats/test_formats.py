@@ -67,7 +67,7 @@ def test_header_bytes_are_exactly_as_specified(tmp_path):
     assert len(data) == 4096 + 5 + 16
     head = (
         b"\x89KBA\r\n\x1a\n"  # magic
-        + struct.pack("<IIII", 2, 0, 1, 64)  # version, flags, section count, entry size
+        + struct.pack("<IIII", 3, 0, 1, 64)  # version, flags, section count, entry size
         + struct.pack("<QQQ", 64, 4117, 0)  # table offset, file length, reserved
         + b"\0" * 12
     )
@@ -102,7 +102,7 @@ def good(tmp_path, tiny_artifact):
 def test_a_good_artifact_opens_and_verifies(good):
     r = CliRunner().invoke(kb, ["info", "-i", str(good), "--verify"])
     assert r.exit_code == 0, r.output
-    assert "kb artifact format 2" in r.output
+    assert "kb artifact format 3" in r.output
 
 
 def test_a_foreign_file_is_not_an_artifact(tmp_path):
@@ -152,12 +152,12 @@ def test_a_bit_flip_in_the_section_table_is_caught(good):
 
 def test_a_bit_flip_inside_a_section_is_caught_by_its_crc(good):
     with A.Artifact(good) as art:
-        s = art.sections["postings"]
+        s = art.sections["postings.ids"]
     data = bytearray(good.read_bytes())
     data[s.offset + s.length // 2] ^= 0x04
     good.write_bytes(bytes(data))
     r = CliRunner().invoke(kb, ["info", "-i", str(good), "--verify"])
-    assert (r.exit_code, r.stderr) == (3, f"kb: error: {good}: corrupt artifact: crc mismatch in section 'postings'\n")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {good}: corrupt artifact: crc mismatch in section 'postings.ids'\n")
 
 
 def _with_version(path, version):
@@ -170,13 +170,13 @@ def _with_version(path, version):
 def test_a_newer_format_version_is_refused_with_exit_4(good):
     _with_version(good, 99)
     r = _info(good)
-    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too new: version 99, this kb reads 1..2; upgrade kb\n")
+    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too new: version 99, this kb reads 1..3; upgrade kb\n")
 
 
 def test_an_older_format_version_is_refused_with_exit_4(good):
     _with_version(good, 0)
     r = _info(good)
-    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too old: version 0, this kb reads 1..2; rebuild it with kb-build\n")
+    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too old: version 0, this kb reads 1..3; rebuild it with kb-build\n")
 
 
 def test_a_directory_is_not_an_artifact(tmp_path):
@@ -200,7 +200,7 @@ def test_a_failed_write_leaves_the_old_artifact_untouched(tmp_path, monkeypatch)
     p = _write(tmp_path, [A.SectionData("meta", b"old")])
     before = p.read_bytes()
 
-    def half_then_fail(sections):
+    def half_then_fail(sections, version):
         yield b"\x89KBA\r\n\x1a\n" + b"\0" * 5000
         raise OSError(28, "No space left on device")
 

@@ -11,6 +11,7 @@ import sys
 import zlib
 
 import msgpack
+import numpy as np
 from click.testing import CliRunner
 
 from kb.builder.cli import main as kb_build
@@ -53,7 +54,7 @@ def test_nonzero_header_flags_are_refused(tmp_path, tiny_artifact):
     data[60:64] = zlib.crc32(bytes(data[:60])).to_bytes(4, "little")
     p.write_bytes(bytes(data))
     r = kb_run("info", "-i", p)
-    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: header flags 0x00000001 are not defined in format version 2\n")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: header flags 0x00000001 are not defined in format version 3\n")
 
 
 def test_a_renamed_vector_section_with_forged_checksums_is_corrupt(tmp_path, tiny_artifact):
@@ -191,7 +192,7 @@ def test_build_json_report_lists_skips_with_their_reasons(tmp_path):
 def test_format_2_values_behind_the_checksums_are_checked_too(tmp_path, tiny_artifact):
     """Found by the artifact fuzzer on the merged reader: document_weight, the analyzer's
     languages and stemmers, and chunk tags that are not strings gave raw TypeErrors."""
-    for key, value in (("bm25", {"document_weight": [1]}), ("analyzer", {"languages": 5}), ("analyzer", {"stemmers": [1]})):
+    for key, value in (("bm25", {"document_weight": [1]}), ("bm25", {"b": 1e300}), ("bm25", {"k1": 11.0}), ("analyzer", {"languages": 5}), ("analyzer", {"stemmers": [1]})):
         p = copy_of(tmp_path, tiny_artifact)
         meta = msgpack.unpackb(dict((s.name, s.data) for s in sections_of(p))[L.META])
         meta[key] = meta[key] | value
@@ -210,3 +211,108 @@ def test_an_embedder_backend_this_kb_lacks_is_unsupported_exit_4(tmp_path, tiny_
     replace_section(p, L.MODEL_EMBED, L.pack_blobs(items))
     r = kb_run("search", "backup", "-i", p, "--no-stale-check")
     assert (r.exit_code, r.stderr) == (4, "kb: error: embedder backend 'has(' is not available in this kb; upgrade kb, or rebuild the index with this kb-build\n")
+
+
+def _postings(path):
+    secs = {s.name: s for s in sections_of(path)}
+    return {n: np.frombuffer(bytes(secs[n].data), dtype=d).copy() for n, d in ((L.POSTING_OFFSETS, "<u8"), (L.POSTING_IDS, "<u4"), (L.DOC_POSTING_IDS, "<u4"))}
+
+
+def test_an_impact_posting_past_the_chunk_or_document_table_is_corrupt_not_a_crash(tmp_path, tiny_artifact):
+    for name in (L.POSTING_IDS, L.DOC_POSTING_IDS):
+        p = copy_of(tmp_path, tiny_artifact)
+        ids = _postings(p)[name]
+        ids[:] = 2**32 - 1  # every term's first posting, whichever the query uses
+        replace_section(p, name, ids.tobytes())
+        r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+        assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: a posting names a chunk or document past the tables\n"), name
+
+
+def test_impact_posting_offsets_out_of_order_or_past_the_ids_are_corrupt(tmp_path, tiny_artifact):
+    p = copy_of(tmp_path, tiny_artifact)
+    offsets = _postings(p)[L.POSTING_OFFSETS]
+    offsets[1:-1] = offsets[1:-1][::-1]  # first and last still cover the ids
+    replace_section(p, L.POSTING_OFFSETS, offsets.tobytes())
+    r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+    assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: posting offsets of term ") and r.stderr.endswith(" are out of order\n")
+    offsets[-1] += 1
+    replace_section(p, L.POSTING_OFFSETS, offsets.tobytes())
+    r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section 'postings.offsets' does not cover 'postings.ids'\n")
+
+
+def test_a_forged_meta_context_is_corrupt_not_a_crash(tmp_path, sample_artifact):
+    for bad, message in (([1], "meta.path_contexts must be a map of at most 1000 prefixes"), ({"a/": "two\nlines"}, "meta.path_contexts descriptions must be one line of at most 300 characters")):
+        p = copy_of(tmp_path, sample_artifact)
+        meta = msgpack.unpackb(dict((s.name, s.data) for s in sections_of(p))[L.META])
+        meta["path_contexts"] = bad
+        replace_section(p, L.META, msgpack.packb(meta))
+        r = kb_run("search", "backup", "-i", p, "--no-stale-check")
+        assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: meta: {message}\n")
+
+
+def test_a_forged_document_source_is_corrupt_not_a_crash(tmp_path, sample_artifact):
+    import zstandard
+
+    def with_sources(items):
+        p = copy_of(tmp_path, sample_artifact)
+        replace_section(p, L.DOC_SOURCES, L.pack_blobs(items))
+        return kb_run("get", "runbooks/disk-full.md:1:1", "-i", p), p
+
+    items = [bytes(x) for x in L.BlobTable(dict((s.name, s.data) for s in sections_of(copy_of(tmp_path, sample_artifact)))[L.DOC_SOURCES])]
+    r, p = with_sources(items[:-1])
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section 'docs.source' holds 16 items, expected 17\n")
+    from kb.runtime.index import Index
+
+    with Index(sample_artifact) as ix:
+        d = ix.doc_by_path("runbooks/disk-full.md")
+    for forged, why in ((zstandard.ZstdCompressor().compress(b"\xff\xfe"), "is not UTF-8"), (b"\x28\xb5\x2f\xfd\x00\x00\x00\x00\x00\x10", "does not decode"), (b"junk", "does not decode")):
+        r, p = with_sources(items[:d] + [forged] + items[d + 1 :])
+        assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: the source of document {d} {why}\n"), forged
+
+
+def test_chunk_lengths_that_are_not_finite_are_corrupt_in_the_formats_that_score_with_them(tmp_path):
+    """Found by the artifact fuzzer (a NaN length in a format 2 artifact reached a float cast)."""
+    from corpora import GOLDEN
+
+    p = copy_of(tmp_path, GOLDEN / "tiny-v2.kb")
+    version = A.validate(memoryview(p.read_bytes()), "x")[0]
+    secs = sections_of(p)
+    lengths = np.frombuffer(bytes(next(s for s in secs if s.name == L.CHUNK_LENGTHS).data), dtype="<f4").copy()
+    lengths[0] = np.nan
+    p.write_bytes(b"".join(A.serialize([A.SectionData(s.name, lengths.tobytes()) if s.name == L.CHUNK_LENGTHS else s for s in secs], version)))
+    r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: chunk lengths must be finite and not negative\n")
+
+
+def test_a_vector_index_whose_metric_kind_is_forged_is_corrupt_not_a_segfault(tmp_path, tiny_artifact):
+    """Found by the artifact fuzzer (seed 12, input 901270): metric byte 'c' (cos) set to 0
+    ("unknown") left usearch a null distance function, and the search killed the process."""
+    import struct
+
+    from kb.formats import hnsw as H
+
+    p = copy_of(tmp_path, tiny_artifact)
+    secs = sections_of(p)
+    vec = bytearray(next(s for s in secs if s.name == L.VECTORS).data)
+    rows, cols = struct.unpack("<II", vec[:8])
+    metric_at = 8 + rows * cols + 7 + 3 * 2  # after "usearch" and the three version fields
+    assert vec[metric_at] == H.METRIC_COS
+    vec[metric_at] = 0
+    replace_section(p, L.VECTORS, bytes(vec))
+    r = kb_run("search", "backup", "-i", p, "--no-stale-check")
+    assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: ") and "metric kind 0, expected cos" in r.stderr
+
+
+def test_a_stored_vector_that_is_not_finite_is_corrupt_not_a_nan_in_the_json(tmp_path, tiny_artifact):
+    """Seen under the artifact fuzzer: NaN vectors gave NaN cosines and confidences, which JSON
+    output printed as NaN (not JSON)."""
+    import struct
+
+    p = copy_of(tmp_path, tiny_artifact)
+    vec = bytearray(next(s for s in sections_of(p) if s.name == L.VECTORS).data)
+    rows, cols = struct.unpack("<II", vec[:8])
+    vec[8 : 8 + cols * rows] = np.full(cols * rows // 2, np.nan, dtype="<f2").tobytes()  # every vector (f16)
+    replace_section(p, L.VECTORS, bytes(vec))
+    r = kb_run("search", "backup", "-i", p, "--json", "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: a stored vector is not finite\n")

@@ -152,6 +152,8 @@ def fuzz(target: str, inputs: int | None, minutes: float | None, seed: int, hang
             totals["outcomes"].update(rep["outcomes"])
             totals["labels"].update(rep["labels"])
             totals["findings"] += rep["findings"]
+            for idx, label, what in rep["findings"]:  # as they come: a long run is worth reading before it ends
+                print(f"finding at input {idx} ({label}): {what}", file=sys.stderr, flush=True)
             totals["hangs"] += rep["hangs"]
             slowest = max(slowest, rep["slowest_s"])
             i = hi

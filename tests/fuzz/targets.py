@@ -61,8 +61,12 @@ def _register_stand_ins() -> None:
 _register_stand_ins()
 
 
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+
+
 def build_seed_artifacts(folder: Path) -> list[bytes]:
-    """Two artifacts of the seed corpus: with (hash) vectors and BM25 only."""
+    """Two artifacts of the seed corpus, with (hash) vectors and BM25 only, in the current
+    format; then the golden artifacts of the older formats (their readers are fuzzed too)."""
     from kb.builder.build import build
     from kb.builder.config import BuildConfig
 
@@ -76,7 +80,7 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
         path = folder / f"seed-{embedder}.kb"
         build([corpus], path, replace(BuildConfig(), embedding_model=embedder, reranker="none"), jobs=1)
         out.append(path.read_bytes())
-    return out
+    return out + [(GOLDEN / f"tiny-v{v}.kb").read_bytes() for v in (1, 2)]
 
 
 # --- generic byte mutations ----------------------------------------------------------------------
@@ -123,10 +127,11 @@ def mutate_bytes(rng: random.Random, data: bytes, tokens: list[bytes] = (), othe
 
 # --- the artifact reader -------------------------------------------------------------------------
 def _sections_of(buf: bytes):
+    """(format version, sections) of a seed."""
     from kb.formats.artifact import SectionData, validate
 
-    _, secs = validate(memoryview(buf), "seed")
-    return [SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
+    version, secs = validate(memoryview(buf), "seed")
+    return version, [SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
 
 
 _META_VALUES = [None, True, 0, 1, -1, 2**31, 2**64 - 1, -(2**63), 1e308, float("nan"), float("inf"), 0.5, "", "x", "ops",
@@ -192,7 +197,7 @@ def _mutate_section(rng: random.Random, sd, sections):
             raw = msgpack.packb(_mutate_tree(rng, msgpack.unpackb(raw)), use_bin_type=True)
         elif sd.name == L.TEXT_BLOCKS and r < 0.6:
             raw = _mutate_text_blocks(rng, raw, sections)
-        elif sd.name in (L.DOC_PATHS, L.TERM_STRINGS, L.POSTINGS, L.TAG_BITMAPS, L.STATUS_BITMAPS) and r < 0.5:
+        elif sd.name in (L.DOC_PATHS, L.TERM_STRINGS, L.POSTINGS, L.TAG_BITMAPS, L.STATUS_BITMAPS, L.DOC_SOURCES) and r < 0.5:
             items = [bytes(x) for x in L.BlobTable(raw)]
             if items:
                 i = rng.randrange(len(items))
@@ -235,12 +240,12 @@ def mutate_artifact(rng: random.Random, seeds: list[bytes]) -> bytes:
     kind = rng.randrange(10)
     if kind == 0:  # bytes anywhere, checksums left as they are
         return mutate_bytes(rng, seed)
-    sections = _sections_of(seed)
+    version, sections = _sections_of(seed)
     if kind <= 5:  # one or two sections' content, re-serialized with correct checksums
         for _ in range(rng.choice((1, 1, 2))):
             i = rng.randrange(len(sections))
             sections[i] = _mutate_section(rng, sections[i], sections)
-        return b"".join(A.serialize(sections))
+        return b"".join(A.serialize(sections, version))
     if kind == 6:  # sections renamed, dropped, duplicated in content or reordered
         i = rng.randrange(len(sections))
         op = rng.randrange(4)
@@ -255,8 +260,8 @@ def mutate_artifact(rng: random.Random, seeds: list[bytes]) -> bytes:
             sections[i] = replace(sections[j], name=sections[i].name)
         else:
             rng.shuffle(sections)
-        return b"".join(A.serialize(sections)) if sections else seed[:64]
-    buf = bytearray(b"".join(A.serialize(sections)))
+        return b"".join(A.serialize(sections, version)) if sections else seed[:64]
+    buf = bytearray(b"".join(A.serialize(sections, version)))
     count = len(sections)
     table_end = A.HEADER_SIZE + A.ENTRY_SIZE * count
     if kind == 7:  # a section table entry's fields, table crc forged
@@ -361,6 +366,8 @@ class ArtifactReader:
                 first = svc.get(parse_get({"chunk_id": ix.n_chunks - 1}))
                 path = first["chunks"][0]["path"] if first.get("chunks") else "backups.md"
                 svc.get(parse_get({"path": path}))
+                if ix.has_sources:  # kb get PATH:FROM:COUNT (older artifacts refuse it: rebuild)
+                    svc.get(parse_get({"targets": [f"{path}:2:3", path], "max_bytes": 4096}))
 
 
 def _one_line(e: Exception) -> None:
@@ -471,7 +478,7 @@ def parse_corpus_input(kind: str, data: bytes) -> str:
             docs = [parse_file(f"dir/fuzz{_EXT[kind]}", _EXT[kind], data)]
         analyzer = Analyzer()
         for doc in docs:
-            for v in (doc.doc_id, doc.path, doc.title, doc.text, doc.status or "", doc.description, *doc.tags):
+            for v in (doc.doc_id, doc.path, doc.title, doc.text, doc.source, doc.status or "", doc.description, *doc.tags):
                 v.encode("utf-8")  # what the final write does with every string
             for chunk in chunk_document(doc, estimate_tokens):
                 chunk.text.encode("utf-8")

@@ -1,7 +1,8 @@
 """Golden artifacts of every supported format version open and search as they did when built:
-tiny-v1.kb (format 1: no stemming, no stopwords, chunk statistics, distinct query terms) and
+tiny-v1.kb (format 1: no stemming, no stopwords, chunk statistics, distinct query terms),
 tiny-v2.kb (format 2: English Snowball stemming and stopwords, document statistics, query term
-frequency), both built from tests/data/tiny with the hash stand-in embedder."""
+frequency) and tiny-v3.kb (format 3: the same analysis, impact postings), all built from
+tests/data/tiny with the hash stand-in embedder."""
 
 import json
 
@@ -16,7 +17,8 @@ from kb.runtime.index import Index
 
 from corpora import GOLDEN, TINY, build_hash
 
-V1, V2 = GOLDEN / "tiny-v1.kb", GOLDEN / "tiny-v2.kb"
+V1, V2, V3 = GOLDEN / "tiny-v1.kb", GOLDEN / "tiny-v2.kb", GOLDEN / "tiny-v3.kb"
+QUERIES = ("restore the snapshot", "backups running", "gateway firewall", "the who", "存储集群", "backup backup restore")
 
 
 def search(artifact, query):
@@ -25,11 +27,11 @@ def search(artifact, query):
     return [(x["path"], x["section"]) for x in json.loads(r.stdout)["results"]]
 
 
-@pytest.mark.parametrize("artifact, version", [(V1, 1), (V2, 2)])
+@pytest.mark.parametrize("artifact, version", [(V1, 1), (V2, 2), (V3, 3)])
 def test_each_golden_opens_with_its_own_format_and_analyzer(artifact, version):
     with Index(artifact) as ix:
         assert ix.version == ix.meta.format_version == version
-        assert ix.meta.analyzer["version"] == version
+        assert ix.meta.analyzer["version"] == min(version, 2)  # format 3 changed the postings, not the analysis
         assert search(artifact, "restore the snapshot")[0] == ("backups.md", "Backups > Restore")
 
 
@@ -55,10 +57,28 @@ def test_format_2_stems_drops_stopwords_and_counts_documents():
         assert ix.term_id("~the") is not None  # stopwords keep their postings under their own term
 
 
-def test_a_fresh_build_of_the_tiny_corpus_searches_as_the_v2_golden(tmp_path):
+def test_a_fresh_build_of_the_tiny_corpus_searches_as_the_v3_golden(tmp_path):
     build_hash(TINY, tmp_path / "t.kb")
-    for q in ("restore the snapshot", "backups running", "gateway firewall", "the who", "存储集群"):
-        assert search(tmp_path / "t.kb", q) == search(V2, q), q
+    for q in QUERIES:
+        assert search(tmp_path / "t.kb", q) == search(V3, q), q
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_format_3_impacts_score_as_format_2_computes_from_tf_within_one_rounding_step(query):
+    """The stored u8 impacts against the float impacts format 2 computes from the stored tf, on
+    the same corpus and analysis: the same chunks match, and each score is within the bound of
+    rounding each term's chunk and document impacts (formats/bm25.py); the rankings agree."""
+    from kb.runtime.bm25 import document_weight, term_weight
+
+    with Index(V2) as old, Index(V3) as new:
+        terms = query_terms(new, query)
+        assert terms == query_terms(old, query)
+        ids2, s2 = bm25_scores(old, terms)
+        ids3, s3 = bm25_scores(new, terms)
+        bound = (1 + document_weight(new)) * sum(term_weight(new, new.term_id(t)) for t in terms if new.term_id(t) is not None) / 510
+    assert ids3.tolist() == ids2.tolist()
+    np.testing.assert_allclose(s3, s2, rtol=0, atol=bound + 1e-5)
+    assert search(V3, query) == search(V2, query)
 
 
 def _with_analyzer(src, dst, change):
@@ -76,7 +96,8 @@ def _with_analyzer(src, dst, change):
                 meta = R.unpack_meta(data)
                 data = R.pack_meta(replace(meta, analyzer=change(dict(meta.analyzer))))
             sections.append(SectionData(name, data, s.codec, s.raw_length if s.codec else None))
-    write_artifact(dst, sections)
+        version = art.version
+    write_artifact(dst, sections, version)
     return dst
 
 

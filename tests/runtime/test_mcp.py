@@ -1,83 +1,23 @@
 """kb mcp: the real stdio server as a subprocess, spoken to in raw JSON-RPC lines."""
 
 import json
-import selectors
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
 from kb.runtime.cli import main as kb
 
 from corpora import GOLDEN, REPO, SERVE_CLI
+from servers import Client, mcp_session
 
 GOLD = GOLDEN / "tiny-v1.kb"
 
 
-class Client:
-    """Writes JSON-RPC lines to the server's stdin; reads its stdout, where every line must be JSON-RPC."""
-
-    def __init__(self, *args):
-        cmd = [*SERVE_CLI, "mcp", *map(str, args)]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self.next_id = 0
-        self.seen: list = []  # every message read, in order
-
-    def send_raw(self, data: bytes):
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def send(self, msg):
-        self.send_raw(json.dumps(msg).encode() + b"\n")
-
-    def read(self, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self.sel.select(left):
-                raise AssertionError("no reply in time")
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"server closed stdout; stderr: {self.proc.stderr.read().decode()}")
-            msg = json.loads(line)  # anything that is not JSON fails here
-            self.seen.append(msg)
-            return msg
-
-    def request(self, method, params=None):
-        self.next_id += 1
-        msg = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
-        if params is not None:
-            msg["params"] = params
-        self.send(msg)
-        reply = self.read()
-        assert reply["id"] == self.next_id and reply["jsonrpc"] == "2.0"
-        return reply
-
-    def call(self, tool, arguments=None):
-        r = self.request("tools/call", {"name": tool, "arguments": arguments or {}})
-        return r["result"]
-
-    def close(self):
-        self.proc.stdin.close()
-        rest = self.proc.stdout.read()
-        code = self.proc.wait(10)
-        err = self.proc.stderr.read().decode()
-        return code, rest, err
-
-
 @pytest.fixture(scope="module")
 def client():
-    c = Client("-i", GOLD, "--no-stale-check")
-    init = c.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pytest", "version": "1"}})
-    assert init["result"]["protocolVersion"] == "2025-06-18"
-    c.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    yield c
-    code, rest, err = c.close()
-    assert code == 0 and rest == b""
-    assert err.startswith("kb mcp: serving ")
+    with mcp_session("-i", GOLD, "--no-stale-check") as c:
+        yield c
 
 
 def cli_json(*args):
@@ -107,7 +47,7 @@ def test_ping_and_notifications(client):
 
 def test_tools_list_documents_every_input(client):
     tools = {t["name"]: t for t in client.request("tools/list")["result"]["tools"]}
-    assert set(tools) == {"search", "get", "info"}
+    assert set(tools) == {"search", "get", "multi_get", "info", "status"}
     s = tools["search"]["inputSchema"]
     assert s["type"] == "object" and s["additionalProperties"] is False
     assert set(s["properties"]) == {"query", "rewrites", "entities", "status", "all_statuses", "tag", "path", "top_k", "mode", "rerank", "full", "group"}
@@ -115,7 +55,8 @@ def test_tools_list_documents_every_input(client):
     assert s["properties"]["rewrites"]["type"] == "array" and s["properties"]["mode"]["enum"] == ["hybrid", "bm25", "vector"]
     assert "natural language" in s["properties"]["query"]["description"]
     assert set(tools["get"]["inputSchema"]["properties"]) == {"chunk_id", "doc_id", "path", "context", "max_chunks"}
-    assert tools["info"]["inputSchema"]["properties"] == {}
+    assert set(tools["multi_get"]["inputSchema"]["properties"]) == {"targets", "glob", "max_bytes", "context", "max_chunks"}
+    assert tools["info"]["inputSchema"]["properties"] == tools["status"]["inputSchema"]["properties"] == {}
     assert all(t["annotations"]["readOnlyHint"] for t in tools.values())
 
 

@@ -107,3 +107,15 @@ def test_literal_takes_the_query_as_plain_words():
     assert hits('"restore script" -rollback')[0] == []
     words = hits('"restore script" -rollback', "--literal")
     assert words[1]["parsed_query"] is None and ("backups.md", "Backups > Restore") in words[0]
+
+
+def test_a_phrase_no_chunk_holds_gives_a_notice_and_the_words_in_any_order():
+    got, d = hits('"script restore" snapshot')  # both words are in backups.md, never in this order
+    assert got == hits("script restore snapshot")[0] and got
+    assert [(n["kind"], n["message"]) for n in d["notices"] if n["kind"] == "phrase_not_found"] == [
+        ("phrase_not_found", 'no chunk contains "script restore" as written; these results hold the words in any order')
+    ]
+
+
+def test_a_phrase_that_exists_but_is_excluded_stays_required():
+    assert hits('"restore script" -rollback')[0] == []  # the one chunk with the phrase also has rollback

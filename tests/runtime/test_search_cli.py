@@ -31,7 +31,7 @@ def test_json_output_has_the_versioned_contract():
     assert d["schema_version"] == 1 and d["query"] == "restore the snapshot"
     assert set(d["artifact"]) == {"id", "path"} and len(d["artifact"]["id"]) == 16
     r = d["results"][0]
-    assert set(r) == {"rank", "score", "score_kind", "confidence", "path", "section", "lines", "status", "tags", "chunk_id", "doc_id", "title", "snippet"}
+    assert set(r) == {"rank", "score", "score_kind", "confidence", "path", "section", "lines", "status", "tags", "path_contexts", "chunk_id", "doc_id", "title", "snippet"}
     assert 0.0 <= r["confidence"] <= 1.0
     assert (r["rank"], r["path"], r["section"], r["score_kind"]) == (1, "backups.md", "Backups > Restore", "rrf")
     assert d["tag_contexts"] == {"ops": "Operations runbooks", "storage": "Disks, pools and backups"}

@@ -7,8 +7,6 @@ reranker, so they can hold a search open.
 
 import http.client
 import json
-import selectors
-import signal
 import socket
 import subprocess
 import sys
@@ -24,51 +22,15 @@ from kb.runtime.search import Searcher
 from kb.runtime.serve import make_server
 
 from corpora import GOLDEN, REPO, SERVE_CLI
+from servers import call, serving
 
 GOLD = GOLDEN / "tiny-v1.kb"
 
 
-def start_server(*args, timeout=20.0):
-    """Start ``kb serve`` on a free port; return (process, port) once it says where it listens."""
-    cmd = [*SERVE_CLI, "serve", "--port", "0", *map(str, args)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    line = read_line(proc.stderr, timeout)
-    if not line.startswith("kb serve: listening on http://127.0.0.1:"):
-        proc.kill()
-        raise AssertionError(f"unexpected first stderr line {line!r}: {proc.stderr.read().decode()}")
-    return proc, int(line.rsplit(":", 1)[1])
-
-
-def read_line(stream, timeout: float) -> str:
-    sel = selectors.DefaultSelector()
-    sel.register(stream, selectors.EVENT_READ)
-    if not sel.select(timeout):
-        raise AssertionError("no output in time")
-    return stream.readline().decode().rstrip("\n")
-
-
 @pytest.fixture(scope="module")
 def server():
-    proc, port = start_server("-i", GOLD, "--no-stale-check")
-    yield port
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(10) == 0
-
-
-def call(port, method, path, body=None, headers=None, conn=None):
-    """(status, headers, decoded JSON body) of one request."""
-    own = conn is None
-    conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    hdrs = dict(headers or {})
-    if isinstance(body, (dict, list)):
-        body = json.dumps(body).encode()
-        hdrs.setdefault("Content-Type", "application/json")
-    conn.request(method, path, body=body, headers=hdrs)
-    r = conn.getresponse()
-    data = r.read()
-    if own:
-        conn.close()
-    return r.status, r.headers, (json.loads(data) if data else None)
+    with serving("-i", GOLD, "--no-stale-check") as port:
+        yield port
 
 
 def recv_until_closed(s) -> str:

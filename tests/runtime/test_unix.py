@@ -138,7 +138,7 @@ def test_kb_get_is_the_servers_get_record():
 
 def test_kb_get_refuses_what_is_not_there():
     r = run("get", "nosuch.md", "-i", GOLD)
-    assert (r.exit_code, r.stderr) == (2, "kb: error: no document with doc_id 'nosuch.md'\n")
+    assert (r.exit_code, r.stderr) == (2, "kb: error: no document with path or doc_id 'nosuch.md'\n")
 
 
 def test_kb_status_exits_0_when_fresh_and_1_when_stale(tmp_path):
@@ -242,3 +242,22 @@ def test_a_bm25_only_build_packs_no_reranker_and_searches_without_a_notice(tmp_p
     assert d["models"] == {"embedder": None, "reranker": None} and "model.rerank" not in {s["name"] for s in d["sections"]}
     d = json.loads(run("search", "backup", "-i", out, "--json", "--no-stale-check").stdout)
     assert d["results"] and "no_vectors" not in {n["kind"] for n in d["notices"]}
+
+
+def test_json_is_one_compact_line_on_a_pipe_and_indented_on_a_terminal(sample_artifact, monkeypatch):
+    args = ["search", "backup", "-i", str(sample_artifact), "--mode", "bm25", "--json", "--no-stale-check"]
+    r = CliRunner().invoke(kb, args)
+    assert r.exit_code == 0 and r.stdout.count("\n") == 1 and r.stdout.startswith('{"schema_version":')
+    from kb.runtime import cli
+
+    monkeypatch.setattr(cli, "pretty", lambda: True)
+    r2 = CliRunner().invoke(kb, args)
+    assert r2.stdout.startswith('{\n  "schema_version":') and json.loads(r2.stdout) == json.loads(r.stdout)
+
+
+def test_suggested_paths_are_escaped_so_an_error_stays_one_line():
+    """Found by the artifact fuzzer: a forged path with a line break, suggested as the closest."""
+    from kb.runtime.filters import closest
+
+    got = closest("backups.md", ["backups.m\n", "ba\nkups.md"])
+    assert "\n" not in got and got.startswith("; closest: ")
