@@ -27,9 +27,8 @@ import numpy as np
 from kb.common.errors import KbError, UsageError
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.analyzer import STOP_MARK, Analyzer
+from kb.formats.analyzer import Analyzer
 from kb.formats.artifact import FORMAT_VERSION, Scratch, SectionData, remove_stale_temporaries, write_artifact
-from kb.formats.bm25 import quantize_impacts, tf_component
 from kb.formats.version import KB_VERSION
 
 from . import shards
@@ -39,6 +38,7 @@ from .embedders import AUTO_MODEL, choose_embedder, embedder_files, make_embedde
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
+from .postings import PostingsSpill, SpilledPostings, chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
 from .store import DocumentStore
 from .stream import ChunkColumns, TextBlocks, VectorIndex, pack_sources, windows
 from .vectors import GivenVectors, check_dim, check_rows, check_values, open_vectors, source_of, whole_chunk
@@ -187,12 +187,13 @@ def build(
         columns = ChunkColumns(config.statuses, config.default_status, config.tags)
         text = TextBlocks(scratch(), scratch())
         index = None if model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors)
-        merged = FieldsMerger()
+        postings = PostingsSpill(config.bm25, scratch)
         for lo, hi in windows(store.text_sizes()):
             with clock("read"):
                 docs = [store[i] for i in range(lo, hi)]
             rows, fields = chunk_and_analyze(docs, doc_langs[lo:hi], chunker, analyzer, jobs, rep.seconds, _shifted(progress, lo, len(store)))
-            merged.add(fields)
+            with clock("postings"):
+                postings.add(fields, np.fromiter((lo + r.doc for r in rows), dtype=np.int64, count=len(rows)))
             del fields
             with clock("tags"):
                 first_chunk = len(columns)
@@ -223,10 +224,9 @@ def build(
             zdict, blocks = text.finish(threads=jobs)
             sources = pack_sources(store, zdict, scratch(), threads=jobs)
         store.close()
-        fields = merged.result()
         with clock("postings"):
-            post = build_postings(fields, config, columns.chunk_doc(), rep.documents)
-        del fields, merged
+            post = postings.finish(columns.chunk_doc(), rep.documents)
+        del postings
         rep.terms = len(post.terms)
         with clock("tags"):
             statuses, status_bitmaps, tag_names, tag_bitmaps = columns.filters()
@@ -524,13 +524,12 @@ def merge_fields(parts: list[Fields]) -> Fields:
 
 
 def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None, n_docs: int | None = None) -> Postings:
-    """Weighted term frequencies per (term, chunk), vectorised: every occurrence becomes one
-    (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'.
+    """The postings of the whole corpus at once, in memory (builder/postings.py; the build
+    spills them a block at a time with ``PostingsSpill``, to the same bytes).
     Stopword terms (``STOP_MARK`` + word) get postings but count in no chunk's length.
     ``chunk_doc``: each chunk's document, for the document frequencies and impacts (None: one
     per chunk); ``n_docs``: the documents (default: the highest in ``chunk_doc`` + 1)."""
     p = config.bm25
-    n = max(f.chunks, 1)
     if chunk_doc is None:
         chunk_doc = np.arange(f.chunks, dtype=np.int64)
     if n_docs is None:
@@ -539,76 +538,27 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
     rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
     rank[order] = np.arange(len(terms))
     rank[-1] = -1
-    ids = rank[f.ids]
-    stop = np.fromiter((t.startswith(STOP_MARK) for t in terms), dtype=bool, count=len(terms))
-    kept = np.zeros(len(ids) + 1, dtype=np.int64)  # running count of the tokens lengths count (not stopwords)
-    np.cumsum(~np.append(stop, True)[ids], out=kept[1:])
-    field_weight = np.array([1.0, p.section_weight, p.title_weight])
-    weight = field_weight[f.use_field]
-    size = (kept[f.offsets[1:]] - kept[f.offsets[:-1]])[f.use_piece]
-    lengths = np.bincount(f.use_chunk, weights=weight * size, minlength=f.chunks).astype("<f4")
-    size = np.diff(f.offsets)[f.use_piece]
-    keep = (weight > 0) & (size > 0)  # a zero field weight contributes nothing, not even a posting
-    chunk, start, field, size = f.use_chunk[keep], f.offsets[f.use_piece[keep]], f.use_field[keep], size[keep]
-    # Occurrences: use u contributes ids[start[u] : start[u] + size[u]], all to chunk[u]. Each
-    # becomes one integer, (term, chunk, field) packed, so a plain sort (several times faster
-    # than an argsort and two gathers) groups them by (term, chunk) and keeps the field.
-    first = np.cumsum(size) - size
-    occ_term = ids[np.repeat(start - first, size) + np.arange(int(size.sum()))]
-    live = occ_term >= 0
-    packed = np.sort(((occ_term * n + np.repeat(chunk, size)) * 4 + np.repeat(field, size))[live])
-    key, w = packed >> 2, field_weight[packed & 3]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
-    tf = np.add.reduceat(w, starts).astype("<f4") if len(key) else np.zeros(0, "<f4")
-    ukey = key[starts]
-    post_term, post_chunk = ukey // n, (ukey % n).astype(np.uint32)
+    post_term, post_chunk, tf, lengths = chunk_postings(rank[f.ids], f.offsets, f.use_chunk, f.use_piece, f.use_field, f.chunks, stop_flags(terms), p)
     df = np.bincount(post_term, minlength=len(terms))
     post_doc = chunk_doc[post_chunk]
-    # postings are sorted by (term, chunk) and a document's chunks are consecutive ids, so a
-    # term's documents are non-decreasing: each change of (term, document) is one more document
-    new_doc = np.r_[True, (post_term[1:] != post_term[:-1]) | (post_doc[1:] != post_doc[:-1])] if len(post_term) else np.zeros(0, bool)
-    doc_df = np.bincount(post_term[new_doc], minlength=len(terms))
+    doc_start, doc_tf = doc_postings(post_term, post_doc, tf)
+    doc_df = np.bincount(post_term[doc_start], minlength=len(terms))
     if np.any(df == 0):  # terms whose every occurrence had weight 0 have no postings: drop them
         live = np.flatnonzero(df > 0)
         terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
-        post_term = np.searchsorted(live, post_term)
     offsets = np.zeros(len(terms) + 1, dtype="<u8")
     np.cumsum(df, out=offsets[1:])
     avg = float(lengths.mean()) if len(lengths) else 0.0
-    impacts = quantize_impacts(tf_component(tf, lengths[post_chunk], max(avg, 1e-9), p.k1, p.b))
-    # document postings: a document's tf' and len' are its chunks' sums (formats/bm25.py)
-    doc_start = np.flatnonzero(new_doc)
-    doc_tf = np.add.reduceat(tf.astype(np.float64), doc_start) if len(doc_start) else np.zeros(0)
+    impacts = impacts_of(tf, lengths[post_chunk], avg, p)
     doc_ids = post_doc[doc_start]
-    doc_len = np.bincount(chunk_doc, weights=lengths, minlength=n_docs)
-    doc_avg = float(doc_len.mean()) if len(doc_len) else 0.0
-    doc_impacts = quantize_impacts(tf_component(doc_tf, doc_len[doc_ids], max(doc_avg, 1e-9), p.k1, p.b))
+    doc_len, doc_avg = doc_lengths(chunk_doc, lengths, n_docs)
+    doc_impacts = impacts_of(doc_tf, doc_len[doc_ids], doc_avg, p)
     doc_offsets = np.zeros(len(terms) + 1, dtype="<u8")
     np.cumsum(doc_df, out=doc_offsets[1:])
     return Postings(
         terms, hashes, offsets, post_chunk.astype("<u4"), tf, impacts, lengths, doc_df.astype("<u4"),
         doc_offsets, doc_ids.astype("<u4"), doc_impacts,
     )  # fmt: skip
-
-
-def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Terms in dictionary order, by (hash, UTF-8 bytes), with their hashes (computed here unless
-    given) and ``order``, the input position of each. A numpy sort on the hashes; only terms
-    whose hashes collide (practically never) are ordered by bytes."""
-    given = list(unique_terms)
-    hashes = L.term_hashes(given) if hashes is None else hashes
-    order = np.argsort(hashes, kind="stable")
-    hashes = hashes[order]
-    same = np.flatnonzero(hashes[1:] == hashes[:-1])
-    for i in same[::-1]:  # tiny collision runs: order them by bytes
-        j = i
-        while j > 0 and hashes[j - 1] == hashes[i]:
-            j -= 1
-        k = i + 2
-        while k < len(order) and hashes[k] == hashes[i]:
-            k += 1
-        order[j:k] = sorted(order[j:k], key=lambda t: given[t].encode("utf-8"))
-    return [given[i] for i in order], hashes, order
 
 
 def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:
@@ -640,7 +590,7 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
     return out, truncated
 
 
-def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files) -> list[SectionData]:
+def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: SpilledPostings, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files) -> list[SectionData]:
     sections = [
         SectionData(L.META, R.pack_meta(meta)),
         R.manifest_section(manifest),
@@ -652,11 +602,11 @@ def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post, st
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
         SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
         SectionData(L.POSTING_OFFSETS, post.offsets.tobytes()),
-        SectionData(L.POSTING_IDS, post.ids.tobytes()),
-        SectionData(L.POSTING_IMPACTS, post.impacts.tobytes()),
+        SectionData(L.POSTING_IDS, post.ids),
+        SectionData(L.POSTING_IMPACTS, post.impacts),
         SectionData(L.DOC_POSTING_OFFSETS, post.doc_offsets.tobytes()),
-        SectionData(L.DOC_POSTING_IDS, post.doc_ids.tobytes()),
-        SectionData(L.DOC_POSTING_IMPACTS, post.doc_impacts.tobytes()),
+        SectionData(L.DOC_POSTING_IDS, post.doc_ids),
+        SectionData(L.DOC_POSTING_IMPACTS, post.doc_impacts),
         SectionData(L.STATUS_BITMAPS, L.pack_blobs(status_bitmaps)),
         SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
         SectionData(L.TEXT_DICT, zdict),

@@ -13,8 +13,9 @@ these accumulators in chunk-id order:
   as one add of them all; kb.toml ``[vectors] threads`` trades that for speed); ``save`` writes
   it to a scratch file, which the writer copies.
 
-What stays in memory is the HNSW graph, the term statistics the postings stage needs, and one
-window. Every output byte is the same as when the whole corpus was one window.
+The postings stage takes the same windows (builder/postings.py). What stays in memory is the HNSW
+graph, the vocabulary, a few bytes per chunk, and one window. Every output byte is the same as
+when the whole corpus was one window.
 """
 
 from __future__ import annotations

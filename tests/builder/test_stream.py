@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kb.builder import build as B
 from kb.builder import ingest, stream
 from kb.builder.ingest import Document, read_corpus
+from kb.builder.postings import PostingsSpill
 from kb.builder.store import DocumentStore
 from kb.formats.artifact import Scratch
 
@@ -82,10 +82,10 @@ def test_a_failed_build_removes_its_scratch_files_and_keeps_the_old_artifact(tmp
     before = sha(out)
 
     def fail(*a, **k):
-        assert len(leftovers(tmp_path)) >= 3  # documents, text records, compressed text
+        assert len(leftovers(tmp_path)) >= 4  # documents, text records, compressed text, spilled postings
         raise RuntimeError("postings stage failed")
 
-    monkeypatch.setattr(B, "build_postings", fail)
+    monkeypatch.setattr(PostingsSpill, "finish", fail)
     with pytest.raises(RuntimeError, match="postings stage failed"):
         build_hash(SAMPLE, out)
     assert leftovers(tmp_path) == [] and sha(out) == before
@@ -96,12 +96,11 @@ import sys, time
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 import corpora
-from kb.builder import build as B
-real = B.build_postings
+from kb.builder.postings import PostingsSpill
 def slow(*a, **k):
     print("spilled", flush=True)
     time.sleep(60)
-B.build_postings = slow
+PostingsSpill.finish = slow
 corpora.build_hash(Path({corpus!r}), Path({out!r}))
 """
 
