@@ -1,6 +1,7 @@
 """Scale benchmark: a deterministic corpus of N chunks, built with kb-build --vectors, then measured.
 
     python bench/scale.py --chunks 100000 --out bench/out/scale-100k [--json]
+    python bench/scale.py --chunks 300000 --out bench/out/scale-300k-build --build-only --json   # the build's figures only
     python bench/scale.py --report bench/out/scale-10k bench/out/scale-100k bench/out/scale-1m   # RESULTS.md + plots
 
 The corpus. Sentences of the English sets in ../shared/data (SciFact, Cranfield, CISI abstracts,
@@ -602,7 +603,7 @@ def run(a) -> dict:
         res["topic_nn_cos_p50"] = nn_cosines(topics, 500, a.seed)
         del vecs
         res.update(build(out, a.jobs, a.build_memory_gb))
-        if "build_failed" in res:
+        if "build_failed" in res or a.build_only:
             _save(res, out)
             return res
     art = out / "scale.kb"
@@ -653,6 +654,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=15, help="--open: one-shot searches per artifact")
     ap.add_argument("--calibrate", action="store_true", help="compare the generator with real passages at the same size (recall, density)")
     ap.add_argument("--measure-only", action="store_true", help="measure the searches of DIR's earlier run again (its corpus, artifact and build figures)")
+    ap.add_argument("--build-only", action="store_true", help="generate and build, measure the build (time, memory, size) and stop: no searches")
     ap.add_argument("--expansion-search", type=int, default=0, help="search with this HNSW ef instead of the artifact's (ef is a search-time setting kb keeps in meta)")
     ap.add_argument("--query-phase", nargs=2, type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

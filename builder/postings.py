@@ -126,18 +126,14 @@ def doc_lengths(chunk_doc: np.ndarray, lengths: np.ndarray, n_docs: int) -> tupl
 
 @dataclass(frozen=True)
 class _Block:
-    """A spilled block: its terms (first-seen ids, in dictionary order) with postings, how many
-    chunk and document postings each has, and where its four arrays start in the spill file."""
+    """A spilled block: its terms with postings (first-seen ids, in dictionary order), where each
+    term's chunk and document postings start among the block's (cumulative counts, one more than
+    the terms), and where its four arrays start in the spill file."""
 
     terms: np.ndarray
-    df: np.ndarray
-    doc_df: np.ndarray
+    ends: np.ndarray
+    doc_ends: np.ndarray
     at: int  # byte offset of the block's chunk ids; tf', document ids and tf' follow
-
-    @property
-    def ends(self) -> tuple[np.ndarray, np.ndarray]:
-        """Where each term's chunk and document postings start in the block, and the total."""
-        return np.r_[0, np.cumsum(self.df)], np.r_[0, np.cumsum(self.doc_df)]
 
 
 @dataclass
@@ -208,8 +204,10 @@ class PostingsSpill:
         del by_dict, post_term
         post_doc = chunk_doc[post_chunk]
         doc_start, doc_tf = doc_postings(local, post_doc, tf)
-        df, doc_df = np.bincount(local, minlength=len(terms)), np.bincount(local[doc_start], minlength=len(terms))
-        self._blocks.append(_Block(terms[order], df, doc_df, self._size))
+        ends, doc_ends = np.zeros(len(terms) + 1, np.int64), np.zeros(len(terms) + 1, np.int64)
+        np.cumsum(np.bincount(local, minlength=len(terms)), out=ends[1:])
+        np.cumsum(np.bincount(local[doc_start], minlength=len(terms)), out=doc_ends[1:])
+        self._blocks.append(_Block(terms[order], ends, doc_ends, self._size))
         for a in ((post_chunk + first).astype("<u4"), tf.astype("<f4"), post_doc[doc_start].astype("<u4"), doc_tf.astype("<f8")):
             self._spill.file.write(memoryview(a))
             self._size += a.nbytes
@@ -221,8 +219,8 @@ class PostingsSpill:
         n_terms = len(self._terms)
         df, doc_df = np.zeros(n_terms, np.int64), np.zeros(n_terms, np.int64)
         for blk in self._blocks:
-            df[blk.terms] += blk.df
-            doc_df[blk.terms] += blk.doc_df
+            df[blk.terms] += np.diff(blk.ends)
+            doc_df[blk.terms] += np.diff(blk.doc_ends)
         live = np.flatnonzero(df > 0)  # terms whose every occurrence had weight 0 have no postings
         terms, hashes, order = sorted_vocabulary([self._terms[i] for i in live], self._hashes[live])
         final = live[order]
@@ -258,14 +256,14 @@ class PostingsSpill:
             i0, i1 = np.searchsorted(pos, [t0, t1])
             if i0 == i1:
                 continue
-            (c, d), at = blk.ends, blk.at
+            c, d, at = blk.ends, blk.doc_ends, blk.at
             n, nd = int(c[-1]), int(d[-1])
             got[0].append(_read(fd, at + 4 * int(c[i0]), int(c[i1] - c[i0]), "<u4"))
             got[1].append(_read(fd, at + 4 * n + 4 * int(c[i0]), int(c[i1] - c[i0]), "<f4"))
-            got[2].append(np.repeat(pos[i0:i1], blk.df[i0:i1]))
+            got[2].append(np.repeat(pos[i0:i1], np.diff(c[i0 : i1 + 1])))
             got[3].append(_read(fd, at + 8 * n + 4 * int(d[i0]), int(d[i1] - d[i0]), "<u4"))
             got[4].append(_read(fd, at + 8 * n + 4 * nd + 8 * int(d[i0]), int(d[i1] - d[i0]), "<f8"))
-            got[5].append(np.repeat(pos[i0:i1], blk.doc_df[i0:i1]))
+            got[5].append(np.repeat(pos[i0:i1], np.diff(d[i0 : i1 + 1])))
         ids, tf, term, doc_ids, doc_tf, doc_term = (np.concatenate(g) if g else np.zeros(0) for g in got)
         by_term, doc_by_term = np.argsort(term, kind="stable"), np.argsort(doc_term, kind="stable")
         return ids[by_term].astype(np.int64), tf[by_term], doc_ids[doc_by_term].astype(np.int64), doc_tf[doc_by_term]
