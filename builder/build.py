@@ -35,6 +35,7 @@ from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
 from .embedders import AUTO_MODEL, choose_embedder, embedder_files, make_embedder, reranker_files
+from .query_model import PackedEmbedder, query_model_section
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
@@ -268,6 +269,14 @@ def build(
             file_types=tuple(sorted(SOURCE_EXTENSIONS)),
         )
         sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files)
+        if vectors_data is not None:
+            with clock("query-model"):  # a --vectors build's model is loaded only for the self-check
+                reference = embedder if embedder is not None else PackedEmbedder(model_files)
+                query, why = query_model_section(reference, next(s.data for s in sections if s.name == L.MODEL_EMBED))
+            if query is not None:
+                sections.append(SectionData(L.MODEL_QUERY, query))
+            elif why:
+                rep.warnings.append(why)
         if rerank_files is not None:
             sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
         with clock("write"):

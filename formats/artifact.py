@@ -560,6 +560,17 @@ class Artifact:
             self._pages = pages
         return self._pages.get(name)
 
+    def unchecked(self, name: str) -> memoryview:
+        """The stored bytes of a raw section, without checking its crc32. Only for sections
+        read through checksums of their own parts, which check every byte before it is used
+        (``model.query`` and the ``model.embed`` it points into: formats/query_model.py)."""
+        s = self.sections.get(name)
+        if s is None:
+            raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} is missing")
+        if s.codec != CODEC_RAW:
+            raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} must be raw")
+        return self._buf[s.offset : s.offset + s.length]
+
     def section(self, name: str, paged: bool = False) -> memoryview | bytes:
         """A section's decoded bytes: a zero-copy view for raw sections (``paged``: see ``raw``),
         bytes for zstd ones."""

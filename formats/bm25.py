@@ -85,3 +85,48 @@ def tf_component(tf, length, avg_length: float, k1: float, b: float):
     tf = np.asarray(tf, dtype=np.float64)
     norm = k1 * (1.0 - b + b * np.asarray(length, dtype=np.float64) / avg_length)
     return tf / (tf + norm)
+
+
+RESCALE_CEILING = IMPACT_LEVELS - 0.25  # impact 255 read as this many 255ths: a finite tf (255/255 would be an infinite one)
+STEP_DENOMINATOR = 8  # field weights that are multiples of 1/8 give tf' values on a known grid
+
+
+def tf_step(title_weight: float, section_weight: float) -> float | None:
+    """The spacing of the weighted tf' values a build can produce (a body word counts 1, a title
+    word ``title_weight``, a heading word ``section_weight``): their greatest common divisor, when
+    each is a multiple of 1/STEP_DENOMINATOR (defaults 2 and 1.5: 0.5); None otherwise."""
+    from fractions import Fraction
+    from math import gcd, lcm
+
+    fr = [Fraction(1)]
+    for w in (title_weight, section_weight):
+        if w > 0:
+            f = Fraction(w).limit_denominator(STEP_DENOMINATOR)
+            if float(f) != w:
+                return None
+            fr.append(f)
+    den = lcm(*(f.denominator for f in fr))
+    return gcd(*(f.numerator * (den // f.denominator) for f in fr)) / den
+
+
+def recover_tf(impacts, length, avg: float, k1: float, b: float, step: float | None = None, guess=None) -> np.ndarray:
+    """The weighted tf' behind format 3 impacts stored under the average length ``avg``: where
+    ``guess`` (e.g. a document's chunks' tf' summed) quantizes to the stored byte, the guess;
+    else the multiple of ``step`` nearest the byte's centre, where it quantizes to the byte; else
+    the centre itself (the inverse of ``tf_component`` at the posting's own length). The byte
+    pins tf' down exactly while its interval holds one multiple of ``step``: with the default
+    weights, tf' up to about 10 x k1 (tests/formats/test_bm25_rescale.py)."""
+    impacts = np.asarray(impacts)
+    length = np.asarray(length, dtype=np.float64)
+    sat = np.minimum(impacts.astype(np.float64), RESCALE_CEILING) / IMPACT_LEVELS
+    tf = sat * k1 * (1.0 - b + b * length / avg) / (1.0 - sat)
+
+    def fits(x):
+        return quantize_impacts(tf_component(x, length, avg, k1, b)) == impacts
+
+    if step:
+        snapped = np.maximum(np.rint(tf / step), 1.0) * step
+        tf = np.where(fits(snapped), snapped, tf)
+    if guess is not None:
+        tf = np.where(fits(guess), guess, tf)
+    return tf

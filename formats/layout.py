@@ -48,6 +48,7 @@ DOC_SOURCES = "docs.source"  # blob table of zstd(UTF-8 source text), one per do
 VECTORS = "vectors.hnsw"  # raw usearch index (Index.save bytes), keys = chunk ids
 MODEL_EMBED = "model.embed"  # blob table: kb_model.json first, then (name, bytes) pairs
 MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder
+MODEL_QUERY = "model.query"  # optional: the query encoder's directory into model.embed, and the tokenizer's vocabulary pages (formats/query_model.py)
 
 TEXT_BLOCK = 4  # chunks per compressed text block: a result shown decodes its block (16: 2.3x the time
 # per result on SciFact, 4: 6% more text bytes; bench/RESULTS.md "lexical-speed"); readers use meta.text_block
@@ -115,10 +116,14 @@ class BlobTable:
     def __len__(self) -> int:
         return self.count
 
-    def __getitem__(self, i: int) -> memoryview:
+    def span(self, i: int) -> tuple[int, int]:
+        """Where item i lies, as [start, end) offsets into the whole table's buffer."""
         if not 0 <= i < self.count:
             raise IndexError(i)
-        a, b = self._head + int(self.offsets[i]), self._head + int(self.offsets[i + 1])
+        return self._head + int(self.offsets[i]), self._head + int(self.offsets[i + 1])
+
+    def __getitem__(self, i: int) -> memoryview:
+        a, b = self.span(i)
         if self._check is not None:
             self._check(a, b)
         return self._buf[a:b]

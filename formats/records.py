@@ -125,8 +125,7 @@ def pack_model_files(files: dict[str, bytes]) -> bytes:
     return pack_blobs([msgpack.packb(names)] + [bytes(files[n]) for n in names])
 
 
-def unpack_model_files(buf, what: str) -> dict[str, bytes]:
-    t = BlobTable(buf, what)
+def _model_names(t: BlobTable, what: str) -> list[str]:
     if len(t) < 1:
         raise _corrupt(f"{what} is empty")
     try:
@@ -135,6 +134,21 @@ def unpack_model_files(buf, what: str) -> dict[str, bytes]:
         names = None
     if not isinstance(names, list) or len(names) != len(t) - 1 or not all(isinstance(n, str) for n in names) or CARD_FILE not in names:
         raise _corrupt(f"{what} is inconsistent")
+    return names
+
+
+def model_file_span(buf, name: str, what: str) -> tuple[int, int]:
+    """Where file ``name`` of a model section lies in the section's bytes: [start, end)."""
+    t = BlobTable(buf, what)
+    names = _model_names(t, what)
+    if name not in names:
+        raise _corrupt(f"{what} has no {name}")
+    return t.span(names.index(name) + 1)
+
+
+def unpack_model_files(buf, what: str) -> dict[str, bytes]:
+    t = BlobTable(buf, what)
+    names = _model_names(t, what)
     files = {n: bytes(t[i + 1]) for i, n in enumerate(names)}
     from .meta import check_model_card
 
@@ -263,6 +277,11 @@ def check_optional_sections(m: Meta, names) -> None:
             raise _corrupt("meta: a vectors section without its settings and embedder")
     elif m.counts.vectors:
         raise _corrupt(f"meta: meta counts {m.counts.vectors} vectors but there is no 'vectors.hnsw' section")
+    if "model.query" in names:
+        card = m.embedder or {}
+        if "model.embed" not in names or not all(isinstance(card.get(k), int) and not isinstance(card.get(k), bool) and 0 < card[k] < 1 << 16
+                                                 for k in ("dim", "max_tokens")):
+            raise _corrupt("meta: a query-model section without its embedding model's card (dim, max_tokens)")
 
 
 # --- manifest ------------------------------------------------------------------------------------
@@ -385,9 +404,11 @@ def unpack_text_block(raw: bytes, what: str, expect: int | None = None) -> list:
 
 def chunk_record(item, what: str) -> ChunkRecord:
     """One record of ``unpack_text_block``'s, checked: [text, section, title, doc_id, [tags]]."""
-    if not (isinstance(item, list) and len(item) == 5 and all(isinstance(x, str) for x in item[:4]) and isinstance(item[4], list) and all(isinstance(t, str) for t in item[4])):
-        raise _corrupt(f"{what} is malformed")
-    return ChunkRecord(item[0], item[1], item[2], item[3], tuple(item[4]))
+    if type(item) is list and len(item) == 5:
+        text, section, title, doc_id, tags = item
+        if type(text) is str and type(section) is str and type(title) is str and type(doc_id) is str and type(tags) is list and all(type(t) is str for t in tags):
+            return ChunkRecord(text, section, title, doc_id, tuple(tags))
+    raise _corrupt(f"{what} is malformed")
 
 
 # --- document sources ----------------------------------------------------------------------------

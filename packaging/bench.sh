@@ -8,9 +8,11 @@
 # KB_FROZEN_NO_TWEAKS=1 (entry-point tweaks off), and the unfrozen .venv/bin/kb. Then dist/kb
 # with the page cache dropped before every run (needs root; skipped otherwise), and the first
 # run (unpack into an empty cache). Artifact: bench/out/hugo.kb if present, else the golden one.
-# Writes build/bench.md (table) and build/bench-*.json (hyperfine exports).
+# Writes build/bench.md (table), build/bench-*.json (hyperfine exports) and build/oneshot.md
+# (interleaved one-shot medians, the ratios issue 20 asks for, and KB_PHASES breakdowns).
 #
-# Environment: RUNS (warm runs per command, default 30), COLD_RUNS (default 5).
+# Environment: RUNS (warm runs per command, default 30), COLD_RUNS (default 5), COLD=0 to skip
+# the page-cache rows (dropping the page cache slows every other job on a shared machine).
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,7 +57,7 @@ run warm -w 3 -r "$RUNS" \
     -n "unfrozen bm25" "$UNFROZEN $Q_BM25" \
     -n "unfrozen hybrid" "$UNFROZEN $Q_HYB"
 
-if (sync && echo 3 > /proc/sys/vm/drop_caches) 2> /dev/null; then
+if [ "${COLD:-1}" = 1 ] && (sync && echo 3 > /proc/sys/vm/drop_caches) 2> /dev/null; then
     echo "bench: cold (page cache dropped before each of $COLD_RUNS runs)"
     run cold -r "$COLD_RUNS" --prepare 'sh -c "sync; echo 3 > /proc/sys/vm/drop_caches"' \
         -n "cold dist/kb --version" "$FROZEN --version" \
@@ -67,6 +69,27 @@ else
     echo "bench: cannot drop the page cache here (not root?): cold rows skipped"
 fi
 run first -r "$COLD_RUNS" --prepare "rm -rf $H/.cache" -n "first run (unpack), dist/kb in page cache" "$FROZEN --version"
+
+# One-shot ratios and start-up phases (issue 20), every command interleaved round by round
+# (packaging/oneshot.py): BM25, hybrid and hybrid + rerank on $ART, and BM25 and hybrid on a
+# multilingual-e5-small artifact (bench/out/hugo-e5.kb: the same corpus) when it exists.
+E5=bench/out/hugo-e5.kb
+# hybrid-ct2 embeds the query with CTranslate2 (--compute-type int8), as kb did before issue 20.
+set -- "version=$FROZEN --version" "bm25=$FROZEN $Q_BM25" "hybrid=$FROZEN $Q_HYB" \
+    "hybrid-ct2=$FROZEN $Q_HYB --compute-type int8" \
+    "rerank=$FROZEN search 'how to configure taxonomies' -i $ART --rerank --no-stale-check --json"
+RATIOS="--ratio hybrid/bm25 --ratio bm25/version --ratio hybrid-ct2/bm25 --ratio rerank/bm25"
+if [ -f "$E5" ]; then
+    set -- "$@" "bm25-e5=$FROZEN search taxonomies -i $E5 --mode bm25 --no-rerank --no-stale-check --json" \
+        "hybrid-e5=$FROZEN search 'how to configure taxonomies' -i $E5 --no-rerank --no-stale-check --json"
+    RATIOS="$RATIOS --ratio hybrid-e5/bm25-e5"
+fi
+echo "bench: one-shot, interleaved ($RUNS rounds; packaging/oneshot.py)"
+# shellcheck disable=SC2086
+"$ROOT/.venv/bin/python" packaging/oneshot.py times --runs "$RUNS" $RATIOS "$@" > "$OUT/oneshot.md"
+echo >> "$OUT/oneshot.md"
+"$ROOT/.venv/bin/python" packaging/oneshot.py phases --runs 7 "$@" >> "$OUT/oneshot.md"
+cat "$OUT/oneshot.md"
 
 "$ROOT/.venv/bin/python" - "$OUT" "$ART" <<'EOF'
 import glob, json, os, statistics, sys

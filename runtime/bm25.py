@@ -65,7 +65,7 @@ def _computed_impacts(ix, tid: int) -> tuple:
     with np.errstate(all="ignore"):  # forged tf or lengths: a posting that overflows scores 0, not NaN
         out = (ids, _finite(w * tf_component(tf, ix.lengths[ids], p["avg_length"], p["k1"], p["b"])))
         if document_weight(ix) > 0:
-            chunk_doc, doc_len, avg = _doc_stats(ix)
+            chunk_doc, doc_len, avg = doc_stats(ix)
             dtf = np.bincount(chunk_doc[ids], weights=tf, minlength=ix.n_docs)
             docs = np.flatnonzero(dtf)
             out += (docs, _finite(w * tf_component(dtf[docs], doc_len[docs], avg, p["k1"], p["b"])))
@@ -91,7 +91,7 @@ def document_weight(ix) -> float:
     return float(ix.meta.bm25.get("document_weight", 0.0)) if ix.version >= 2 else 0.0
 
 
-def _doc_stats(ix) -> tuple[np.ndarray, np.ndarray, float]:
+def doc_stats(ix) -> tuple[np.ndarray, np.ndarray, float]:
     """(each chunk's document, each document's length = its chunks' lengths, their mean)."""
     hit = ix.leg_cache.get("doc_stats")
     if hit is None:
@@ -101,18 +101,20 @@ def _doc_stats(ix) -> tuple[np.ndarray, np.ndarray, float]:
     return hit
 
 
-def bm25_scores(ix, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def bm25_scores(ix, terms: list[str], postings=None) -> tuple[np.ndarray, np.ndarray]:
     """(chunk ids, scores) of every chunk matching at least one term, ids ascending; a term
     given n times counts n times. All the terms' postings are summed at once: one weighted
     ``bincount`` over the chunk impacts (and one over the document impacts), each posting
     weighted by its term's scale; every impact is positive, so the matching chunks are the
-    nonzero sums."""
+    nonzero sums. ``postings(term, tid)`` gives a term's postings as ``term_postings`` does
+    (default: the artifact's own; a set of artifacts passes ones rescored to its statistics,
+    runtime/collection.py)."""
     parts, doc_parts, scales = [], [], []
     for t, times in Counter(terms).items():
         tid = ix.term_id(t)
         if tid is None:
             continue
-        ids, imp, scale, doc_ids, doc_imp = term_postings(ix, tid)
+        ids, imp, scale, doc_ids, doc_imp = term_postings(ix, tid) if postings is None else postings(t, tid)
         parts.append((ids, imp))
         doc_parts.append((doc_ids, doc_imp))
         scales.append(scale * times)

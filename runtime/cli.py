@@ -40,16 +40,22 @@ def main():
 @click.option("--verify", is_flag=True, help="Also check every section's crc32.")
 @debug_option
 def info(index_path, as_json, verify):
-    """Sections and sizes, counts, models, analyzer, config and a manifest summary."""
-    from .info import describe, render_info
+    """Sections and sizes, counts, models, analyzer, config and a manifest summary (of each
+    artifact of a set; --verify also checks a set file's sha256 of each)."""
+    from .index import members_of
+    from .info import describe, describe_set, render_info
 
     with open_index(index_path) as ix:
+        members = members_of(ix)
         if verify:
-            ix.artifact.verify()  # CorruptArtifact (exit 3) names the first section whose crc32 differs
-        d = describe(ix)
-    if verify:
-        d["verified"] = {"sections": len(d["sections"]), "crc32": "ok"}
-    click.echo(json_text(d, pretty()) if as_json else render_info(d))
+            for m in members:
+                m.artifact.verify()  # CorruptArtifact (exit 3) names the first section whose crc32 differs
+        ds = [describe(m) for m in members]
+        if verify:
+            for d in ds:
+                d["verified"] = {"sections": len(d["sections"]), "crc32": "ok"}
+        out = ds[0] if len(members) == 1 and not hasattr(ix, "members") else describe_set(index_path, ds, verify)
+    click.echo(json_text(out, pretty()) if as_json else ("\n\n".join(render_info(d) for d in ds) if "artifacts" in out else render_info(out)))
 
 
 @main.command()
@@ -62,7 +68,7 @@ def status(index_path, as_json):
     so a pipeline can gate a rebuild on it."""
     from .stale import status_report
 
-    with open_index(index_path) as ix:
+    with open_index(index_path, several=False) as ix:
         rep = status_report(ix.manifest())
     n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
     if as_json:
@@ -137,13 +143,15 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
             all_statuses=all_statuses, tags=tuple(tag), path=path_prefix, mode=mode, budget_ms=budget_ms,
             explain=explain, group=group, full=full, literal=literal,
         )
-        resp = Searcher(ix, device, compute_type, reranker=reranker).search(q, options)
+        resp = Searcher(ix, device, compute_type, reranker=reranker, one_shot=True).search(q, options)
         if not no_stale_check:
-            from .stale import stale_notice
+            from .stale import stale_notices
 
-            resp = resp.with_notice(stale_notice(ix.manifest()))
+            resp = resp.with_notices(stale_notices(ix))
         resp = resp.with_min_confidence(min_score)
-        artifact = {"id": ix.artifact.id, "path": str(ix.path)}
+        from .index import artifact_record
+
+        artifact = artifact_record(ix)
         notes = [] if fmt in ("text", "json", "md") else render_notices(resp)
         if fmt == "json":
             out = render_json(resp, artifact, pretty())
@@ -162,7 +170,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
                 from .snippets import highlighter
 
                 highlight = highlighter(query_terms(ix, " ".join((query,) + tuple(rewrite))), analyzer_of(ix))
-            out = render_human(resp, show_status=ix.has_statuses, highlight=highlight)
+            out = render_human(resp, show_status=ix.has_statuses, highlight=highlight, show_artifact=hasattr(ix, "members"))
             notes = render_notices(resp)
     if out:
         click.echo(out)
@@ -199,7 +207,7 @@ def get(targets, index_path, glob, max_bytes, whole_doc, context, max_chunks, as
 
     if not targets and glob is None:
         raise UsageError("give a TARGET (a chunk id, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN")
-    with open_index(index_path) as ix:
+    with open_index(index_path, several=False) as ix:
         if whole_doc:
             targets = tuple(_document_of_chunk(ix, t) if t.isascii() and t.isdigit() else t for t in targets)
         try:
@@ -244,9 +252,12 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json)
     """List the documents (or chunks) in a scope, in path order. The explicit way to see a scope."""
     import numpy as np
 
-    from .filters import allowed_mask
-
     with open_index(index_path) as ix:
+        several = hasattr(ix, "members")
+        if several:
+            from .collection import allowed_mask
+        else:
+            from .filters import allowed_mask
         ids = np.flatnonzero(allowed_mask(ix, tuple(status), all_statuses, tuple(tag), path_prefix))
         seen = set()
         for c in ids.tolist():
@@ -254,8 +265,11 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json)
             if not by_chunk and doc in seen:
                 continue
             seen.add(doc)
-            r = ix.chunk(c)
+            member, local = ix.locate(c)
+            r = member.chunk(local)
             row = {"path": r.path, "doc_id": r.doc_id, "title": r.title, "status": r.status, "tags": list(r.tags)}
+            if several:
+                row["artifact"] = member.artifact.id
             if by_chunk:
                 row.update(chunk_id=r.chunk_id, section=r.section, lines=list(r.lines))
             if as_json:
@@ -266,6 +280,8 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json)
             if by_chunk:
                 fields[1:1] = [f"lines {r.lines[0]}-{r.lines[1]}"]
                 fields.insert(0, str(r.chunk_id))
+            if several:
+                fields.append(str(member.path))
             click.echo("\t".join(map(printable, fields)))
 
 
@@ -290,8 +306,29 @@ def bench(fixture, index_path, beir_dir, split, k, backends, as_json, device, co
     bset = load_beir(beir_dir, split) if beir_dir else load_fixture(fixture)
     with open_index(index_path) as ix:
         res = run_bench(Searcher(ix, device, compute_type), bset, k, list(backends) or None)
-        res["artifact"] = {"id": ix.artifact.id, "path": str(ix.path)}
+        from .index import artifact_record
+
+        res["artifact"] = artifact_record(ix)
     click.echo(json_text(res, pretty()) if as_json else render_table(res))
+
+
+@main.group(name="set")
+def set_():
+    """Set files: several artifacts searched as one (kb search -i SET.kbset)."""
+
+
+@set_.command(name="create")
+@click.argument("out", metavar="OUT.kbset", type=click.Path(dir_okay=False))
+@click.argument("artifacts", nargs=-1, required=True, metavar="ARTIFACT...")
+@debug_option
+def set_create(out, artifacts):
+    """Write OUT.kbset listing the ARTIFACTs (paths relative to it) with their ids, sizes and
+    sha256. They are opened and checked as a set first: they must share their embedding model."""
+    from .clikit import resolve_index
+    from .collection import create_set
+
+    members = create_set(out, resolve_index(artifacts))
+    click.echo(f"kb set: wrote {out}: {len(members)} artifact{'' if len(members) == 1 else 's'}", err=True)
 
 
 main.add_command(serve_command, "serve")

@@ -18,19 +18,34 @@ from kb.common.usage import OneLineUsage, Terminated, debugging, error_line, exi
 DEFAULT_INDEX = "kb.kb"
 
 
-def resolve_index(path: str | None) -> str:
-    """-i/--index, else $KB_INDEX, else ./kb.kb."""
-    chosen = path or os.environ.get("KB_INDEX") or DEFAULT_INDEX
-    if not os.path.exists(chosen):
-        how = "-i" if path else ("$KB_INDEX" if os.environ.get("KB_INDEX") else f"default ./{DEFAULT_INDEX}")
-        raise ArtifactError(f"no artifact at {chosen} (from {how}); build one with kb-build or pass -i PATH")
+def resolve_index(paths) -> list[str]:
+    """-i/--index (repeatable), else $KB_INDEX, else ./kb.kb; each must exist."""
+    paths = [paths] if isinstance(paths, str) else list(paths or ())
+    chosen = paths or [os.environ.get("KB_INDEX") or DEFAULT_INDEX]
+    for p in chosen:
+        if not os.path.exists(p):
+            how = "-i" if paths else ("$KB_INDEX" if os.environ.get("KB_INDEX") else f"default ./{DEFAULT_INDEX}")
+            raise ArtifactError(f"no artifact at {p} (from {how}); build one with kb-build or pass -i PATH")
     return chosen
 
 
-def open_index(path: str | None):
-    from .index import Index
+def open_index(paths, several: bool = True):
+    """The Index of one artifact, or (``several``) a set's Collection for several -i or a set
+    file (runtime/collection.py, imported only then)."""
+    from kb.formats.kbset import is_set_file
 
-    return Index(resolve_index(path))
+    chosen = resolve_index(paths)
+    if len(chosen) == 1 and not is_set_file(chosen[0]):
+        from .index import Index
+
+        return Index(chosen[0])
+    if not several:
+        from kb.common.errors import UsageError
+
+        raise UsageError(f"this command reads one artifact; give -i one .kb file (a member of the set), not {' '.join(chosen)}")
+    from .collection import open_paths
+
+    return open_paths(chosen)
 
 
 class Group(OneLineUsage, click.Group):
@@ -64,10 +79,10 @@ def command_group(**attrs):
     return click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]}, **attrs)
 
 
-index_option = click.option("-i", "--index", "index_path", metavar="PATH", help="Artifact (default: $KB_INDEX, else ./kb.kb).")
+index_option = click.option("-i", "--index", "index_path", multiple=True, metavar="PATH", help="Artifact, or set file (kb set create); repeat to search several as one (default: $KB_INDEX, else ./kb.kb).")
 device_option = click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where models run.")
 COMPUTE_TYPES = ("auto", "default", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-compute_option = click.option("--compute-type", type=click.Choice(COMPUTE_TYPES), default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA).")
+compute_option = click.option("--compute-type", type=click.Choice(COMPUTE_TYPES), default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA; with auto, kb search embeds its query in place, without CTranslate2, when the artifact allows).")
 
 
 

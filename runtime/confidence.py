@@ -48,12 +48,17 @@ SQUARES = ("cos", "bm25n", "top_cos")
 MODEL_TERMS = FEATURES + tuple(f"log_qlen*{f}" for f in INTERACTIONS) + tuple(f"{f}^2" for f in SQUARES)
 
 
+_QLEN = FEATURES.index("log_qlen")
+_INTERACT = [FEATURES.index(f) for f in INTERACTIONS]
+_SQUARE = [FEATURES.index(f) for f in SQUARES]
+
+
 def expand(rows: np.ndarray) -> np.ndarray:
     """FEATURES rows -> MODEL_TERMS rows."""
     rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
-    col = {f: rows[:, i] for i, f in enumerate(FEATURES)}
-    extra = [col["log_qlen"] * col[f] for f in INTERACTIONS] + [col[f] ** 2 for f in SQUARES]
-    return np.hstack([rows, np.stack(extra, axis=1)]) if len(rows) else np.zeros((0, len(MODEL_TERMS)))
+    if not len(rows):
+        return np.zeros((0, len(MODEL_TERMS)))
+    return np.concatenate([rows, rows[:, _INTERACT] * rows[:, _QLEN, None], rows[:, _SQUARE] ** 2], axis=1)
 
 
 SPREAD_RANK = 50  # the rank cos_spread compares the top with: fixed, so a deeper search sees the same feature

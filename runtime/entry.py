@@ -15,9 +15,11 @@ What it adds around ``kb.runtime.cli:main``, all for one-process-per-query start
      took 210-300 ms instead of 30-50 ms.
 2. Lazy modules: ``urllib.request`` (imported by usearch/__init__ only for a download helper kb
    never calls), ``asyncio`` (imported by ctranslate2.extensions only for async generators kb
-   never uses) and ``tqdm`` (imported by usearch.index for progress bars kb never shows) are
-   registered as stand-ins that import the real module on first real use instead of at import
-   (10-20 ms each). Semantics are unchanged: any real use loads the real module.
+   never uses), ``tqdm`` (imported by usearch.index for progress bars kb never shows) and
+   ``tokenizers.implementations`` (the library's ready-made tokenizer classes, which the query
+   tokenizer does not use) are registered as stand-ins that import the real module on first
+   real use instead of at import (3-20 ms each). Semantics are unchanged: any real use loads
+   the real module.
 3. ``os._exit`` after flushing stdout/stderr: skips interpreter teardown (module dicts,
    ctranslate2/usearch destructors, OpenMP pool joins), about 45 ms for a hybrid search.
 
@@ -44,6 +46,11 @@ _LAZY_MODULES = {
     # over batches, which kb never shows; tqdm's import reads its version through
     # importlib.metadata (pulls in email.*).
     "tqdm": ("tqdm",),
+    # tokenizers/__init__: `from .implementations import ...`, the library's ready-made
+    # tokenizer classes (half of its import: 2.5-3.5 ms of ~6); kb's query tokenizer builds
+    # its pipeline from tokenizers.Tokenizer and tokenizers.models alone.
+    "tokenizers.implementations": ("BertWordPieceTokenizer", "ByteLevelBPETokenizer", "CharBPETokenizer",
+                                   "SentencePieceBPETokenizer", "SentencePieceUnigramTokenizer"),
 }
 
 
@@ -85,7 +92,7 @@ def _lazy(name: str, callables: tuple = ()) -> None:
     if name in sys.modules:
         return
     try:
-        spec = importlib.util.find_spec(name)
+        spec = _find_spec(name)
     except (ImportError, ValueError):
         return
     if spec is None:
@@ -108,8 +115,28 @@ def _lazy(name: str, callables: tuple = ()) -> None:
         setattr(module, attr, forward)
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
-    if parent:  # `import urllib.request` then reads urllib.request through the parent package
+    if parent in sys.modules:  # `import urllib.request` then reads urllib.request through the parent package
         setattr(sys.modules[parent], child, module)
+
+
+def _find_spec(name: str):
+    """The module spec of ``name`` without importing anything: for a submodule of a package not
+    yet imported (tokenizers.implementations), the package's own spec says where to look
+    (importlib.util.find_spec would import the package first)."""
+    import importlib.util
+
+    parent, _, _ = name.rpartition(".")
+    if not parent or parent in sys.modules:
+        return importlib.util.find_spec(name)
+    outer = importlib.util.find_spec(parent)
+    if outer is None or outer.submodule_search_locations is None or "." in parent:
+        return None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, list(outer.submodule_search_locations)) if find else None
+        if spec is not None:
+            return spec
+    return None
 
 
 def _exit_code(code) -> int:
@@ -122,12 +149,14 @@ def _exit_code(code) -> int:
 
 
 def _phase_timers() -> None:
-    """KB_PHASES=1: print wall time per start-up phase to stderr at exit (profiling only)."""
+    """KB_PHASES=1: print the wall and CPU time (user + system, every thread of the process) of
+    each start-up phase to stderr at exit (profiling only)."""
     import atexit
     import functools
     import time
 
-    t0 = time.perf_counter()
+    clock, cpu = time.perf_counter, time.process_time
+    t0 = clock()
     spans = []
 
     def timed(owner, name, label):
@@ -135,33 +164,45 @@ def _phase_timers() -> None:
 
         @functools.wraps(fn)
         def wrapper(*a, **k):
-            t = time.perf_counter()
+            t, c = clock(), cpu()
             try:
                 return fn(*a, **k)
             finally:
-                spans.append((label, t - t0, time.perf_counter() - t))
+                spans.append((label, t - t0, clock() - t, cpu() - c))
 
         setattr(owner, name, wrapper)
 
-    t = time.perf_counter()
+    def timed_property(owner, name, label):
+        prop = owner.__dict__[name]
+        timed(prop, "func", label)
+        replacement = functools.cached_property(prop.func)
+        replacement.__set_name__(owner, name)
+        setattr(owner, name, replacement)
+
+    t, c = clock(), cpu()
     import kb.runtime.cli  # noqa: F401
-    spans.append(("import kb.runtime.cli (click)", t - t0, time.perf_counter() - t))
-    t = time.perf_counter()
-    from kb.common import encoders
+    spans.append(("import kb.runtime.cli (click)", t - t0, clock() - t, cpu() - c))
+    t, c = clock(), cpu()
     from kb.runtime import index, legs, output, search
 
-    spans.append(("import search/index/output (numpy)", t - t0, time.perf_counter() - t))
+    spans.append(("import search/index/output (numpy)", t - t0, clock() - t, cpu() - c))
+    from kb.common import encoders, query_encoder  # to time them: light (numpy is in), not in the spans
+
     timed(index.Index, "__init__", "open artifact")
     timed(index.Index, "model_files", "model section -> bytes")
+    timed_property(index.Index, "vectors", "vector index: crc32, graph check, import usearch, restore")
+    timed_property(index.Index, "query_model", "query model: validate directory")
     timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
+    timed(query_encoder.QueryEncoder, "__init__", "query encoder: import tokenizers, pipeline")
+    timed(query_encoder.QueryEncoder, "embed_query", "query encoder: tokenize, prepare layers (crc32, pack), forward")
     timed(search.Searcher, "search", "Searcher.search (all legs)")
     timed(legs, "top_vector", "vector leg: usearch")
     timed(output, "render_json", "render JSON")
 
     def report():
-        print(f"kb phases (ms since entry start / duration), entry total {1e3 * (time.perf_counter() - t0):.1f} ms:", file=sys.stderr)
-        for label, start, dur in spans:
-            print(f"  {1e3 * start:8.1f} {1e3 * dur:8.1f}  {label}", file=sys.stderr)
+        print(f"kb phases (ms since entry start / wall / CPU), entry total {1e3 * (clock() - t0):.1f} ms, CPU {1e3 * cpu():.1f} ms:", file=sys.stderr)
+        for label, start, dur, used in spans:
+            print(f"  {1e3 * start:8.1f} {1e3 * dur:8.1f} {1e3 * used:8.1f}  {label}", file=sys.stderr)
 
     atexit.register(report)
     global _report

@@ -96,29 +96,39 @@ def rank_bonus(best_rank: int, p: FusionParams) -> float:
     return 0.0
 
 
-# Query-adaptive fusion: a dense leg's weight is scaled by how strongly its best hit matches (its
-# top cosine), so a weak dense leg (a top cosine near what unrelated text gets, as for the
-# one-word query `where`) does not bury an exact lexical match. Measured on the dev sets with
-# bench/calibrate.py grid (bench/RESULTS.md, "confidence"): scaling the dense leg between
-# cosines 0.2 and 0.4 lifts the Hugo fixture +0.05 nDCG@10 and costs no set anything; scaling
-# the BM25 leg by its top score over its ceiling as well cost CISI and Cranfield 0.004-0.005 (their
-# long queries never come near the ceiling), so the lexical leg is not scaled: the dense-heavy
-# default (semantic_weight 0.7) already keeps a clear semantic match on top of a weak BM25 leg.
+# Query-adaptive fusion, both ways (measured on the dev sets, bench/RESULTS.md "fusion-gap"):
+# - a dense leg's weight is scaled by how strongly its best hit matches (its top cosine), so a
+#   weak dense leg (a top cosine near what unrelated text gets, as for the one-word query
+#   `where`) does not bury an exact lexical match: scaling between cosines 0.2 and 0.4 lifted the
+#   Hugo fixture +0.05 nDCG@10 and cost no set anything;
+# - a BM25 leg's weight grows with how far its winner stands above the runner-up (the relative
+#   gap (s1 - s2) / s1, in [0, 1]): weight * (1 + gap / GAP_SCALE). A lexical winner that clearly
+#   beats every other chunk is a strong signal a dense leg should not outvote (JSQuAD: hybrid
+#   0.915 -> 0.933 against BM25's 0.929; every English set gained 0.002-0.010). The gap is a
+#   ratio of one query's own scores, so it means the same for any corpus and language; GAP_SCALE
+#   sits in the middle of the flat range 0.2-0.3 the dev sets gave.
+# Scaling the BM25 leg *down* by its top score over its ceiling was tried and cost CISI and
+# Cranfield 0.004-0.005 (their long queries never come near the ceiling).
 COS_WEAK = 0.2  # a dense leg whose top cosine is at most this keeps STRENGTH_FLOOR of its weight
 COS_STRONG = 0.4  # ... at least this, all of it (all-MiniLM-L6-v2: unrelated text scores 0.0-0.25)
 STRENGTH_FLOOR = 0.1  # the least share of its weight a dense leg keeps
+GAP_SCALE = 0.25  # a BM25 leg whose top score is twice its second's (gap 0.5) gets 3x its weight
 
 
 def strength_factor(leg: Leg) -> float:
-    """The share of its weight a leg keeps under adaptive fusion (only dense legs are scaled)."""
+    """The factor adaptive fusion scales a leg's weight by: a dense leg by its top cosine (at most
+    1), a BM25 leg by its winner's relative gap (at least 1), others not at all."""
+    if leg.kind == "bm25":
+        h = leg.hits
+        return 1.0 + (h[0].score - h[1].score) / h[0].score / GAP_SCALE if len(h) > 1 and h[0].score > 0 else 1.0
     if leg.kind != "cosine":
         return 1.0
     return min(1.0, max(STRENGTH_FLOOR, (leg.strength - COS_WEAK) / (COS_STRONG - COS_WEAK)))
 
 
 def adapt_weights(legs: list[Leg]) -> list[Leg]:
-    """The legs with their weights scaled by strength_factor (only when a lexical leg also ran:
-    alone, a leg's weight changes no order)."""
+    """The legs with their weights scaled by strength_factor (only when a lexical leg and a dense
+    leg both found something: alone, a leg's weight changes no order)."""
     from dataclasses import replace
 
     kinds = {lg.kind for lg in legs if lg.hits}

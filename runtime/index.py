@@ -85,6 +85,7 @@ class Index:
         if self._prefetch is not None:
             self._prefetch.join()
         self._vector_state = None  # views of the map: let them go before it closes
+        self.__dict__.pop("query_model", None)
         self.artifact.close()
 
     def __enter__(self):
@@ -328,6 +329,11 @@ class Index:
     def doc_of(self, cid: int) -> int:
         return int(self.chunks["doc"][cid])
 
+    def locate(self, cid: int) -> tuple[Index, int]:
+        """(the artifact holding chunk ``cid``, its id there): this one (a set has several,
+        runtime/collection.py)."""
+        return self, cid
+
     # --- chunk text ----------------------------------------------------------------------------
     @cached_property
     def _text_blocks(self) -> L.BlobTable:
@@ -350,15 +356,15 @@ class Index:
             rec = R.chunk_record(block[cid % per], f"text block {cid // per}")
         except CorruptArtifact as e:
             raise CorruptArtifact(f"{self.path}: {e}") from None
-        row = self.chunks[cid]
+        doc, start, end, status = self.chunks[cid].item()[:4]  # one conversion, not one per field
         return StoredChunk(
             chunk_id=int(cid),
             doc_id=rec.doc_id,
-            path=self.doc_path(int(row["doc"])),
+            path=self.doc_path(doc),
             title=rec.title,
             section=rec.section,
-            lines=(int(row["start_line"]), int(row["end_line"])),
-            status=self.meta.statuses[int(row["status"])],
+            lines=(start, end),
+            status=self.meta.statuses[status],
             tags=rec.tags,
             text=rec.text,
         )
@@ -559,9 +565,35 @@ class Index:
             row = self.vector_matrix.strides[0]
             self.artifact.check_pages(L.VECTORS, MATRIX_START + ids * row, MATRIX_START + (ids + 1) * row)
 
+    @property
+    def has_query_model(self) -> bool:
+        """Whether the artifact carries the in-place query encoder's section (formats/query_model.py)."""
+        return L.MODEL_QUERY in self.artifact.sections
+
+    @cached_property
+    def query_model(self):
+        """The query encoder's validated view of ``model.embed`` and its tokenizer pages. Neither
+        section's whole crc32 is computed: the directory's row-group and page checksums verify
+        what a query reads."""
+        from kb.formats.query_model import QueryModel
+
+        a = self.artifact
+        return QueryModel(a.unchecked(L.MODEL_QUERY), a.unchecked(L.MODEL_EMBED), a.sections[L.MODEL_EMBED].crc32, str(self.path))
+
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
         """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""
         try:
             return R.unpack_model_files(self.artifact.section(name), f"model section {name!r}")
         except CorruptArtifact as e:
             raise CorruptArtifact(f"{self.path}: {e}") from None
+
+
+def members_of(ix) -> list[Index]:
+    """The artifacts behind ``ix``: itself, or a set's members (runtime/collection.py)."""
+    return getattr(ix, "members", None) or [ix]
+
+
+def artifact_record(ix) -> dict | list[dict]:
+    """The top-level ``artifact`` of kb's JSON: ``{id, path}``, a list of them for a set."""
+    out = [{"id": m.artifact.id, "path": str(m.path)} for m in members_of(ix)]
+    return out if hasattr(ix, "members") else out[0]

@@ -42,6 +42,19 @@ def describe(ix) -> dict:
     }
 
 
+def describe_set(paths, artifacts: list[dict], verify: bool) -> dict:
+    """``kb info`` of a set: each artifact's ``describe``; with ``verify``, each set file's members
+    checked against their recorded sha256 (runtime/collection.py ``verify_set``)."""
+    out = {"set": list(paths), "artifacts": artifacts}
+    if verify:
+        from kb.formats.kbset import is_set_file
+
+        from .collection import verify_set
+
+        out["verified_sets"] = {p: verify_set(p) for p in paths if is_set_file(p)}
+    return out
+
+
 def render_info(d: dict) -> str:
     c = d["counts"]
     emb = d["models"]["embedder"]

@@ -35,14 +35,26 @@ def vector_leg(ix, name: str, query_vector: np.ndarray, weight: float, depth: in
 def tag_leg(ix, entities, weight: float, depth: int, allowed: np.ndarray, tiebreak: dict[int, float]) -> Leg:
     """Chunks ranked by how many entities match one of their tags; ties by the text legs' fused
     score (``tiebreak``), then chunk id."""
+    return rank_tag_counts(tag_counts(ix, entities), weight, depth, allowed, tiebreak)
+
+
+def tag_counts(ix, entities) -> np.ndarray | None:
+    """How many of ``entities`` match one of each chunk's tags; None when no entity names a tag."""
     norm = {tag_key(n): n for n in ix.meta.tag_names}
     matched = [norm[tag_key(e)] for e in dict.fromkeys(entities) if tag_key(e) in norm]
     if not matched:
-        return Leg("tag", "tag", weight, ())
+        return None
     counts = np.zeros(ix.n_chunks, dtype=np.int32)
     for t in matched:
         counts[np.frombuffer(ix.tag_bitmap(t).to_array(), dtype=np.uint32)] += 1
-    counts[~allowed] = 0
+    return counts
+
+
+def rank_tag_counts(counts: np.ndarray | None, weight: float, depth: int, allowed: np.ndarray, tiebreak: dict[int, float]) -> Leg:
+    """The tag leg from ``tag_counts`` (None: no entity matched a tag)."""
+    if counts is None:
+        return Leg("tag", "tag", weight, ())
+    counts = np.where(allowed, counts, 0)
     ids = np.flatnonzero(counts)
     order = sorted(ids.tolist(), key=lambda c: (-counts[c], -tiebreak.get(c, 0.0), c))[:depth]
     return leg_from_ranking("tag", "tag", weight, order, [float(counts[c]) for c in order])

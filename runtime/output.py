@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 from kb.common.usage import printable
 
@@ -14,15 +13,15 @@ from .results import SCHEMA_VERSION
 
 def _present(record) -> dict:
     """A record as a dict in field order, without the fields it does not have (None)."""
-    return {name: _plain(v) for name in _field_names(type(record)) if (v := getattr(record, name)) is not None}
+    return {name: _plain(v) for name, v in vars(record).items() if v is not None}  # a dataclass's __init__ sets its fields in order
 
 
-@functools.lru_cache(maxsize=None)
-def _field_names(cls) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
+_SCALARS = frozenset((str, int, float, bool))
 
 
 def _plain(v):
+    if type(v) in _SCALARS:
+        return v
     if isinstance(v, tuple):
         return [_plain(x) for x in v]
     if hasattr(v, "__dataclass_fields__"):
@@ -125,9 +124,10 @@ def _score(r: Result) -> str:
     return f"{r.score:.4f}" if r.score_kind == "rrf" else f"{r.score:.2f}"
 
 
-def render_human(resp: Response, show_status: bool = True, highlight=None) -> str:
+def render_human(resp: Response, show_status: bool = True, highlight=None, show_artifact: bool = False) -> str:
     """Text for people: the results, then tag contexts. Notices go to stderr (render_notices).
     ``show_status``: print each result's status (pointless when the corpus has one status);
+    ``show_artifact``: name each result's artifact (a set);
     ``highlight``: marks the query's words in snippets (runtime/snippets.py, on a terminal)."""
     q = resp.query
     mark = highlight or (lambda s: s)
@@ -142,6 +142,8 @@ def render_human(resp: Response, show_status: bool = True, highlight=None) -> st
         else:
             out.append(f'   > "{mark(r.snippet)}"')
         extra = [f"lines {r.lines[0]}-{r.lines[1]}" if r.lines[1] > r.lines[0] else f"line {r.lines[0]}", f"chunk {r.chunk_id}"]
+        if show_artifact:
+            extra.append(f"artifact {r.artifact}")
         if r.also_matched:
             extra.append(f"{r.also_matched} more matching chunk{'' if r.also_matched == 1 else 's'} in this document")
         out.append("   " + (f"Status: {r.status} · " if show_status else "") + " · ".join(extra))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from .fusion import Fused
 
-SCHEMA_VERSION = 1  # of the JSON a search returns (runtime/output.py)
+SCHEMA_VERSION = 2  # of the JSON a search returns (runtime/output.py); 2: each result names its artifact, and the top-level artifact is a list for a set
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class Result:
     chunk_id: int
     doc_id: str
     title: str
+    artifact: str  # the id of the artifact holding the chunk (chunk_id counts within it)
     text: str | None = None  # --full
     snippet: str | None = None  # otherwise
     also_matched: int | None = None
@@ -110,3 +111,8 @@ class Response:
         from dataclasses import replace
 
         return self if notice is None else replace(self, notices=self.notices + (notice,))
+
+    def with_notices(self, notices) -> Response:
+        from dataclasses import replace
+
+        return replace(self, notices=self.notices + tuple(notices)) if notices else self

@@ -67,10 +67,18 @@ class Query:
 
 
 class Searcher:
-    """Holds an open Index and lazily loaded models; safe to reuse for many queries."""
+    """Holds an open Index and lazily loaded models; safe to reuse for many queries.
 
-    def __init__(self, index, device: str = "auto", compute_type: str = "auto", reranker=None):
+    ``one_shot``: the process answers one search and exits (``kb search``). Its query is then
+    embedded in place (common/query_encoder.py) instead of by CTranslate2, whose load costs a
+    one-shot process 150-300 ms; a long-lived process (kb serve, kb mcp, kb bench) pays that
+    once and then embeds each query faster with CTranslate2's fused kernels.
+    """
+
+    def __init__(self, index, device: str = "auto", compute_type: str = "auto", reranker=None, one_shot: bool = False):
         self.ix = index
+        self.ops = ops_of(index)
+        self.one_shot = one_shot
         self.device, self.compute_type = device, compute_type
         self._embedder = None
         self._reranker = reranker
@@ -79,16 +87,38 @@ class Searcher:
     # --- models --------------------------------------------------------------------------------
     @property
     def embedder(self):
+        """The query embedder: for a one-shot search, kb's in-place encoder (common/query_encoder.py)
+        when the artifact has its section and no CTranslate2 setting was asked for (``--device
+        cuda`` or a ``--compute-type``); else the CTranslate2 embedder the passages were embedded
+        with."""
         if self._embedder is None:
-            from kb.common.encoders import load_embedder
+            if self.one_shot and self.ix.has_query_model and self.device != "cuda" and self.compute_type == "auto":
+                from kb.common.query_encoder import QueryEncoder
 
-            embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
-            if self.ix.has_vectors and embedder.dim != self.ix.vectors.ndim:
-                from kb.formats.artifact import CorruptArtifact
+                # Its width is the card's dim (QueryEncoder checks), as the vector index's is
+                # (Index.vectors checks): no need to wait for the index here.
+                embedder = QueryEncoder(self.ix.query_model, self.ix.meta.embedder or {})
+            else:
+                from kb.common.encoders import load_embedder
 
-                raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vectors.ndim} dimensions, its embedder {embedder.dim}")
+                embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
+                if self.ix.has_vectors and embedder.dim != self._vector_index().ndim:
+                    from kb.formats.artifact import CorruptArtifact
+
+                    raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vectors.ndim} dimensions, its embedder {embedder.dim}")
             self._embedder = embedder
         return self._embedder
+
+    def _open_vectors_aside(self) -> None:
+        """Open the vector index (its graph check, page checksums, usearch import) on another
+        thread while this one applies the filters, runs the BM25 leg and embeds the query: the
+        index opens it once, under a lock, whichever thread comes first (Index.prefetch_vectors)."""
+        if self.ix.has_vectors:
+            self.ix.prefetch_vectors()
+
+    def _vector_index(self):
+        """The vector index, once the thread opening it (if any) is done."""
+        return self.ix.vectors
 
     def reranker(self):
         """The cross-encoder: given to the Searcher, else the artifact's, else None."""
@@ -111,15 +141,16 @@ class Searcher:
         notices: list[Notice] = []
         use_bm25, use_vectors = self._legs_to_run(q, notices)
         if use_vectors:
-            self.ix.prefetch_vectors()  # checked while the filters, the embedder and BM25 run
-        allowed = allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
+            self._open_vectors_aside()  # checked while the filters, the embedder and BM25 run
+        ops = self.ops
+        allowed = ops.allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         if parsed is not None and (parsed.filters or parsed.path):
-            scoped = syntax_mask(self.ix, parsed, allowed)
-            if not scoped.any() and allowed.any() and (parsed.phrases or parsed.title or parsed.section) and not syntax_mask(self.ix, replace(parsed, excluded=()), allowed).any():
+            scoped = ops.syntax_mask(self.ix, parsed, allowed)
+            if not scoped.any() and allowed.any() and (parsed.phrases or parsed.title or parsed.section) and not ops.syntax_mask(self.ix, replace(parsed, excluded=()), allowed).any():
                 # no chunk in scope holds the phrases (or title:/section: words) as written (not
                 # merely excluded): say so, and search the words with the exclusions and path:
                 # only, rather than return nothing
-                scoped = syntax_mask(self.ix, replace(parsed, phrases=(), title=(), section=()), allowed)
+                scoped = ops.syntax_mask(self.ix, replace(parsed, phrases=(), title=(), section=()), allowed)
                 notices.append(Notice("phrase_not_found", f"no chunk contains {_quoted_requirements(parsed)} as written; these results hold the words in any order"))
             allowed = scoped
         timings["filter"] = _ms(t0)
@@ -160,18 +191,26 @@ class Searcher:
         timings["render"] = _ms(t)
         if allowed.any():
             notices.extend(low_confidence(candidates, o, backend))
-        descr = self.ix.meta.tag_descriptions
-        contexts = {t: descr.get(t, "") for t in sorted({t for r in results for t in r.tags})}
+        contexts = self._tag_contexts(candidates, results)
         timings["total"] = _ms(t0)
         return Response(asked, results, tuple(notices), contexts, reranked, timings, rerank_info, parsed)
+
+    def _tag_contexts(self, candidates: list[Candidate], results) -> dict[str, str]:
+        """Each result tag's description, from the result's own artifact (the first result that
+        describes a tag gives its line)."""
+        contexts: dict[str, str] = {}
+        for c, r in zip(candidates, results):
+            descr = self.ix.locate(c.chunk)[0].meta.tag_descriptions
+            for t in r.tags:
+                if not contexts.get(t):
+                    contexts[t] = descr.get(t, "")
+        return dict(sorted(contexts.items()))
 
     def _empty_scope_notice(self, q: Query) -> Notice:
         """The filters are valid but leave no chunk: say which, and what the query finds without them."""
         scope = [f"status {', '.join(q.statuses)}" if q.statuses else ("all statuses" if q.all_statuses else "the default statuses")]
         scope += [f"tag {t}" for t in q.tags] + ([f"path {q.path}"] if q.path else [])
-        from .bm25 import bm25_scores
-
-        unfiltered = len(bm25_scores(self.ix, query_terms(self.ix, " ".join((q.text,) + q.rewrites)))[0])
+        unfiltered = self.ops.match_count(self.ix, " ".join((q.text,) + q.rewrites))
         return Notice(
             "empty_scope",
             f"No chunk matches the filters together ({'; '.join(scope)}); without them the query's words match {unfiltered} chunk{'' if unfiltered == 1 else 's'}.",
@@ -212,7 +251,7 @@ class Searcher:
             cosines = (vecs @ qv / np.maximum(np.linalg.norm(vecs, axis=1) * np.linalg.norm(qv), 1e-12)).tolist()
         rows = feature_rows(candidates, legs, cosines)
         probs = predict(backend, rows)
-        return [replace(c, confidence=float(p), features=tuple(float(x) for x in r)) for c, p, r in zip(candidates, probs, rows)]
+        return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates, probs.tolist(), rows.tolist())]
 
     def _run_legs(self, q: Query, o: SearchOptions, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
         """BM25 and dense legs for the query and each rewrite, then the tag leg for entities;
@@ -229,17 +268,18 @@ class Searcher:
         for suffix, text, scale in texts:
             if use_bm25 and w_lex > 0:
                 t = time.perf_counter()
-                legs.append(legs_.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
+                legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
                 timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
             if use_vectors and w_dense > 0:
                 t = time.perf_counter()
                 v = self.embedder.embed_query(text)
                 qv = v if qv is None else qv
-                legs.append(legs_.vector_leg(self.ix, "vector" + suffix, v, w_dense * scale, depth, allowed))
+                self._vector_index()
+                legs.append(self.ops.vector_leg(self.ix, "vector" + suffix, v, w_dense * scale, depth, allowed))
                 timings["vector"] = timings.get("vector", 0.0) + _ms(t)
         if q.entities:
             tiebreak = {f.chunk: f.score for f in fuse_rrf(legs, _fusion(o))} if legs else {}
-            tag = legs_.tag_leg(self.ix, q.entities, o.tag_weight, depth, allowed, tiebreak)
+            tag = self.ops.tag_leg(self.ix, q.entities, o.tag_weight, depth, allowed, tiebreak)
             if not tag.hits:
                 notices.append(Notice("no_tag_match", f"no tag matches the entities {', '.join(q.entities)}"))
             legs.append(tag)
@@ -253,7 +293,8 @@ class Searcher:
         return scripts is None or "cjk" in scripts or not has_cjk(text)
 
     def _result(self, rank: int, c: Candidate, q: Query, hit_terms: list[str]) -> Result:
-        rec = self.ix.chunk(c.chunk)
+        member, local = self.ix.locate(c.chunk)
+        rec = member.chunk(local)
         explain = None
         if q.explain:
             f = c.fused
@@ -274,10 +315,11 @@ class Searcher:
             lines=rec.lines,
             status=rec.status,
             tags=rec.tags,
-            path_contexts=tuple(PathContext(p, d) for p, d in self.ix.meta.contexts_of(rec.path)),
+            path_contexts=tuple(PathContext(p, d) for p, d in member.meta.contexts_of(rec.path)),
             chunk_id=rec.chunk_id,
             doc_id=rec.doc_id,
             title=rec.title,
+            artifact=member.artifact.id,
             text=rec.text if q.full else None,
             snippet=None if q.full else snippet(rec.text, hit_terms, analyzer_of(self.ix)),
             also_matched=c.also_matched,
@@ -303,17 +345,41 @@ def _candidates(fused: list[Fused], legs: list[Leg]) -> list[Candidate]:
     return [Candidate(f.chunk, f.contributions[single[0].name][1] if kind != "rrf" else f.score, kind, f) for f in fused]
 
 
+class _SingleOps:
+    """The legs and filters of one artifact; runtime/collection.py has the same names for a set."""
+
+    allowed_mask = staticmethod(allowed_mask)
+    syntax_mask = staticmethod(syntax_mask)
+    bm25_leg = staticmethod(legs_.bm25_leg)
+    vector_leg = staticmethod(legs_.vector_leg)
+    tag_leg = staticmethod(legs_.tag_leg)
+
+    @staticmethod
+    def match_count(ix, text: str) -> int:
+        from .bm25 import bm25_scores
+
+        return len(bm25_scores(ix, query_terms(ix, text))[0])
+
+
+def ops_of(index):
+    """The legs and filters for ``index``: one artifact's, or a set's (imported only for a set)."""
+    if hasattr(index, "members"):
+        from . import collection
+
+        return collection
+    return _SingleOps
+
+
 def _ms(t: float) -> float:
     return round((time.perf_counter() - t) * 1000, 3)
 
 
 def _group_by_doc(ix, candidates: list[Candidate]) -> list[Candidate]:
     """The best candidate of each document, in order, counting the document's other matches."""
-    docs = ix.chunks["doc"]
     first: dict[int, int] = {}
     extra: dict[int, int] = {}
     for i, c in enumerate(candidates):
-        d = int(docs[c.chunk])
+        d = ix.doc_of(c.chunk)
         if d in first:
             extra[d] += 1
         else:

@@ -68,8 +68,8 @@ def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_w
             raise KbError(f"cannot listen on {host_port(host, port)}: {e.strerror or e}") from None
         click.echo(f"kb serve: listening on {server.url}", err=True)
         if host.strip("[]") not in LOOPBACK:
-            click.echo(f"kb serve: warning: {host} is not a loopback address; anyone who can reach it can search {svc.artifact['path']}", err=True)
-        click.echo(f"kb serve: artifact {svc.artifact['path']} ({svc.artifact['id']}), {svc.ix.n_chunks} chunks; Ctrl-C stops", err=True)
+            click.echo(f"kb serve: warning: {host} is not a loopback address; anyone who can reach it can search {_named(svc)}", err=True)
+        click.echo(f"kb serve: artifact {_named(svc)}, {svc.ix.n_chunks} chunks; Ctrl-C stops", err=True)
         serve_forever(server)
     finally:
         svc.ix.close()
@@ -87,13 +87,19 @@ def mcp(index_path, no_stale_check, device, compute_type):
 
     out = protect_stdout()  # before anything loads: only protocol messages may reach stdout
     svc = _open_service(index_path, device, compute_type, not no_stale_check)
-    click.echo(f"kb mcp: serving {svc.artifact['path']} ({svc.artifact['id']}) on stdio", err=True)
+    click.echo(f"kb mcp: serving {_named(svc)} on stdio", err=True)
     try:
         run_stdio(svc, out_stream=out)
     except (KeyboardInterrupt, BrokenPipeError):
         pass
     finally:
         svc.ix.close()
+
+
+def _named(svc) -> str:
+    """``PATH (ID)`` of the served artifact, or of each artifact of a set."""
+    arts = svc.artifact if isinstance(svc.artifact, list) else [svc.artifact]
+    return " + ".join(f"{a['path']} ({a['id']})" for a in arts)
 
 
 def _standalone():

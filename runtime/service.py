@@ -70,7 +70,9 @@ class Service:
 
         self.ix = ix
         self.searcher = searcher or Searcher(ix)
-        self.artifact = {"id": ix.artifact.id, "path": str(ix.path)}
+        from .index import artifact_record
+
+        self.artifact = artifact_record(ix)  # a list of them for a set
         self.stale_check, self.stale_ttl = stale_check, stale_ttl
         self._stale: tuple[float, object] | None = None
         self._stale_lock = threading.Lock()
@@ -80,22 +82,26 @@ class Service:
 
     def warm(self) -> Service:
         """Create every lazy view and load the models now, once, before requests share them."""
+        from .index import members_of
+
         ix = self.ix
-        for name in ("chunks", "lengths", "first_chunk", "doc_paths", "term_hashes", "term_strings", "_text_blocks", "_dctx"):
-            getattr(ix, name, None)
-        for name in ("_impact_postings",) if ix.version >= 3 else ("postings", "tf_offsets", "tf"):
-            getattr(ix, name)
-        if ix.has_sources:
-            getattr(ix, "_sources")  # noqa: B009 - a cached property: creating it is the point
+        for m in members_of(ix):
+            for name in ("chunks", "lengths", "first_chunk", "doc_paths", "term_hashes", "term_strings", "_text_blocks", "_dctx"):
+                getattr(m, name, None)
+            for name in ("_impact_postings",) if m.version >= 3 else ("postings", "tf_offsets", "tf"):
+                getattr(m, name)
+            if m.has_sources:
+                getattr(m, "_sources")  # noqa: B009 - a cached property: creating it is the point
+            if m.has_vectors:
+                getattr(m, "vectors")  # noqa: B009 - a cached property: creating it is the point
         if ix.has_vectors:
-            getattr(ix, "vectors")  # noqa: B009 - a cached property: creating it is the point
             getattr(self.searcher, "embedder")  # noqa: B009
         self.searcher.reranker()
         if ix.n_chunks:  # first-call costs, not the first client's
             self.searcher.search(Query("warm up", top_k=1, all_statuses=True), resolve(stored_search(ix.meta), {"rerank_top": 1}))
         self.info()
         if self.stale_check:
-            self.stale_notice()
+            self.stale_notices()
         return self
 
     # --- search --------------------------------------------------------------------------------
@@ -107,18 +113,18 @@ class Service:
             resp = self.searcher.search(req.query, options)
         except UsageError as e:
             raise RequestError("bad_value", str(e)) from None
-        return response_dict(resp.with_notice(self.stale_notice()), self.artifact)
+        return response_dict(resp.with_notices(self.stale_notices()), self.artifact)
 
-    def stale_notice(self):
-        """The stale-index notice, rechecked at most every ``stale_ttl`` seconds."""
+    def stale_notices(self) -> list:
+        """The stale-index notices (one per stale artifact), rechecked at most every ``stale_ttl`` seconds."""
         if not self.stale_check:
-            return None
+            return []
         with self._stale_lock:
             now = time.monotonic()
             if self._stale is None or now - self._stale[0] > self.stale_ttl:
-                from .stale import stale_notice
+                from .stale import stale_notices
 
-                self._stale = (now, stale_notice(self.ix.manifest()))
+                self._stale = (now, stale_notices(self.ix))
             return self._stale[1]
 
     # --- get -----------------------------------------------------------------------------------
@@ -126,6 +132,8 @@ class Service:
         """One record for a chunk_id, doc_id or path; for targets and a glob (``req.many``), the
         records that fit in max_bytes, in order, and what was omitted. Every target is resolved
         and checked before anything is read, so a bad one fails the whole request."""
+        if hasattr(self.ix, "members"):
+            raise RequestError("bad_request", "get reads one artifact; serve the result's artifact (its path is in the search's artifact list) to read from it")
         if req.many:
             return self._get_many(req)
         if req.chunk_id is not None:
@@ -239,9 +247,11 @@ class Service:
     # --- info and health -----------------------------------------------------------------------
     def info(self) -> dict:
         if self._info is None:
+            from .index import members_of
             from .info import describe
 
-            self._info = describe(self.ix)
+            infos = [describe(m) for m in members_of(self.ix)]
+            self._info = {"artifacts": infos} if hasattr(self.ix, "members") else infos[0]
         return self._info
 
     def status(self) -> dict:
@@ -249,8 +259,13 @@ class Service:
         ``fresh``) with the artifact's counts and models."""
         from .stale import status_report
 
-        m = self.ix.meta
-        return {**status_report(self.ix.manifest()), "counts": asdict(m.counts), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": self.artifact}
+        from .index import members_of
+
+        out = []
+        for ix in members_of(self.ix):
+            m = ix.meta
+            out.append({**status_report(ix.manifest()), "counts": asdict(m.counts), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": {"id": ix.artifact.id, "path": str(ix.path)}})
+        return {"fresh": all(s["fresh"] for s in out), "artifacts": out} if hasattr(self.ix, "members") else out[0]
 
     def health(self) -> dict:
         return {"status": "ok", "artifact": self.artifact, "chunks": self.ix.n_chunks, "documents": self.ix.n_docs}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 
 SNIPPET_CHARS = 240
 _HEADING = re.compile(r"#{1,6}\s")
 _WORD = re.compile(r"\w+")
+_ASCII_WORD = frozenset(c for c in map(chr, range(128)) if _WORD.fullmatch(c))
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
@@ -17,21 +20,24 @@ def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -
     line longer than ``width`` is cut around its first hit. Lines are analyzed with the
     artifact's analyzer, as the query was; headings (already in the section path) and code
     fences are skipped when there is anything else."""
-    lines = [ln.strip() for ln in text.split("\n") if ln.strip() and not ln.strip().startswith("```")]
-    lines = [ln for ln in lines if not _HEADING.match(ln)] or lines
+    lines = [ln for ln in map(str.strip, text.split("\n")) if ln and not ln.startswith("```")]
+    lines = [ln for ln in lines if not (ln[0] == "#" and _HEADING.match(ln))] or lines
     if not lines:
         return ""
     want = set(terms)
-    found = _hits_per_line(lines, want, analyzer) if want and len(lines) > 1 else [set()] * len(lines)  # one line: it is the passage
+    found = _hits_per_line(lines, want, analyzer) if want and len(lines) > 1 else {}  # one line: it is the passage
+    n, lens = len(lines), [len(ln) + 1 for ln in lines]
     best, best_score = (0, 1), (-1, 0, 0)
-    for i in [i for i in range(len(lines)) if found[i]] or [0]:  # a passage starts at a hit
-        seen, size, j = set(), -1, i
-        while j < len(lines) and (j == i or size + 1 + len(lines[j]) <= width):
-            size += 1 + len(lines[j])
-            seen |= found[j]
+    for i in sorted(found) or [0]:  # a passage starts at a hit
+        # the longest run from i that fits: running further never shows fewer terms
+        seen, size, j = set(found.get(i, ())), lens[i] - 1, i + 1
+        while j < n and size + lens[j] <= width:
+            size += lens[j]
+            if j in found:
+                seen |= found[j]
             j += 1
-            if (len(seen), -i, size) > best_score:
-                best, best_score = (i, j), (len(seen), -i, size)
+        if (len(seen), -i, size) > best_score:
+            best, best_score = (i, j), (len(seen), -i, size)
     passage = " ".join(lines[best[0] : best[1]])
     if len(passage) <= width:
         return passage
@@ -42,16 +48,32 @@ def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -
     return ("…" if start else "") + cut + ("…" if start + width < len(passage) else "")
 
 
-def _hits_per_line(lines: list[str], want: set[str], analyzer) -> list[set[str]]:
-    """The query terms each line shows, as ``want & analyzer.terms(line)`` would give: the lines'
-    words are split in C, the words that hit found by set operations (Analyzer.term_hits), and
-    only those looked at per line."""
-    words = [analyzer.words(ln) for ln in lines]
-    hits = analyzer.term_hits(set().union(*words), want)
+def _hits_per_line(lines: list[str], want: set[str], analyzer) -> dict[int, set[str]]:
+    """Line index -> the query terms that line shows, as ``want & analyzer.terms(line)`` would
+    give (lines that show none left out). The text's words are split once and the words that hit
+    found by set operations (Analyzer.term_hits); then, on ASCII text (where the analyzer only
+    lowercases), each whole-word occurrence of those few words is found by ``str.find``, and
+    otherwise (normalisation may change lengths) each line is split again."""
+    text = "\n".join(lines)
+    hits = analyzer.term_hits(set(analyzer.words(text)), want)
+    out: dict[int, set[str]] = {}
     if not hits:
-        return [set()] * len(lines)
-    keys = hits.keys()
-    return [set().union(*(hits[w] for w in keys & set(ws))) for ws in words]
+        return out
+    if not text.isascii():
+        keys = hits.keys()
+        for i, ln in enumerate(lines):
+            if got := keys & set(analyzer.words(ln)):
+                out[i] = set().union(*(hits[w] for w in got))
+        return out
+    low, end = text.lower(), len(text)
+    starts = list(itertools.accumulate((len(ln) + 1 for ln in lines[:-1]), initial=0))
+    for w, terms in hits.items():
+        n, pos = len(w), low.find(w)
+        while pos >= 0:
+            if (pos == 0 or low[pos - 1] not in _ASCII_WORD) and (pos + n == end or low[pos + n] not in _ASCII_WORD):
+                out.setdefault(bisect.bisect_right(starts, pos) - 1, set()).update(terms)
+            pos = low.find(w, pos + n)
+    return out
 
 
 def highlighter(terms: list[str], analyzer):

@@ -69,3 +69,16 @@ def stale_notice(manifest, limit: int = 5) -> Notice | None:
         return None
     more = f" and {len(diffs) - limit} more" if len(diffs) > limit else ""
     return Notice("stale_index", f"Index may be stale: {', '.join(diffs[:limit])}{more}; rebuild with kb-build (kb status lists all)", files=tuple(diffs))
+
+
+def stale_notices(ix) -> list[Notice]:
+    """``stale_notice`` of each artifact behind ``ix`` (a set: each member's, naming it)."""
+    from dataclasses import replace
+
+    members = getattr(ix, "members", None) or [ix]
+    out = []
+    for m in members:
+        n = stale_notice(m.manifest())
+        if n is not None:
+            out.append(replace(n, message=f"{m.path}: {n.message}") if len(members) > 1 else n)
+    return out

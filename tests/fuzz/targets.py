@@ -60,13 +60,50 @@ def _register_stand_ins() -> None:
 
 _register_stand_ins()
 
-
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
 
+def build_tiny_model_artifact(corpus: Path, out: Path) -> None:
+    """The seed corpus embedded by a tiny random CTranslate2 BERT (tests/bert_ref.py), with its
+    model.embed and model.query sections."""
+    try:
+        from tests import bert_ref
+    except ImportError:
+        import bert_ref
+    from kb.builder.build import build
+    from kb.builder.config import BuildConfig
+    from kb.builder.embedders import register_embedder
+    from kb.common.encoders import CT2Embedder
+
+    files = bert_ref.tiny_embedder(out.parent / "tiny-ct2", bert_ref.rich_wordpiece())
+    register_embedder("tiny-ct2", lambda quantization: CT2Embedder(files, device="cpu"))
+    build([corpus], out, replace(BuildConfig(), embedding_model="tiny-ct2", reranker="none"), jobs=1)
+
+
+def _tiny_model_seed(corpus: Path, out: Path) -> bytes | None:
+    """``build_tiny_model_artifact`` in a child process: CTranslate2's OpenMP threads must not
+    exist in a process the fuzz runner forks (a forked worker that uses CTranslate2 again would
+    wait forever on a lock one of them held). None without ctranslate2 or safetensors."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]\n"
+            "from pathlib import Path\n"
+            "from tests.fuzz import targets\n"
+            f"targets.build_tiny_model_artifact(Path({str(corpus)!r}), Path({str(out)!r}))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if r.returncode:
+        if "ModuleNotFoundError" in r.stderr:
+            return None
+        raise RuntimeError(f"the tiny-model seed did not build: {r.stderr.strip()[-500:]}")
+    return out.read_bytes()
+
+
 def build_seed_artifacts(folder: Path) -> list[bytes]:
-    """Two artifacts of the seed corpus, with (hash) vectors and BM25 only, in the current
-    format; then the golden artifacts of the older formats (their readers are fuzzed too)."""
+    """Artifacts of the seed corpus in the current format: with (hash) vectors, BM25 only; the
+    golden artifacts of the older formats (their readers are fuzzed too); then (when ctranslate2
+    and safetensors are installed) the seed corpus with a tiny real model and its model.query
+    section."""
     from kb.builder.build import build
     from kb.builder.config import BuildConfig
 
@@ -80,7 +117,9 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
         path = folder / f"seed-{embedder}.kb"
         build([corpus], path, replace(BuildConfig(), embedding_model=embedder, reranker="none"), jobs=1)
         out.append(path.read_bytes())
-    return out + [(GOLDEN / f"tiny-v{v}.kb").read_bytes() for v in (1, 2)]
+    old = [(GOLDEN / f"tiny-v{v}.kb").read_bytes() for v in (1, 2)]
+    tiny = _tiny_model_seed(corpus, folder / "seed-tiny-ct2.kb")
+    return out + old + ([tiny] if tiny is not None else [])
 
 
 # --- generic byte mutations ----------------------------------------------------------------------
@@ -358,6 +397,7 @@ class ArtifactReader:
                 svc.search(parse_search(q))
             resp = searcher.search(Query(text="nightly backup", full=True, all_statuses=True))
             render_human(resp), render_json(resp, {"id": ix.artifact.id, "path": str(ix.path)})
+            Searcher(ix, "cpu", "auto", one_shot=True).search(Query(text="restic restore <mask> [CLS]", all_statuses=True))  # kb search
             mask = allowed_mask(ix, all_statuses=True)  # kb list
             for c in np.flatnonzero(mask)[:40].tolist():
                 ix.chunk(c)

@@ -130,6 +130,14 @@ def test_adaptive_fusion_scales_only_a_weak_dense_leg():
     assert F.adapt_weights([alone]) == [alone]  # one kind of leg: nothing to protect
 
 
+def test_adaptive_fusion_raises_a_bm25_leg_whose_winner_leads_clearly():
+    dense = F.leg_from_ranking("vector", "cosine", 0.5, [9], [0.9])
+    for scores, factor in (((10.0, 10.0), 1.0), ((10.0, 5.0), 1 + 0.5 / F.GAP_SCALE), ((10.0, 0.0), 1 + 1 / F.GAP_SCALE), ((10.0,), 1.0)):
+        bm25 = F.leg_from_ranking("bm25", "bm25", 0.5, range(len(scores)), scores)
+        adapted = {lg.name: lg.weight for lg in F.adapt_weights([bm25, dense])}
+        assert abs(adapted["bm25"] - 0.5 * factor) < 1e-12 and adapted["vector"] == 0.5
+
+
 def test_a_weak_dense_leg_does_not_bury_an_exact_lexical_match():
     """The `kb search where` case: BM25 ranks the Where page first, the dense leg ranks other
     pages first with a top cosine of 0.2. Fixed weights bury the page; adaptive ones do not."""

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from kb.builder.cli import main as kb_build
@@ -215,6 +217,22 @@ def test_the_snippet_is_the_passage_that_matches():
     assert snippet(text, ["padding", "image"], a) == "To add padding to an image, call images.Padding. More."
     assert snippet(text, [], a).startswith("Intro line about nothing. Another unrelated line.")
     assert highlighter(["padding"], a)("add Padding now") == "add \x1b[1mPadding\x1b[0m now"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(list("ab_1 .-\u00e9\u00df\u4e2d\u6587") + ["run", "running", "Run", "the"]), max_size=12).map("".join), min_size=1, max_size=6),
+    st.sets(st.sampled_from(["run", "a", "ab", "b1", "the", "\u00e9", "ss", "\u4e2d\u6587", "_"]), max_size=4),
+)
+def test_the_lines_a_snippet_sees_hit_are_those_whose_terms_meet_the_query(lines, want):
+    from kb.formats.analyzer import Analyzer
+    from kb.runtime.snippets import _hits_per_line
+
+    en = Analyzer.for_languages(["en"])
+    lines = [ln.strip() or "x" for ln in lines]
+    found = _hits_per_line(lines, want, en)
+    assert [found.get(i, set()) for i in range(len(lines))] == [want & set(en.terms(ln)) for ln in lines]
+    assert all(found.values())
 
 
 def test_fetching_the_model_says_so_before_the_download_starts(tmp_path, monkeypatch):

