@@ -52,7 +52,7 @@ class SearchOptions:
     rerank_passage_tokens: int = setting(192, "Tokens of each candidate passage the reranker reads (its cost grows with this).", minimum=1, maximum=512)
     blend: str = setting("position", "How rerank scores mix with retrieval: position (ranks 1-3 keep 75% retrieval, 4-10 60%, the rest 40%) or sigmoid (rerank_weight).", choices=BLENDS)
     rerank_weight: float = setting(1.0, "Sigmoid blend only: the reranker's share; 1.0 = the reranker alone orders the reranked top.", minimum=0.0, maximum=1.0)
-    low_confidence_floor: float | None = setting(None, "Overrides the floors under which a low-confidence notice is given (top rerank probability 0.3, top cosine 0.3).", minimum=0.0, maximum=1.0)
+    low_confidence_floor: float | None = setting(None, "Overrides the top-result confidence under which the low-confidence notice is given (default: each backend's floor, fitted by bench/calibrate.py into runtime/confidence_model.py).", minimum=0.0, maximum=1.0)
 
 
 SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
@@ -60,7 +60,7 @@ SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
 
 # Defaults that differ by embedding model (the artifact's embedder, meta.embedder.name), under the
 # artifact's own [search] table. multilingual-e5-small's cosines sit high and close together
-# (bench/RESULTS.md "dense-noise"), and its dense leg earns less of the fusion: semantic_weight
+# (bench/dense_noise.py; runtime/fusion.py COSINE_ANCHORS), and its dense leg earns less of the fusion: semantic_weight
 # 0.5 against 0.7 lifts hybrid nDCG@10 on Hugo 0.513 -> 0.574, CMRC2018 0.952 -> 0.966 and
 # JSQuAD 0.850 -> 0.889 (first 300 dev queries; bench/RESULTS.md "e5"); MiniLM keeps
 # SearchOptions' defaults.

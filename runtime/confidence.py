@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import numpy as np
 
-from .fusion import Leg
+from .fusion import Leg, minilm_cosine
 
 FEATURES = (
     "bias",
@@ -68,10 +69,17 @@ def backend_of(mode: str, reranked: bool) -> str:
     return "hybrid+rerank" if reranked else mode
 
 
-def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None) -> np.ndarray:
-    """One row of FEATURES per candidate, in rank order."""
+def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model: str | None = None) -> np.ndarray:
+    """One row of FEATURES per candidate, in rank order; cosines on all-MiniLM-L6-v2's scale
+    (fusion.minilm_cosine: the model was fitted on MiniLM artifacts; ``model`` is the artifact's
+    embedding model)."""
     bm25 = next((lg for lg in legs if lg.name == "bm25"), None)
     dense = next((lg for lg in legs if lg.name == "vector"), None)
+    to_minilm = minilm_cosine(model)
+    if to_minilm is not None and cosines is not None:
+        cosines = [to_minilm(c) for c in cosines]
+    if to_minilm is not None and dense is not None:
+        dense = replace(dense, hits=tuple(replace(h, score=to_minilm(h.score)) for h in dense.hits[: SPREAD_RANK]))
     top_cos = dense.hits[0].score if dense and dense.hits else 0.0
     gap = dense.hits[0].score - dense.hits[1].score if dense and len(dense.hits) > 1 else 0.0
     ceiling = bm25.ceiling if bm25 and bm25.ceiling else 0.0

@@ -115,23 +115,45 @@ STRENGTH_FLOOR = 0.1  # the least share of its weight a dense leg keeps
 GAP_SCALE = 0.25  # a BM25 leg whose top score is twice its second's (gap 0.5) gets 3x its weight
 
 
-def strength_factor(leg: Leg) -> float:
-    """The factor adaptive fusion scales a leg's weight by: a dense leg by its top cosine (at most
-    1), a BM25 leg by its winner's relative gap (at least 1), others not at all."""
+# Cosines mean different things under different embedding models: the cosines of another model
+# that mean what all-MiniLM-L6-v2's COS_WEAK and COS_STRONG mean, found as the same z-scores of
+# each model's background cosines (a query against unrelated passages; bench/dense_noise.py, no
+# judgments). The dense strength thresholds and the confidence model (fitted on MiniLM) read a
+# model's cosines through ``minilm_cosine``. multilingual-e5-small's sit high and close together.
+COSINE_ANCHORS: dict[str, tuple[float, float]] = {"multilingual-e5-small": (0.795, 0.832)}
+
+
+def minilm_cosine(model: str | None):
+    """A function mapping ``model``'s cosines linearly onto MiniLM's scale; None for MiniLM and
+    for models without anchors (their cosines are read as they are)."""
+    if (model or "") not in COSINE_ANCHORS:
+        return None
+    weak, strong = COSINE_ANCHORS[model]
+    slope = (COS_STRONG - COS_WEAK) / (strong - weak)
+    return lambda c: COS_WEAK + (c - weak) * slope
+
+
+def strength_factor(leg: Leg, to_minilm=None) -> float:
+    """The factor adaptive fusion scales a leg's weight by: a dense leg by its top cosine (on
+    MiniLM's scale; at most 1), a BM25 leg by its winner's relative gap (at least 1), others not
+    at all."""
     if leg.kind == "bm25":
         h = leg.hits
         return 1.0 + (h[0].score - h[1].score) / h[0].score / GAP_SCALE if len(h) > 1 and h[0].score > 0 else 1.0
     if leg.kind != "cosine":
         return 1.0
-    return min(1.0, max(STRENGTH_FLOOR, (leg.strength - COS_WEAK) / (COS_STRONG - COS_WEAK)))
+    top = to_minilm(leg.strength) if to_minilm is not None else leg.strength
+    return min(1.0, max(STRENGTH_FLOOR, (top - COS_WEAK) / (COS_STRONG - COS_WEAK)))
 
 
-def adapt_weights(legs: list[Leg]) -> list[Leg]:
+def adapt_weights(legs: list[Leg], model: str | None = None) -> list[Leg]:
     """The legs with their weights scaled by strength_factor (only when a lexical leg and a dense
-    leg both found something: alone, a leg's weight changes no order)."""
+    leg both found something: alone, a leg's weight changes no order); ``model``: the embedding
+    model the dense legs' cosines come from."""
     from dataclasses import replace
 
     kinds = {lg.kind for lg in legs if lg.hits}
     if not {"bm25", "cosine"} <= kinds:
         return legs
-    return [replace(lg, weight=lg.weight * strength_factor(lg)) for lg in legs]
+    to_minilm = minilm_cosine(model)
+    return [replace(lg, weight=lg.weight * strength_factor(lg, to_minilm)) for lg in legs]

@@ -83,6 +83,7 @@ class Searcher:
         self._embedder = None
         self._reranker = reranker
         self.defaults = resolve(stored_search(index.meta))  # the artifact's [search] over its model's and kb's defaults
+        self._model = (index.meta.embedder or {}).get("name")  # whose cosines the legs hold (fusion.minilm_cosine)
 
     # --- models --------------------------------------------------------------------------------
     @property
@@ -158,7 +159,7 @@ class Searcher:
             notices.append(self._empty_scope_notice(q))
         legs, qv = self._run_legs(q, o, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else ([], None)
         if o.adaptive_fusion and q.mode == "hybrid":
-            legs = adapt_weights(legs)
+            legs = adapt_weights(legs, self._model)
         candidates = _candidates(fuse_rrf(legs, _fusion(o)), legs)
 
         rerank_info = None
@@ -249,7 +250,7 @@ class Searcher:
         if qv is not None:
             vecs = self.ix.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64))
             cosines = (vecs @ qv / np.maximum(np.linalg.norm(vecs, axis=1) * np.linalg.norm(qv), 1e-12)).tolist()
-        rows = feature_rows(candidates, legs, cosines)
+        rows = feature_rows(candidates, legs, cosines, self._model)
         probs = predict(backend, rows)
         return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates, probs.tolist(), rows.tolist())]
 

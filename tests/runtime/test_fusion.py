@@ -146,3 +146,14 @@ def test_a_weak_dense_leg_does_not_bury_an_exact_lexical_match():
     fixed = [f.chunk for f in F.fuse_rrf([bm25, dense], DEFAULT)][:3]
     adaptive = [f.chunk for f in F.fuse_rrf(F.adapt_weights([bm25, dense]), DEFAULT)][:3]
     assert 100 not in fixed and adaptive == [100, 101, 102]
+
+
+def test_another_models_cosines_are_read_on_minilms_scale():
+    to_minilm = F.minilm_cosine("multilingual-e5-small")
+    weak, strong = F.COSINE_ANCHORS["multilingual-e5-small"]
+    assert abs(to_minilm(weak) - F.COS_WEAK) < 1e-12 and abs(to_minilm(strong) - F.COS_STRONG) < 1e-12
+    assert F.minilm_cosine("all-MiniLM-L6-v2") is None and F.minilm_cosine(None) is None
+    bm25 = F.leg_from_ranking("bm25", "bm25", 0.5, [1], [3.0])
+    dense = F.leg_from_ranking("vector", "cosine", 0.5, [2], [0.80])  # an e5 cosine near its noise
+    weights = {m: {lg.name: lg.weight for lg in F.adapt_weights([bm25, dense], m)}["vector"] for m in ("multilingual-e5-small", "all-MiniLM-L6-v2")}
+    assert weights["all-MiniLM-L6-v2"] == 0.5 and abs(weights["multilingual-e5-small"] - 0.5 * F.strength_factor(F.leg_from_ranking("v", "cosine", 1, [2], [to_minilm(0.80)]))) < 1e-12

@@ -111,7 +111,7 @@ def test_the_low_confidence_notice_derives_from_the_top_results_confidence():
 
 
 def test_explain_reports_legs_rrf_parts_and_bonus():
-    d = search_json("restore the snapshot", "-i", GOLD, "--explain", "-n", "1", "--rank1-bonus", "0.05", "--rrf-k", "60")
+    d = search_json("restore the snapshot", "-i", GOLD, "--explain", "-n", "1", "--rank1-bonus", "0.05", "--rrf-k", "60", "--fixed-fusion")  # the legs' own weights
     e = d["results"][0]["explain"]
     assert set(e["legs"]) == {"bm25", "vector"}
     assert e["legs"]["bm25"]["rank"] == 1 and e["bonus"] == 0.05
@@ -229,8 +229,9 @@ class LengthReranker:
 def _reranked(blend: str):
     q = Query("backup snapshot", top_k=6, all_statuses=True, explain=True)
     with Index(GOLD) as ix:
-        base = Searcher(ix).search(q, resolve({}, {"rrf_k": 20}))  # the fused order these tests were written on
-        rr = Searcher(ix, reranker=LengthReranker()).search(q, resolve({}, {"rrf_k": 20, "rerank": True, "rerank_top": 3, "blend": blend}))
+        fixed = {"rrf_k": 20, "adaptive_fusion": False}  # the fused order these tests were written on
+        base = Searcher(ix).search(q, resolve({}, fixed))
+        rr = Searcher(ix, reranker=LengthReranker()).search(q, resolve({}, {**fixed, "rerank": True, "rerank_top": 3, "blend": blend}))
         lengths = {r.chunk_id: len(ix.chunk(r.chunk_id).text) for r in base.results}
     return base, rr, lengths
 
