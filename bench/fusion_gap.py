@@ -4,7 +4,8 @@ gap boost of adaptive fusion (runtime/fusion.py GAP_SCALE), by kb bench's own co
     python bench/fusion_gap.py --set hugo=fixture:../shared/fixtures/hugo-docs.json,bench/fixtures/hugo-extra.json:ART/hugo.kb \
         --set scifact=beir:../shared/data/scifact:train:ART/scifact.kb ... [--limit N] [--backends hybrid,hybrid+rerank]
 
-"Before" is the same code with the boost off (GAP_SCALE = inf: every BM25 leg keeps its weight),
+"Before" is the same code with the boost off (GAP_SCALE = inf: every BM25 leg keeps its weight)
+and every model's cosines read as they are (no COSINE_ANCHORS), as kb searched before both;
 "after" is the default. Each set: NAME=fixture:FIXTURE[,FIXTURE...]:ARTIFACT or
 NAME=beir:FOLDER:SPLIT:ARTIFACT; the first ``--limit`` queries. Writes the "fusion-gap" region of
 bench/RESULTS.md (``--no-results``: print only).
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
 
     head = [f"Machine: {machine()}  ", f"Date: {time.strftime('%Y-%m-%d')}  ", f"Command: `python bench/fusion_gap.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
     rows = ["| set | queries | backend | nDCG@10 before | after | change | ECE before | after | negatives flagged before / after | answerable flagged before / after |", "|---|---|---|---|---|---|---|---|---|---|"]
-    default = fusion.GAP_SCALE
+    default, anchors_default = fusion.GAP_SCALE, fusion.COSINE_ANCHORS
     for spec in a.set:
         name, bset, art = load(spec)
         if a.limit:
@@ -60,12 +61,12 @@ def main(argv=None) -> int:
             s = Searcher(ix)
             backends = [b for b in a.backends.split(",") if b != "hybrid+rerank" or s.reranker() is not None]
             res = {}
-            for label, scale in (("before", math.inf), ("after", default)):
-                fusion.GAP_SCALE = scale
+            for label, scale, anchors in (("before", math.inf, {}), ("after", default, anchors_default)):
+                fusion.GAP_SCALE, fusion.COSINE_ANCHORS = scale, anchors
                 try:
                     res[label] = run_bench(s, bset, 10, backends, options=resolve(stored_search(ix.meta)))["backends"]
                 finally:
-                    fusion.GAP_SCALE = default
+                    fusion.GAP_SCALE, fusion.COSINE_ANCHORS = default, anchors_default
             for b in backends:
                 x, y = res["before"][b], res["after"][b]
                 lx, ly = x["low_confidence"], y["low_confidence"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import hashlib
 import sys
 import time
 from contextlib import ExitStack, contextmanager
@@ -35,6 +36,7 @@ from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
 from .embedders import AUTO_MODEL, choose_embedder, embedder_files, make_embedder, reranker_files
+from .executors import LocalExecutor
 from .query_model import PackedEmbedder, query_model_section
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
@@ -68,6 +70,9 @@ class BuildReport:
     seconds: dict = field(default_factory=dict)
     rss_mb: dict = field(default_factory=dict)  # stage -> MB by which it raised this process's peak RSS (all its runs): where the peak comes from
     artifact_bytes: int = 0
+    executor: str = "local"  # where chunk, analyze and embed ran (builder/executors.py)
+    shard: str | None = None  # "i/N" for a --shard build
+    embed_nodes: int = 0  # machines that embedded (a Ray build: the nodes its actors ran on)
 
 
 @dataclass(slots=True)
@@ -128,17 +133,24 @@ def build(
     jobs: int | None = None,
     follow_symlinks: bool = False,
     vectors: Path | None = None,
+    executor=None,
+    shard: tuple[int, int] | None = None,
 ) -> BuildReport:
     """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
     (default: one per core, at most 8; the artifact is the same for any number). ``vectors``: a
     .npy whose row i is the vector of record i of the one ``jsonl`` file (builder/vectors.py);
     each record is then one chunk, and ``config.embedding_model`` names the model that made them.
+    ``executor`` runs the chunk, analyze and embed stages of each window (builder/executors.py;
+    default: here, in ``jobs`` forked processes); the artifact is the same for every executor.
+    ``shard=(i, n)`` builds only the documents of shard i of n (``shard_of``).
 
     Documents are spilled to a scratch file as they are read and taken back a window at a time
     (builder/stream.py); text blocks and the vector index are spilled too and copied into the
     artifact by the final write. Scratch files lie beside ``out``; they are removed when the
     build ends, and a killed build's by the next build of ``out``."""
     rep = BuildReport()
+    executor = executor or LocalExecutor(jobs)
+    rep.executor = executor.name
     clock = _clock(rep.seconds, rep.rss_mb)
     progress = progress or (lambda stage, done, total: None)
     # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
@@ -152,7 +164,7 @@ def build(
     remove_stale_temporaries(out)  # a killed build's scratch files
     with ExitStack() as stack:
         scratch = lambda: stack.enter_context(Scratch(out))  # noqa: E731
-        store = DocumentStore(scratch())
+        store = DocumentStore(scratch(), keep=None if shard is None else lambda path: shard_of(path, shard[1]) == shard[0])
         stack.callback(store.close)
         with clock("read"):
             corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={out}, follow_symlinks=follow_symlinks, documents=store)
@@ -167,8 +179,12 @@ def build(
         if strict and corpus.skipped:
             first = corpus.skipped[0]
             raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
-        if not len(store):
+        if not store.seen:
             raise BuildError("nothing to index: no readable documents in the inputs")
+        if shard is not None:
+            if not len(store):
+                raise BuildError(f"shard {shard[0]}/{shard[1]} holds none of the corpus's {store.seen} documents; build fewer shards")
+            rep.shard = f"{shard[0]}/{shard[1]}"
         rep.warnings.extend(contexts_unmatched)
         with clock("language"):
             doc_langs = document_languages(store, config.languages)
@@ -180,11 +196,15 @@ def build(
         if given is None and embedder is not None:
             model_files = embedder.files()
         analyzer = Analyzer.for_languages(rep.languages).prepare()
-        count = embedder.count_tokens if config.chunking.exact_tokens and embedder is not None else estimate_tokens
-        chunker = whole_chunk if given is not None else functools.partial(chunk_document, count=count, opts=config.chunking)
-        # Workers are forked only when no model is loaded here (a build that embeds is bound by
-        # the embedding: its chunking and analysis are about 1% of its time).
-        jobs = 1 if given is None and embedder is not None else (jobs or shards.default_jobs())
+        loaded = given is None and embedder is not None  # a model runs in this process
+        exact = loaded and config.chunking.exact_tokens
+        job = ShardJob(embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer.languages, whole=given is not None)
+        # Chunk and analyze run on the executor, except here in one process when exact token
+        # counts need the model loaded here, or when a local build embeds: forks beside a loaded
+        # model buy little (a build that embeds is bound by the embedding: its chunking and
+        # analysis are about 1% of its time). The artifact is the same either way.
+        stage = LocalExecutor(1) if exact or (loaded and executor.name == "local") else executor
+        threads = 1 if loaded else (jobs or shards.default_jobs())  # text compression
         columns = ChunkColumns(config.statuses, config.default_status, config.tags)
         text = TextBlocks(scratch(), scratch())
         index = None if model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors)
@@ -192,7 +212,7 @@ def build(
         for lo, hi in windows(store.text_sizes()):
             with clock("read"):
                 docs = [store[i] for i in range(lo, hi)]
-            rows, fields = chunk_and_analyze(docs, doc_langs[lo:hi], chunker, analyzer, jobs, rep.seconds, _shifted(progress, lo, len(store)))
+            rows, fields = chunk_and_analyze(docs, doc_langs[lo:hi], job, analyzer, stage, rep.seconds, _shifted(progress, lo, len(store)), jobs if stage is executor else None)
             with clock("postings"):
                 postings.add(fields, np.fromiter((lo + r.doc for r in rows), dtype=np.int64, count=len(rows)))
             del fields
@@ -206,8 +226,9 @@ def build(
                     vecs = given.take(np.fromiter((docs[r.doc].record for r in rows), dtype=np.int64, count=len(rows)))
             elif embedder is not None:
                 with clock("embed"):
-                    vecs, truncated = embed_chunks(docs, rows, embedder, _shifted(progress, first_chunk, first_chunk + len(rows)))
+                    vecs, truncated, nodes = embed_chunks(docs, rows, embedder, _shifted(progress, first_chunk, first_chunk + len(rows)), executor=executor)
                 rep.truncated_chunks += truncated
+                rep.embed_nodes = max(rep.embed_nodes, nodes)  # the most machines any window's embedding used
             if index is not None:
                 with clock("hnsw"):
                     index.add(vecs)
@@ -222,8 +243,8 @@ def build(
                 vectors_data = index.save(scratch())
             rep.vectors = index.count
         with clock("text"):
-            zdict, blocks = text.finish(threads=jobs)
-            sources = pack_sources(store, zdict, scratch(), threads=jobs)
+            zdict, blocks = text.finish(threads=threads)
+            sources = pack_sources(store, zdict, scratch(), threads=threads)
         store.close()
         with clock("postings"):
             post = postings.finish(columns.chunk_doc(), rep.documents)
@@ -302,6 +323,13 @@ def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> t
     return given, files
 
 
+def shard_of(path: str, n: int) -> int:
+    """The shard (0..n-1) of the document at ``path``: the first 8 bytes of its path's BLAKE2b
+    digest, little-endian, modulo n. A document's shard depends on its path alone, so adding or
+    removing a document changes only its own shard; documents keep their sorted order in it."""
+    return int.from_bytes(hashlib.blake2b(path.encode("utf-8"), digest_size=8).digest(), "little") % n
+
+
 def unmatched_contexts(contexts: dict, paths: Iterable[str]) -> list[str]:
     """A warning for each [contexts] prefix no document path starts with. Not an error: the
     kb.toml may describe a folder the corpus does not hold yet; the prefix is kept, unused."""
@@ -350,42 +378,86 @@ def _peak_rss_mb() -> float:
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)  # bytes on macOS, KiB on Linux
 
 
-def chunk_and_analyze(docs, doc_langs, chunker, analyzer, jobs: int, seconds: dict, progress: Progress) -> tuple[list[ChunkRow], Fields]:
-    """The chunk and analyze stages of a window, over document shards in up to ``jobs`` processes
-    (builder/shards.py); ``chunker`` cuts one document into its chunks. ``seconds["chunk"]``
-    gets the chunking of the first shard, which runs here, and ``seconds["analyze"]`` the rest of
-    the wall time (its analysis, waiting for the other shards, merging), so the stage seconds
-    still add up to the wall time."""
-    cuts = shards.bounds([len(d.text) for d in docs], jobs)
+def chunk_and_analyze(docs, doc_langs, job: ShardJob, analyzer, executor, seconds: dict, progress: Progress, jobs: int | None = None) -> tuple[list[ChunkRow], Fields]:
+    """The chunk and analyze stages of a window, over contiguous document shards on ``executor``
+    (up to ``jobs`` of them; default: the executor's workers); ``job`` says how a document is cut
+    into chunks. ``seconds["chunk"]`` gets the chunking of the first shard when it runs here, and
+    ``seconds["analyze"]`` the rest of the wall time (its analysis, waiting for the other shards,
+    merging), so the stage seconds still add up to the wall time."""
+    cuts = shards.bounds([len(d.text) for d in docs], jobs or executor.workers())
     start = time.perf_counter()
-    chunked = {}
+    chunked = {"chunk": 0.0}
+    chunker = job.chunker()
 
-    def shard(lo: int, hi: int):
-        rows = []
-        for i in range(lo, hi):
-            rows.extend(ChunkRow(i, c) for c in chunker(docs[i]))
-            if lo == 0:
-                progress("chunk", i + 1, len(docs))
-        if lo == 0:
-            chunked["seconds"] = time.perf_counter() - start
-        fields = analyze(docs, rows, analyzer, doc_langs)
-        if lo == 0:
-            return rows, fields
-        # A worker's chunks travel as tuples: pickling them is five times cheaper than dataclasses.
-        return [(r.doc, r.chunk.section, r.chunk.text, r.chunk.start_line, r.chunk.end_line) for r in rows], fields
+    def shard(lo: int, hi: int):  # for a forking executor: runs here (shard 0) or in a fork
+        if lo == 0:  # this process: it reports progress and returns its rows as they are
+            return chunk_shard(docs[:hi], doc_langs[:hi], chunker, analyzer, lambda i: progress("chunk", i + 1, len(docs)), chunked, start)
+        rows, fields = chunk_shard(docs[lo:hi], doc_langs[lo:hi], chunker, analyzer)
+        return pack_rows(rows, lo), fields
 
     try:
-        parts = shards.map_shards(shard, cuts)
-    except shards.WorkerDied as e:
+        parts = executor.map_shards(shard, cuts, docs, doc_langs, job)
+    except KbError as e:
         raise BuildError(str(e)) from None
-    rows = parts[0][0]
+    rows = as_rows(parts[0][0])  # shard 0 ran here (ChunkRow) or elsewhere (tuples)
     for packed, _ in parts[1:]:
-        rows.extend(ChunkRow(d, Chunk(section, text, a, b)) for d, section, text, a, b in packed)
+        rows.extend(unpack_rows(packed))
     fields = merge_fields([f for _, f in parts]) if len(parts) > 1 else parts[0][1]
     progress("chunk", len(docs), len(docs))
-    seconds["chunk"] = seconds.get("chunk", 0.0) + chunked["seconds"]
-    seconds["analyze"] = seconds.get("analyze", 0.0) + time.perf_counter() - start - chunked["seconds"]
+    seconds["chunk"] = seconds.get("chunk", 0.0) + chunked["chunk"]
+    seconds["analyze"] = seconds.get("analyze", 0.0) + time.perf_counter() - start - chunked["chunk"]
     return rows, fields
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What every chunk + analyze shard needs besides its documents, for an executor that runs
+    shards elsewhere (a Ray task gets this and its shard's documents): the token counter, the
+    [chunking] options, the analyzer's languages (its stemmers do not pickle: rebuilt there),
+    and ``whole``: each document is one chunk as given (a ``--vectors`` build, ``whole_chunk``).
+    Plain values, not a chunking closure, so that it pickles."""
+
+    count: Callable[[list[str]], list[int]]
+    chunking: object  # ChunkOptions
+    languages: tuple[str, ...]
+    whole: bool = False
+
+    def chunker(self) -> Callable[[Document], list[Chunk]]:
+        """The function that cuts one document into its chunks."""
+        return whole_chunk if self.whole else functools.partial(chunk_document, count=self.count, opts=self.chunking)
+
+    def run(self, docs, doc_langs, first: int) -> tuple[list[tuple], Fields]:
+        """Chunk and analyze ``docs`` (documents ``first``, ``first + 1``, ... of the window)."""
+        rows, fields = chunk_shard(docs, doc_langs, self.chunker(), Analyzer.for_languages(self.languages).prepare())
+        return pack_rows(rows, first), fields
+
+
+def chunk_shard(docs, doc_langs, chunker, analyzer, chunked=None, seconds: dict | None = None, start: float = 0.0) -> tuple[list[ChunkRow], Fields]:
+    """Chunk and analyze ``docs`` (whole documents, numbered from 0 here) with ``chunker`` (one
+    document -> its chunks). ``chunked(i)`` is called after document i; ``seconds["chunk"]``,
+    when given, gets the chunking time since ``start``."""
+    rows = []
+    for i, d in enumerate(docs):
+        rows.extend(ChunkRow(i, c) for c in chunker(d))
+        if chunked is not None:
+            chunked(i)
+    if seconds is not None:
+        seconds["chunk"] = time.perf_counter() - start
+    return rows, analyze(docs, rows, analyzer, doc_langs)
+
+
+def pack_rows(rows: list[ChunkRow], first: int) -> list[tuple]:
+    """Rows as tuples, documents numbered from ``first``: a worker's chunks travel as tuples,
+    pickling them is five times cheaper than dataclasses."""
+    return [(first + r.doc, r.chunk.section, r.chunk.text, r.chunk.start_line, r.chunk.end_line) for r in rows]
+
+
+def unpack_rows(packed: list[tuple]) -> list[ChunkRow]:
+    return [ChunkRow(d, Chunk(section, text, a, b)) for d, section, text, a, b in packed]
+
+
+def as_rows(rows: list) -> list[ChunkRow]:
+    return rows if not rows or isinstance(rows[0], ChunkRow) else unpack_rows(rows)
 
 
 def _card(files: dict[str, bytes] | None) -> dict | None:
@@ -580,8 +652,10 @@ def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:
     return "\n".join(head) + "\n\n" + chunk.text
 
 
-def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress: Progress, batch: int = 64) -> tuple[np.ndarray, int]:
-    """Embeddings of every chunk, and how many chunks exceed the model's window."""
+def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress: Progress, batch: int = 64, executor=None) -> tuple[np.ndarray, int, int]:
+    """Embeddings of every chunk, how many chunks exceed the model's window, and how many
+    machines embedded. The batches are cut here, the same for every executor: a text's vector
+    depends on its batch's padding."""
     texts = []
     prev = -1
     for r in rows:
@@ -589,14 +663,12 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
         prev = r.doc
     # Sort by length so batches hold similar lengths (less padding), then restore order.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    cuts = [order[s : s + batch] for s in range(0, len(order), batch)]
+    result = (executor or LocalExecutor()).embed([[texts[i] for i in idx] for idx in cuts], embedder, progress)
     out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    for s in range(0, len(order), batch):
-        idx = order[s : s + batch]
-        out[idx] = embedder.embed([texts[i] for i in idx])
-        progress("embed", min(s + batch, len(order)), len(order))
-    window = embedder.max_tokens - 2  # [CLS] and [SEP]
-    truncated = sum(n > window for n in embedder.count_tokens(texts))
-    return out, truncated
+    for idx, vecs in zip(cuts, result.vectors):
+        out[idx] = vecs
+    return out, result.truncated, result.nodes
 
 
 def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: SpilledPostings, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files) -> list[SectionData]:

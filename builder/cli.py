@@ -1,6 +1,7 @@
 """kb-build: a thin click layer over builder.build. Errors become one line on stderr and an exit code.
 
-Exit codes: 0 built, 1 build failed (nothing replaced), 2 usage or unreadable input/config.
+Exit codes: 0 built, 1 build failed (nothing replaced), 2 usage or unreadable input/config,
+5 --executor ray without the distributed extra installed.
 """
 
 from __future__ import annotations
@@ -84,21 +85,32 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--reranker", "reranker", metavar="PATH", help="Pack this cross-encoder (an HF BertForSequenceClassification folder, converted to int8, or a converted folder) instead of the shipped default.")
 @click.option("--no-reranker", is_flag=True, help="Pack no reranker (kb search then cannot rerank).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help="Processes for chunking and analysis (default: one per core, at most 8). The artifact is the same for any N.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where chunking, analysis and embedding run: local (forked processes here) or ray (a Ray cluster; needs pip install 'kb-search[distributed]'). The artifact is the same bytes on CPU workers.")
+@click.option("--ray-address", metavar="ADDR", help="With --executor ray: the cluster to join (auto, HOST:PORT or ray://HOST:PORT; default: RAY_ADDRESS, else a Ray instance started on this machine for the build).")
+@click.option("--shard", metavar="I/N", callback=lambda ctx, p, v: parse_shard(v), help="Build only shard I of N (0 <= I < N): the documents whose path hashes to I (docs/scale-out.md). Join the N artifacts with a set file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
 @click.option("--force", is_flag=True, help="Replace OUT even if it is not a kb artifact (by default kb-build replaces only artifacts).")
 @debug_option
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_symlinks, quiet, embedder, reranker, no_reranker, jobs, as_json, force):
+def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_symlinks, quiet, embedder, reranker, no_reranker, jobs, executor, ray_address, shard, as_json, force):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
     from dataclasses import replace
 
     from .build import build
     from .config import load_config
+    from .executors import import_ray, make_executor
 
     if not corpus and not jsonl:
         _fail(UsageError("give at least one CORPUS folder or --jsonl FILE"))
     if reranker and no_reranker:
         _fail(UsageError("--reranker and --no-reranker are exclusive"))
+    if ray_address and executor != "ray":
+        _fail(UsageError("--ray-address needs --executor ray"))
+    if executor == "ray":
+        try:
+            import_ray()  # before anything is read: a missing extra is not a failed build
+        except KbError as e:
+            _fail(e)
     if out.is_dir():
         _fail(UsageError(f"{out} is a folder; -o names the artifact file to write"))
     if out.exists() and not force and not looks_like_artifact(out):
@@ -108,13 +120,15 @@ def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_s
         config = next((g for g in guess if g.is_file()), None)
     bar = _Bar(sys.stderr.isatty() and not quiet)
     exit_on_signals()
+    runner = None
     try:
         cfg = load_config(config)
+        runner = make_executor(executor, jobs, ray_address)
         if embedder:
             cfg = replace(cfg, embedding_model=embedder)
         if reranker or no_reranker:
             cfg = replace(cfg, reranker="none" if no_reranker else reranker)
-        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), vectors=vectors, include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs, follow_symlinks=follow_symlinks)
+        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), vectors=vectors, include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs, follow_symlinks=follow_symlinks, executor=runner, shard=shard)
     except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM: the write step removes its temporary file
         bar.close()
         click.echo(f"kb-build: interrupted, {out} left as it was", err=True)
@@ -122,6 +136,9 @@ def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_s
     except Exception as e:  # noqa: BLE001 - the CLI's boundary: every error becomes one line and an exit code
         bar.close()
         _fail(e, out)
+    finally:
+        if runner is not None:
+            runner.close()
     bar.close()
     try:
         if as_json:
@@ -134,6 +151,16 @@ def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_s
 
 
 main.prog = "kb-build"
+
+
+def parse_shard(value: str | None) -> tuple[int, int] | None:
+    """``--shard I/N`` as (I, N), 0 <= I < N."""
+    if value is None:
+        return None
+    i, sep, n = value.partition("/")
+    if not (sep and i.isdigit() and n.isdigit() and int(i) < int(n)):
+        raise click.BadParameter(f"{value!r} is not I/N with 0 <= I < N (for example 0/4)", param_hint="'--shard'")
+    return int(i), int(n)
 
 
 def _fail(e: BaseException, out: Path | None = None):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from array import array
-from typing import Iterator
+from typing import Callable, Iterator
 
 import msgpack
 import numpy as np
@@ -26,8 +26,12 @@ from .ingest import Document
 class DocumentStore:
     """A sequence of Documents kept in a ``Scratch`` file; append while reading, then ``seal``."""
 
-    def __init__(self, scratch: Scratch):
+    def __init__(self, scratch: Scratch, keep: Callable[[str], bool] | None = None):
+        """``keep(path)``: whether a document is stored (a ``--shard`` build keeps its shard's);
+        default: all. ``seen`` counts the documents offered, kept or not."""
         self._file = scratch.file
+        self._keep = keep
+        self.seen = 0
         self._ends = array("q")  # end offset of each record, in read order
         self._keys: list | None = []
         self._order: np.ndarray | None = None
@@ -35,6 +39,9 @@ class DocumentStore:
         self._packer = msgpack.Packer()
 
     def append(self, doc: Document) -> None:
+        self.seen += 1
+        if self._keep is not None and not self._keep(doc.path):
+            return
         rec = self._packer.pack([doc.doc_id, doc.path, doc.kind, doc.title, doc.text, doc.first_line, list(doc.tags), doc.status, doc.description, doc.record, doc.head])
         self._file.write(rec)
         self._size += len(rec)

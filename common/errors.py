@@ -8,6 +8,7 @@ status. Both CLIs print ``PROG: error: MESSAGE`` on stderr and exit with ``exit_
     2  usage: a bad flag, a bad kb.toml, bad search input
     3  the artifact is missing, unreadable, corrupt or not an artifact
     4  the artifact's format version is not supported by this kb
+    5  an optional extra a flag needs is not installed (kb-build --executor ray without ray)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_ARTIFACT = 3
 EXIT_VERSION = 4
+EXIT_MISSING_EXTRA = 5
 
 
 class KbError(Exception):
@@ -49,6 +51,12 @@ class UnsupportedVersion(ArtifactError):
 
 class ModelError(KbError):
     """A model is missing, invalid, or could not be fetched or converted (exit 1)."""
+
+
+class MissingExtra(KbError):
+    """A flag needs an optional extra that is not installed; the message names the pip install (exit 5)."""
+
+    exit_code = EXIT_MISSING_EXTRA
 
 
 def exit_code(e: BaseException) -> int:

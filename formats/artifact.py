@@ -25,6 +25,7 @@ import sys
 import zlib
 from array import array
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable
 
@@ -475,9 +476,10 @@ class Artifact:
     def __exit__(self, *exc):
         self.close()
 
-    @property
+    @cached_property
     def id(self) -> str:
-        """A content id: BLAKE2b-64 of header and section table (which hold every section's crc32)."""
+        """A content id: BLAKE2b-64 of header and section table (which hold every section's crc32);
+        computed once (every search result names its artifact)."""
         import hashlib
 
         end = HEADER_SIZE + ENTRY_SIZE * len(self.sections)

@@ -37,7 +37,7 @@ def analyzer_of(ix) -> Analyzer:
     return analyzer
 
 
-IMPACT_CACHE = 8192  # terms whose computed impacts a warm process keeps (formats 1-2)
+IMPACT_CACHE = 8192  # terms whose computed impacts a warm process keeps (formats 1-2; a set's rescored postings, runtime/collection.py)
 
 
 def term_postings(ix, tid: int) -> tuple[np.ndarray, np.ndarray, float, np.ndarray | None, np.ndarray | None]:

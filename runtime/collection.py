@@ -35,7 +35,7 @@ from kb.formats.bm25 import IMPACT_LEVELS, idf_scalar, quantize_impacts, recover
 from kb.formats.kbset import Member, SetFileError, is_set_file, pack_set, unpack_set
 
 from . import filters, legs
-from .bm25 import bm25_scores as member_bm25_scores, doc_stats, document_weight, query_terms, top_k
+from .bm25 import IMPACT_CACHE, bm25_scores as member_bm25_scores, doc_stats, document_weight, query_terms, top_k
 from .fusion import Leg, leg_from_ranking
 from .index import Index
 
@@ -341,10 +341,15 @@ def _rescored_postings(coll: Collection, k: int, df: dict[str, int]):
     own, avg, own_doc, doc_avg = st["own_avg"][k], st["avg"], st["own_doc_avg"][k], st["doc_avg"]
     same = k1 == 0 or b == 0 or (own == avg and own_doc == doc_avg)  # the stored bytes are already the corpus's
 
+    cache = coll.leg_cache.setdefault("rescored", {})
+
     def postings(term: str, tid: int):
+        scale = idf_scalar(df[term], st["n_docs"]) / IMPACT_LEVELS
+        hit = cache.get((k, tid))
+        if hit is not None:  # a member's rescored bytes depend on the term alone while the set is open
+            return (hit[0], hit[1], scale, *hit[2:])
         ids, imp = m.impact_posting(tid)
         doc_ids, doc_imp = m.impact_posting(tid, document=True) if lam > 0 else (None, None)
-        scale = idf_scalar(df[term], st["n_docs"]) / IMPACT_LEVELS
         if same:
             return ids, imp, scale, doc_ids, doc_imp
         length = m.lengths[ids]
@@ -357,6 +362,9 @@ def _rescored_postings(coll: Collection, k: int, df: dict[str, int]):
             dlen = doc_stats(m)[1][doc_ids]
             dtf = recover_tf(doc_imp, dlen, own_doc, k1, b, step, guess=summed)
             doc_imp = quantize_impacts(tf_component(dtf, dlen, doc_avg, k1, b))
+        if len(cache) >= IMPACT_CACHE:
+            cache.clear()
+        cache[(k, tid)] = (ids, new, doc_ids, doc_imp)
         return ids, new, scale, doc_ids, doc_imp
 
     return postings
