@@ -1,8 +1,11 @@
 """The build pipeline: read -> chunk -> analyze -> postings -> embed -> hnsw -> tags -> text -> write.
 
-Each stage is a function from data to data; I/O happens only in the read stage and in the final
-atomic write. Everything written is derived deterministically from the inputs: sorted
-vocabularies, stable chunk ids (documents sorted by path, chunks in document order), a
+Each stage is a function from data to data; input is read only in the read stage and output
+written only by the final atomic write, through scratch files beside it: the documents, the
+text blocks and the vector index are spilled as they are made (builder/store.py,
+builder/stream.py), so memory is set by the HNSW graph, the postings stage and one window of
+documents, not by the text. Everything written is derived deterministically from the inputs:
+sorted vocabularies, stable chunk ids (documents sorted by path, chunks in document order), a
 single-threaded HNSW build, and no wall-clock time in the artifact.
 """
 
@@ -11,45 +14,39 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from collections import Counter, defaultdict
 from itertools import chain, count
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
-from kb.common.errors import KbError
+from kb.common.errors import KbError, UsageError
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.analyzer import STOP_MARK, Analyzer
-from kb.formats.artifact import FORMAT_VERSION, SectionData, write_artifact
-from kb.formats.bm25 import quantize_impacts, tf_component
+from kb.formats.analyzer import Analyzer
+from kb.formats.artifact import FORMAT_VERSION, Scratch, SectionData, remove_stale_temporaries, write_artifact
 from kb.formats.version import KB_VERSION
 
 from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
-from .embedders import AUTO_MODEL, choose_embedder, make_embedder, reranker_files
+from .embedders import AUTO_MODEL, choose_embedder, embedder_files, make_embedder, reranker_files
 from .executors import LocalExecutor
-from .query_model import query_model_section
+from .query_model import PackedEmbedder, query_model_section
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
+from .postings import PostingsSpill, SpilledPostings, chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
+from .store import DocumentStore
+from .stream import ChunkColumns, TextBlocks, VectorIndex, pack_sources, windows
+from .vectors import GivenVectors, check_dim, check_rows, check_values, open_vectors, source_of, whole_chunk
 
 Progress = Callable[[str, int, int], None]
-ZSTD_LEVEL = R.ZSTD_LEVEL  # text blocks compress like the manifest
-ZSTD_DICT_BYTES = 32 * 1024  # at most; a dictionary is about a tenth of the text it is trained on
-ZSTD_DICT_MIN_BYTES = 4 * 1024  # below this a dictionary does not pay for its own bytes
-ZSTD_DICT_MIN_SAMPLES = 64  # below this, training fails or does not pay
-# Fixed COVER parameters (segment size k, d-mer size d): letting zstd search for them cost ~5 s
-# on 3.6k Hugo chunks; k=256, d=8 trains in 0.1 s and compresses within 1% of the searched best.
-ZSTD_DICT_K, ZSTD_DICT_D = 256, 8
-# Train on every n-th record, at most about 100x the dictionary's size (zstd's rule of thumb):
-# on SciFact's 8.9 MB of records that trains in 0.11 s instead of 0.32 s, for 0.45% more bytes.
-ZSTD_DICT_SAMPLE_FACTOR = 100
 
 
 class BuildError(KbError):
@@ -71,6 +68,7 @@ class BuildReport:
     warnings: list = field(default_factory=list)
     section_bytes: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
+    rss_mb: dict = field(default_factory=dict)  # stage -> MB by which it raised this process's peak RSS (all its runs): where the peak comes from
     artifact_bytes: int = 0
     executor: str = "local"  # where chunk, analyze and embed ran (builder/executors.py)
     shard: str | None = None  # "i/N" for a --shard build
@@ -134,126 +132,195 @@ def build(
     progress: Progress | None = None,
     jobs: int | None = None,
     follow_symlinks: bool = False,
+    vectors: Path | None = None,
     executor=None,
     shard: tuple[int, int] | None = None,
 ) -> BuildReport:
     """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
-    (default: one per core, at most 8; the artifact is the same for any number). ``executor``
-    runs the chunk, analyze and embed stages (builder/executors.py; default: here, in ``jobs``
-    forked processes); the artifact is the same for every executor. ``shard=(i, n)`` builds
-    only the documents of shard i of n (``shard_of``)."""
+    (default: one per core, at most 8; the artifact is the same for any number). ``vectors``: a
+    .npy whose row i is the vector of record i of the one ``jsonl`` file (builder/vectors.py);
+    each record is then one chunk, and ``config.embedding_model`` names the model that made them.
+    ``executor`` runs the chunk, analyze and embed stages of each window (builder/executors.py;
+    default: here, in ``jobs`` forked processes); the artifact is the same for every executor.
+    ``shard=(i, n)`` builds only the documents of shard i of n (``shard_of``).
+
+    Documents are spilled to a scratch file as they are read and taken back a window at a time
+    (builder/stream.py); text blocks and the vector index are spilled too and copied into the
+    artifact by the final write. Scratch files lie beside ``out``; they are removed when the
+    build ends, and a killed build's by the next build of ``out``."""
     rep = BuildReport()
     executor = executor or LocalExecutor(jobs)
     rep.executor = executor.name
-    clock = _clock(rep.seconds)
+    clock = _clock(rep.seconds, rep.rss_mb)
     progress = progress or (lambda stage, done, total: None)
     # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
     rerank_choice = "none" if config.reranker == "default" and config.embedding_model == "none" else config.reranker
     rerank_files = reranker_files(rerank_choice)  # a bad --reranker fails before any work
+    given = model_files = None
+    if vectors is not None:
+        with clock("vectors"):
+            given, model_files = _given_vectors(Path(vectors), roots, jsonl, config, embedder)
+    out = Path(out)
+    remove_stale_temporaries(out)  # a killed build's scratch files
+    with ExitStack() as stack:
+        scratch = lambda: stack.enter_context(Scratch(out))  # noqa: E731
+        store = DocumentStore(scratch(), keep=None if shard is None else lambda path: shard_of(path, shard[1]) == shard[0])
+        stack.callback(store.close)
+        with clock("read"):
+            corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={out}, follow_symlinks=follow_symlinks, documents=store)
+            contexts_unmatched = unmatched_contexts(config.contexts, store.paths())
+            store.seal()
+        if given is not None:
+            check_rows(given, corpus.records, Path(jsonl[0]))
+            corpus.sources.append(source_of(given, corpus.root))
+        rep.files_read = len(corpus.sources)
+        rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
+        rep.excluded = corpus.excluded
+        if strict and corpus.skipped:
+            first = corpus.skipped[0]
+            raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
+        if not store.seen:
+            raise BuildError("nothing to index: no readable documents in the inputs")
+        if shard is not None:
+            if not len(store):
+                raise BuildError(f"shard {shard[0]}/{shard[1]} holds none of the corpus's {store.seen} documents; build fewer shards")
+            rep.shard = f"{shard[0]}/{shard[1]}"
+        rep.warnings.extend(contexts_unmatched)
+        with clock("language"):
+            doc_langs = document_languages(store, config.languages)
+        rep.languages = dict(sorted(Counter(doc_langs).items()))
+        model = choose_embedder(rep.languages) if config.embedding_model == AUTO_MODEL else config.embedding_model
+        rep.embedder = model
+        if given is None and embedder is None:
+            embedder = make_embedder(model, config.quantization)  # None for "none"
+        if given is None and embedder is not None:
+            model_files = embedder.files()
+        analyzer = Analyzer.for_languages(rep.languages).prepare()
+        loaded = given is None and embedder is not None  # a model runs in this process
+        exact = loaded and config.chunking.exact_tokens
+        job = ShardJob(embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer.languages, whole=given is not None)
+        # Chunk and analyze run on the executor, except here in one process when exact token
+        # counts need the model loaded here, or when a local build embeds: forks beside a loaded
+        # model buy little (a build that embeds is bound by the embedding: its chunking and
+        # analysis are about 1% of its time). The artifact is the same either way.
+        stage = LocalExecutor(1) if exact or (loaded and executor.name == "local") else executor
+        threads = 1 if loaded else (jobs or shards.default_jobs())  # text compression
+        columns = ChunkColumns(config.statuses, config.default_status, config.tags)
+        text = TextBlocks(scratch(), scratch())
+        index = None if model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors)
+        postings = PostingsSpill(config.bm25, scratch)
+        for lo, hi in windows(store.text_sizes()):
+            with clock("read"):
+                docs = [store[i] for i in range(lo, hi)]
+            rows, fields = chunk_and_analyze(docs, doc_langs[lo:hi], job, analyzer, stage, rep.seconds, _shifted(progress, lo, len(store)), jobs if stage is executor else None)
+            with clock("postings"):
+                postings.add(fields, np.fromiter((lo + r.doc for r in rows), dtype=np.int64, count=len(rows)))
+            del fields
+            with clock("tags"):
+                first_chunk = len(columns)
+                columns.add(docs, rows, lo)
+            with clock("text"):
+                text.add(docs, rows)
+            if given is not None:
+                with clock("vectors"):
+                    vecs = given.take(np.fromiter((docs[r.doc].record for r in rows), dtype=np.int64, count=len(rows)))
+            elif embedder is not None:
+                with clock("embed"):
+                    vecs, truncated, nodes = embed_chunks(docs, rows, embedder, _shifted(progress, first_chunk, first_chunk + len(rows)), executor=executor)
+                rep.truncated_chunks += truncated
+                rep.embed_nodes = max(rep.embed_nodes, nodes)  # the most machines any window's embedding used
+            if index is not None:
+                with clock("hnsw"):
+                    index.add(vecs)
+            del docs, rows
+        rep.documents, rep.chunks = len(store), len(columns)
+        # The graph, the documents' map and the given vectors are done with: let them go before
+        # the postings stage, so that stage's peak does not add to theirs.
+        given = None
+        vectors_data = None
+        if index is not None:
+            with clock("hnsw"):
+                vectors_data = index.save(scratch())
+            rep.vectors = index.count
+        with clock("text"):
+            zdict, blocks = text.finish(threads=threads)
+            sources = pack_sources(store, zdict, scratch(), threads=threads)
+        store.close()
+        with clock("postings"):
+            post = postings.finish(columns.chunk_doc(), rep.documents)
+        del postings
+        rep.terms = len(post.terms)
+        with clock("tags"):
+            statuses, status_bitmaps, tag_names, tag_bitmaps = columns.filters()
+        rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in columns.unknown)
 
-    with clock("read"):
-        corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={Path(out)}, follow_symlinks=follow_symlinks)
-    rep.files_read = len(corpus.sources)
-    rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
-    rep.excluded = corpus.excluded
-    if strict and corpus.skipped:
-        first = corpus.skipped[0]
-        raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
-    docs = sorted(corpus.documents, key=lambda d: (d.path, d.doc_id))
-    if not docs:
-        raise BuildError("nothing to index: no readable documents in the inputs")
-    if shard is not None:
-        whole = len(docs)
-        docs = [d for d in docs if shard_of(d.path, shard[1]) == shard[0]]
-        if not docs:
-            raise BuildError(f"shard {shard[0]}/{shard[1]} holds none of the corpus's {whole} documents; build fewer shards")
-        rep.shard = f"{shard[0]}/{shard[1]}"
-    rep.warnings.extend(unmatched_contexts(config.contexts, docs))
-    with clock("language"):
-        doc_langs = document_languages(docs, config.languages)
-    rep.languages = dict(sorted(Counter(doc_langs).items()))
-    model = choose_embedder(rep.languages) if config.embedding_model == AUTO_MODEL else config.embedding_model
-    rep.embedder = model
-    if embedder is None and config.chunking.exact_tokens:
-        embedder = make_embedder(model, config.quantization)
-    exact = config.chunking.exact_tokens and embedder is not None
-    analyzer = Analyzer.for_languages(rep.languages).prepare()
-    rows, fields = chunk_and_analyze(
-        docs, doc_langs, embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer,
-        LocalExecutor(1) if exact else executor, rep.seconds, progress, jobs,
-    )  # fmt: skip  # exact token counts use the model loaded here: one process
-    rep.documents, rep.chunks = len(docs), len(rows)
-    with clock("postings"):
-        post = build_postings(fields, config, np.fromiter((r.doc for r in rows), dtype=np.int64, count=len(rows)), len(docs))
-    rep.terms = len(post.terms)
-
-    if embedder is None:
-        embedder = make_embedder(model, config.quantization)  # loaded after the forked stages, so no model is forked
-    vectors_bytes = None
-    if embedder is not None:
-        with clock("embed"):
-            vecs, rep.truncated_chunks, rep.embed_nodes = embed_chunks(docs, rows, embedder, progress, executor=executor)
-        with clock("hnsw"):
-            vectors_bytes = build_hnsw(vecs, config)
-        rep.vectors = len(vecs)
-
-    with clock("tags"):
-        statuses, status_bitmaps, tag_names, tag_bitmaps, unknown = build_filters(docs, rows, config)
-    rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in unknown)
-
-    with clock("text"):
-        zdict, blocks = build_text_blocks(docs, rows)
-        sources = build_sources(docs, zdict)
-
-    embed_card = None if embedder is None else _card(embedder.files())
-    rerank_card = _card(rerank_files)
-    meta = R.Meta(
-        kb_version=KB_VERSION,
-        format_version=FORMAT_VERSION,
-        counts=R.Counts(len(docs), len(rows), len(post.terms), rep.vectors),
-        analyzer=analyzer.params() | {"documents": rep.languages},
-        bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if len(rows) else 0.0},
-        embedder=embed_card,
-        reranker=rerank_card,
-        vectors={"metric": "cos", **vars(config.vectors)} if embedder is not None else None,
-        tag_names=tuple(tag_names),
-        tag_descriptions={t: config.tags.get(t, "") for t in tag_names},
-        statuses=tuple(statuses),
-        excluded_statuses=tuple(config.excluded_statuses),
-        search=config.search,
-        text_block=L.TEXT_BLOCK,
-        source="jsonl" if jsonl and not roots else "files",
-        path_contexts=config.contexts,
-    )
-    manifest = R.Manifest(
-        root=corpus.root,
-        kb_version=KB_VERSION,
-        config=config.to_dict(),
-        config_file=config.source,
-        sources=tuple(R.Source(s.path, s.size, s.mtime_ns, s.sha256) for s in sorted(corpus.sources, key=lambda s: s.path)),
-        jsonl=tuple(Path(j).name for j in jsonl),
-        skipped=tuple((s.path, s.reason) for s in corpus.skipped),
-        excluded=corpus.excluded,
-        include=tuple(include),
-        exclude=tuple(exclude),
-        models={"embedder": embed_card, "reranker": rerank_card},
-        analyzer=analyzer.params() | {"documents": rep.languages},
-        file_types=tuple(sorted(SOURCE_EXTENSIONS)),
-    )
-    sections = assemble(meta, manifest, config.default_status, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder)
-    if vectors_bytes is not None:
-        with clock("query-model"):
-            query, why = query_model_section(embedder, next(s.data for s in sections if s.name == L.MODEL_EMBED))
-        if query is not None:
-            sections.append(SectionData(L.MODEL_QUERY, query))
-        elif why:
-            rep.warnings.append(why)
-    if rerank_files is not None:
-        sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
-    with clock("write"):
-        rep.artifact_bytes = write_artifact(out, sections)
-    rep.section_bytes = {s.name: len(s.data) for s in sections}
+        embed_card = _card(model_files)
+        rerank_card = _card(rerank_files)
+        meta = R.Meta(
+            kb_version=KB_VERSION,
+            format_version=FORMAT_VERSION,
+            counts=R.Counts(rep.documents, rep.chunks, len(post.terms), rep.vectors),
+            analyzer=analyzer.params() | {"documents": rep.languages},
+            bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0},
+            embedder=embed_card,
+            reranker=rerank_card,
+            vectors={"metric": "cos", **{k: v for k, v in vars(config.vectors).items() if k != "threads"}} if model_files is not None else None,
+            tag_names=tuple(tag_names),
+            tag_descriptions={t: config.tags.get(t, "") for t in tag_names},
+            statuses=tuple(statuses),
+            excluded_statuses=tuple(config.excluded_statuses),
+            search=config.search,
+            text_block=L.TEXT_BLOCK,
+            source="jsonl" if jsonl and not roots else "files",
+            path_contexts=config.contexts,
+        )
+        manifest = R.Manifest(
+            root=corpus.root,
+            kb_version=KB_VERSION,
+            config=config.to_dict(),
+            config_file=config.source,
+            sources=tuple(R.Source(s.path, s.size, s.mtime_ns, s.sha256) for s in sorted(corpus.sources, key=lambda s: s.path)),
+            jsonl=tuple(Path(j).name for j in jsonl),
+            skipped=tuple((s.path, s.reason) for s in corpus.skipped),
+            excluded=corpus.excluded,
+            include=tuple(include),
+            exclude=tuple(exclude),
+            models={"embedder": embed_card, "reranker": rerank_card},
+            analyzer=analyzer.params() | {"documents": rep.languages},
+            file_types=tuple(sorted(SOURCE_EXTENSIONS)),
+        )
+        sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files)
+        if vectors_data is not None:
+            with clock("query-model"):  # a --vectors build's model is loaded only for the self-check
+                reference = embedder if embedder is not None else PackedEmbedder(model_files)
+                query, why = query_model_section(reference, next(s.data for s in sections if s.name == L.MODEL_EMBED))
+            if query is not None:
+                sections.append(SectionData(L.MODEL_QUERY, query))
+            elif why:
+                rep.warnings.append(why)
+        if rerank_files is not None:
+            sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
+        with clock("write"):
+            rep.artifact_bytes = write_artifact(out, sections)
+        rep.section_bytes = {s.name: s.size for s in sections}
     return rep
+
+
+def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> tuple[GivenVectors, dict[str, bytes]]:
+    """The checked ``--vectors`` array and the files of the model that made them (its card gives
+    the width, checked before any other work; the model is never run at build time). Every
+    refusal is a usage error."""
+    if roots or len(jsonl) != 1:
+        raise UsageError("--vectors needs exactly one --jsonl FILE and no CORPUS folder: row i of the array is the vector of record i of that file")
+    if config.embedding_model == AUTO_MODEL:
+        raise UsageError("--vectors needs --embedder NAME, the model that made the vectors (it embeds the queries)")
+    if config.embedding_model == "none":
+        raise UsageError("--vectors needs the model that made them; --embedder none builds no vectors")
+    given = open_vectors(path)
+    files = embedder.files() if embedder is not None else embedder_files(config.embedding_model, config.quantization)
+    check_dim(given, config.embedding_model, R.ModelCard.from_json(files[R.CARD_FILE]).dim)
+    check_values(given)
+    return given, files
 
 
 def shard_of(path: str, n: int) -> int:
@@ -263,12 +330,14 @@ def shard_of(path: str, n: int) -> int:
     return int.from_bytes(hashlib.blake2b(path.encode("utf-8"), digest_size=8).digest(), "little") % n
 
 
-def unmatched_contexts(contexts: dict, docs: list[Document]) -> list[str]:
+def unmatched_contexts(contexts: dict, paths: Iterable[str]) -> list[str]:
     """A warning for each [contexts] prefix no document path starts with. Not an error: the
     kb.toml may describe a folder the corpus does not hold yet; the prefix is kept, unused."""
     from bisect import bisect_left
 
-    paths = sorted(d.path for d in docs)  # the paths under a prefix are the ones from bisect_left on
+    if not contexts:
+        return []
+    paths = sorted(paths)  # the paths under a prefix are the ones from bisect_left on
 
     def matched(p: str) -> bool:
         i = bisect_left(paths, p)
@@ -277,37 +346,55 @@ def unmatched_contexts(contexts: dict, docs: list[Document]) -> list[str]:
     return [f"[contexts] {p!r} matches no document path; no result will carry its description" for p in contexts if not matched(p)]
 
 
-def _clock(into: dict):
-    """``with clock("stage"):`` adds the block's wall time to ``into["stage"]``."""
+def _shifted(progress: Progress, done: int, total: int) -> Progress:
+    """``progress`` for a window: its counts start at ``done`` and end at ``total``."""
+    return lambda stage, d, t: progress(stage, done + d, total)
+
+
+def _clock(into: dict, rss: dict | None = None):
+    """``with clock("stage"):`` adds the block's wall time to ``into["stage"]``, and to
+    ``rss["stage"]`` the MB by which the block raised the process's peak RSS."""
 
     @contextmanager
     def stage(name: str):
         t = time.perf_counter()
+        peak = _peak_rss_mb() if rss is not None else 0.0
         try:
             yield
         finally:
             into[name] = into.get(name, 0.0) + time.perf_counter() - t
+            if rss is not None:
+                rss[name] = round(rss.get(name, 0.0) + _peak_rss_mb() - peak, 1)
 
     return stage
 
 
-def chunk_and_analyze(docs, doc_langs, count, opts, analyzer, executor, seconds: dict, progress: Progress, jobs: int | None = None) -> tuple[list[ChunkRow], Fields]:
-    """The chunk and analyze stages, over contiguous document shards on ``executor`` (up to
-    ``jobs`` of them; default: the executor's workers). ``seconds["chunk"]`` gets the chunking
-    of the first shard when it runs here, and ``seconds["analyze"]`` the rest of the wall time
-    (its analysis, waiting for the other shards, merging), so the stage seconds still add up to
-    the wall time."""
+def _peak_rss_mb() -> float:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)  # bytes on macOS, KiB on Linux
+
+
+def chunk_and_analyze(docs, doc_langs, job: ShardJob, analyzer, executor, seconds: dict, progress: Progress, jobs: int | None = None) -> tuple[list[ChunkRow], Fields]:
+    """The chunk and analyze stages of a window, over contiguous document shards on ``executor``
+    (up to ``jobs`` of them; default: the executor's workers); ``job`` says how a document is cut
+    into chunks. ``seconds["chunk"]`` gets the chunking of the first shard when it runs here, and
+    ``seconds["analyze"]`` the rest of the wall time (its analysis, waiting for the other shards,
+    merging), so the stage seconds still add up to the wall time."""
     cuts = shards.bounds([len(d.text) for d in docs], jobs or executor.workers())
     start = time.perf_counter()
-    seconds["chunk"] = 0.0
+    chunked = {"chunk": 0.0}
+    chunker = job.chunker()
 
     def shard(lo: int, hi: int):  # for a forking executor: runs here (shard 0) or in a fork
         if lo == 0:  # this process: it reports progress and returns its rows as they are
-            return chunk_shard(docs[:hi], doc_langs[:hi], count, opts, analyzer, lambda i: progress("chunk", i + 1, len(docs)), seconds, start)
-        rows, fields = chunk_shard(docs[lo:hi], doc_langs[lo:hi], count, opts, analyzer)
+            return chunk_shard(docs[:hi], doc_langs[:hi], chunker, analyzer, lambda i: progress("chunk", i + 1, len(docs)), chunked, start)
+        rows, fields = chunk_shard(docs[lo:hi], doc_langs[lo:hi], chunker, analyzer)
         return pack_rows(rows, lo), fields
 
-    job = ShardJob(count, opts, analyzer.languages)
     try:
         parts = executor.map_shards(shard, cuts, docs, doc_langs, job)
     except KbError as e:
@@ -317,7 +404,8 @@ def chunk_and_analyze(docs, doc_langs, count, opts, analyzer, executor, seconds:
         rows.extend(unpack_rows(packed))
     fields = merge_fields([f for _, f in parts]) if len(parts) > 1 else parts[0][1]
     progress("chunk", len(docs), len(docs))
-    seconds["analyze"] = time.perf_counter() - start - seconds["chunk"]
+    seconds["chunk"] = seconds.get("chunk", 0.0) + chunked["chunk"]
+    seconds["analyze"] = seconds.get("analyze", 0.0) + time.perf_counter() - start - chunked["chunk"]
     return rows, fields
 
 
@@ -325,25 +413,32 @@ def chunk_and_analyze(docs, doc_langs, count, opts, analyzer, executor, seconds:
 class ShardJob:
     """What every chunk + analyze shard needs besides its documents, for an executor that runs
     shards elsewhere (a Ray task gets this and its shard's documents): the token counter, the
-    [chunking] options, the analyzer's languages (its stemmers do not pickle: rebuilt there)."""
+    [chunking] options, the analyzer's languages (its stemmers do not pickle: rebuilt there),
+    and ``whole``: each document is one chunk as given (a ``--vectors`` build, ``whole_chunk``).
+    Plain values, not a chunking closure, so that it pickles."""
 
     count: Callable[[list[str]], list[int]]
     chunking: object  # ChunkOptions
     languages: tuple[str, ...]
+    whole: bool = False
+
+    def chunker(self) -> Callable[[Document], list[Chunk]]:
+        """The function that cuts one document into its chunks."""
+        return whole_chunk if self.whole else functools.partial(chunk_document, count=self.count, opts=self.chunking)
 
     def run(self, docs, doc_langs, first: int) -> tuple[list[tuple], Fields]:
-        """Chunk and analyze ``docs`` (documents ``first``, ``first + 1``, ... of the build)."""
-        rows, fields = chunk_shard(docs, doc_langs, self.count, self.chunking, Analyzer.for_languages(self.languages).prepare())
+        """Chunk and analyze ``docs`` (documents ``first``, ``first + 1``, ... of the window)."""
+        rows, fields = chunk_shard(docs, doc_langs, self.chunker(), Analyzer.for_languages(self.languages).prepare())
         return pack_rows(rows, first), fields
 
 
-def chunk_shard(docs, doc_langs, count, opts, analyzer, chunked=None, seconds: dict | None = None, start: float = 0.0) -> tuple[list[ChunkRow], Fields]:
-    """Chunk and analyze ``docs`` (whole documents, numbered from 0 here). ``chunked(i)`` is
-    called after document i; ``seconds["chunk"]``, when given, gets the chunking time since
-    ``start``."""
+def chunk_shard(docs, doc_langs, chunker, analyzer, chunked=None, seconds: dict | None = None, start: float = 0.0) -> tuple[list[ChunkRow], Fields]:
+    """Chunk and analyze ``docs`` (whole documents, numbered from 0 here) with ``chunker`` (one
+    document -> its chunks). ``chunked(i)`` is called after document i; ``seconds["chunk"]``,
+    when given, gets the chunking time since ``start``."""
     rows = []
     for i, d in enumerate(docs):
-        rows.extend(ChunkRow(i, c) for c in chunk_document(d, count, opts))
+        rows.extend(ChunkRow(i, c) for c in chunker(d))
         if chunked is not None:
             chunked(i)
     if seconds is not None:
@@ -461,41 +556,61 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_
     )
 
 
+class FieldsMerger:
+    """One Fields from the analyses of consecutive chunk ranges, added in order: vocabularies
+    unioned, term ids, pieces and chunks renumbered as each part arrives (only distinct terms go
+    through Python; the rest is numpy). ``result`` joins the parts into arrays allocated once,
+    freeing each part as it is copied, so joining costs one part more than the result."""
+
+    def __init__(self):
+        self._seen = defaultdict(count().__next__)
+        self._parts: list[tuple] = []
+        self._chunks = self._pieces = self._tokens = 0
+
+    def add(self, f: Fields) -> None:
+        known = len(self._seen)
+        remap = np.fromiter(map(self._seen.__getitem__, f.vocabulary), dtype=np.int64, count=len(f.vocabulary))
+        self._parts.append((
+            f.hashes[remap >= known],  # the terms this part adds, in the order they got ids
+            np.append(remap, -1).astype(np.int32)[f.ids],  # -1 (a dropped stopword) stays -1
+            f.offsets[1:] + self._tokens,
+            f.use_chunk + self._chunks,
+            f.use_piece + self._pieces,
+            f.use_field,
+        ))  # fmt: skip
+        self._chunks += f.chunks
+        self._pieces += len(f.offsets) - 1
+        self._tokens += int(f.offsets[-1])
+
+    def result(self) -> Fields:
+        parts, self._parts = self._parts, []
+        sizes = [[len(a) for a in p] for p in parts]
+        joined = [np.empty(sum(s[k] for s in sizes) + (k == 2), dtype=np.int32 if k == 1 else np.int8 if k == 5 else np.uint64 if k == 0 else np.int64) for k in range(6)]
+        joined[2][0] = 0
+        at = [0, 0, 1, 0, 0, 0]
+        while parts:
+            for k, a in enumerate(parts.pop(0)):
+                joined[k][at[k] : at[k] + len(a)] = a
+                at[k] += len(a)
+        hashes, ids, offsets, use_chunk, use_piece, use_field = joined
+        return Fields(list(self._seen), hashes.astype("<u8", copy=False), ids, offsets, use_chunk, use_piece, use_field, self._chunks)
+
+
 def merge_fields(parts: list[Fields]) -> Fields:
-    """One Fields from the analyses of consecutive shards: vocabularies unioned, term ids,
-    pieces and chunks renumbered. Only distinct terms go through Python; the rest is numpy."""
-    seen = defaultdict(count().__next__)
-    hashes, ids, offsets, use_chunk, use_piece = [], [], [np.zeros(1, np.int64)], [], []
-    chunks = pieces = tokens = 0
+    """One Fields from the analyses of consecutive shards (FieldsMerger)."""
+    merger = FieldsMerger()
     for f in parts:
-        known = len(seen)
-        remap = np.fromiter(map(seen.__getitem__, f.vocabulary), dtype=np.int64, count=len(f.vocabulary))
-        hashes.append(f.hashes[remap >= known])  # the terms this shard adds, in the order they got ids
-        ids.append(np.append(remap, -1).astype(np.int32)[f.ids])  # -1 (a dropped stopword) stays -1
-        offsets.append(f.offsets[1:] + tokens)
-        use_chunk.append(f.use_chunk + chunks)
-        use_piece.append(f.use_piece + pieces)
-        chunks, pieces, tokens = chunks + f.chunks, pieces + len(f.offsets) - 1, tokens + int(f.offsets[-1])
-    return Fields(
-        list(seen),
-        np.concatenate(hashes),
-        np.concatenate(ids),
-        np.concatenate(offsets),
-        np.concatenate(use_chunk),
-        np.concatenate(use_piece),
-        np.concatenate([f.use_field for f in parts]),
-        chunks,
-    )
+        merger.add(f)
+    return merger.result()
 
 
 def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None, n_docs: int | None = None) -> Postings:
-    """Weighted term frequencies per (term, chunk), vectorised: every occurrence becomes one
-    (term id, chunk id, field weight) triple; sorting the keys and summing runs gives tf'.
+    """The postings of the whole corpus at once, in memory (builder/postings.py; the build
+    spills them a block at a time with ``PostingsSpill``, to the same bytes).
     Stopword terms (``STOP_MARK`` + word) get postings but count in no chunk's length.
     ``chunk_doc``: each chunk's document, for the document frequencies and impacts (None: one
     per chunk); ``n_docs``: the documents (default: the highest in ``chunk_doc`` + 1)."""
     p = config.bm25
-    n = max(f.chunks, 1)
     if chunk_doc is None:
         chunk_doc = np.arange(f.chunks, dtype=np.int64)
     if n_docs is None:
@@ -504,76 +619,27 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
     rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
     rank[order] = np.arange(len(terms))
     rank[-1] = -1
-    ids = rank[f.ids]
-    stop = np.fromiter((t.startswith(STOP_MARK) for t in terms), dtype=bool, count=len(terms))
-    kept = np.zeros(len(ids) + 1, dtype=np.int64)  # running count of the tokens lengths count (not stopwords)
-    np.cumsum(~np.append(stop, True)[ids], out=kept[1:])
-    field_weight = np.array([1.0, p.section_weight, p.title_weight])
-    weight = field_weight[f.use_field]
-    size = (kept[f.offsets[1:]] - kept[f.offsets[:-1]])[f.use_piece]
-    lengths = np.bincount(f.use_chunk, weights=weight * size, minlength=f.chunks).astype("<f4")
-    size = np.diff(f.offsets)[f.use_piece]
-    keep = (weight > 0) & (size > 0)  # a zero field weight contributes nothing, not even a posting
-    chunk, start, field, size = f.use_chunk[keep], f.offsets[f.use_piece[keep]], f.use_field[keep], size[keep]
-    # Occurrences: use u contributes ids[start[u] : start[u] + size[u]], all to chunk[u]. Each
-    # becomes one integer, (term, chunk, field) packed, so a plain sort (several times faster
-    # than an argsort and two gathers) groups them by (term, chunk) and keeps the field.
-    first = np.cumsum(size) - size
-    occ_term = ids[np.repeat(start - first, size) + np.arange(int(size.sum()))]
-    live = occ_term >= 0
-    packed = np.sort(((occ_term * n + np.repeat(chunk, size)) * 4 + np.repeat(field, size))[live])
-    key, w = packed >> 2, field_weight[packed & 3]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
-    tf = np.add.reduceat(w, starts).astype("<f4") if len(key) else np.zeros(0, "<f4")
-    ukey = key[starts]
-    post_term, post_chunk = ukey // n, (ukey % n).astype(np.uint32)
+    post_term, post_chunk, tf, lengths = chunk_postings(rank[f.ids], f.offsets, f.use_chunk, f.use_piece, f.use_field, f.chunks, stop_flags(terms), p)
     df = np.bincount(post_term, minlength=len(terms))
     post_doc = chunk_doc[post_chunk]
-    # postings are sorted by (term, chunk) and a document's chunks are consecutive ids, so a
-    # term's documents are non-decreasing: each change of (term, document) is one more document
-    new_doc = np.r_[True, (post_term[1:] != post_term[:-1]) | (post_doc[1:] != post_doc[:-1])] if len(post_term) else np.zeros(0, bool)
-    doc_df = np.bincount(post_term[new_doc], minlength=len(terms))
+    doc_start, doc_tf = doc_postings(post_term, post_doc, tf)
+    doc_df = np.bincount(post_term[doc_start], minlength=len(terms))
     if np.any(df == 0):  # terms whose every occurrence had weight 0 have no postings: drop them
         live = np.flatnonzero(df > 0)
         terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
-        post_term = np.searchsorted(live, post_term)
     offsets = np.zeros(len(terms) + 1, dtype="<u8")
     np.cumsum(df, out=offsets[1:])
     avg = float(lengths.mean()) if len(lengths) else 0.0
-    impacts = quantize_impacts(tf_component(tf, lengths[post_chunk], max(avg, 1e-9), p.k1, p.b))
-    # document postings: a document's tf' and len' are its chunks' sums (formats/bm25.py)
-    doc_start = np.flatnonzero(new_doc)
-    doc_tf = np.add.reduceat(tf.astype(np.float64), doc_start) if len(doc_start) else np.zeros(0)
+    impacts = impacts_of(tf, lengths[post_chunk], avg, p)
     doc_ids = post_doc[doc_start]
-    doc_len = np.bincount(chunk_doc, weights=lengths, minlength=n_docs)
-    doc_avg = float(doc_len.mean()) if len(doc_len) else 0.0
-    doc_impacts = quantize_impacts(tf_component(doc_tf, doc_len[doc_ids], max(doc_avg, 1e-9), p.k1, p.b))
+    doc_len, doc_avg = doc_lengths(chunk_doc, lengths, n_docs)
+    doc_impacts = impacts_of(doc_tf, doc_len[doc_ids], doc_avg, p)
     doc_offsets = np.zeros(len(terms) + 1, dtype="<u8")
     np.cumsum(doc_df, out=doc_offsets[1:])
     return Postings(
         terms, hashes, offsets, post_chunk.astype("<u4"), tf, impacts, lengths, doc_df.astype("<u4"),
         doc_offsets, doc_ids.astype("<u4"), doc_impacts,
     )  # fmt: skip
-
-
-def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Terms in dictionary order, by (hash, UTF-8 bytes), with their hashes (computed here unless
-    given) and ``order``, the input position of each. A numpy sort on the hashes; only terms
-    whose hashes collide (practically never) are ordered by bytes."""
-    given = list(unique_terms)
-    hashes = L.term_hashes(given) if hashes is None else hashes
-    order = np.argsort(hashes, kind="stable")
-    hashes = hashes[order]
-    same = np.flatnonzero(hashes[1:] == hashes[:-1])
-    for i in same[::-1]:  # tiny collision runs: order them by bytes
-        j = i
-        while j > 0 and hashes[j - 1] == hashes[i]:
-            j -= 1
-        k = i + 2
-        while k < len(order) and hashes[k] == hashes[i]:
-            k += 1
-        order[j:k] = sorted(order[j:k], key=lambda t: given[t].encode("utf-8"))
-    return [given[i] for i in order], hashes, order
 
 
 def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:
@@ -605,115 +671,30 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
     return out, result.truncated, result.nodes
 
 
-def build_hnsw(vecs: np.ndarray, config: BuildConfig) -> bytes:
-    from usearch.index import Index
-
-    v = config.vectors
-    index = Index(
-        ndim=vecs.shape[1],
-        metric="cos",
-        dtype=v.dtype,
-        connectivity=v.connectivity,
-        expansion_add=v.expansion_add,
-        expansion_search=v.expansion_search,
-    )
-    if len(vecs):
-        index.add(np.arange(len(vecs), dtype=np.uint64), vecs, threads=1)  # one thread: deterministic graph
-    return bytes(index.save())
-
-
-def build_filters(docs: list[Document], rows: list[ChunkRow], config: BuildConfig):
-    from pyroaring import BitMap
-
-    statuses = list(config.statuses)
-    unknown = []
-    status_ids: dict[str, list[int]] = {s: [] for s in statuses}
-    tag_ids: dict[str, list[int]] = {t: [] for t in config.tags}
-    for cid, r in enumerate(rows):
-        d = docs[r.doc]
-        st = d.status or config.default_status
-        if st not in status_ids:
-            status_ids[st] = []
-            statuses.append(st)
-            unknown.append(st)
-        status_ids[st].append(cid)
-        for t in d.tags:
-            tag_ids.setdefault(t, []).append(cid)
-    tag_names = sorted(tag_ids)
-    status_bitmaps = [BitMap(status_ids[s]).serialize() for s in statuses]
-    tag_bitmaps = [BitMap(tag_ids[t]).serialize() for t in tag_names]
-    return statuses, status_bitmaps, tag_names, tag_bitmaps, unknown
-
-
-def build_text_blocks(docs: list[Document], rows: list[ChunkRow]) -> tuple[bytes, list[bytes]]:
-    import zstandard
-
-    records = [R.pack_chunk_record(R.ChunkRecord(r.chunk.text, r.chunk.section, docs[r.doc].title, docs[r.doc].doc_id, docs[r.doc].tags)) for r in rows]
-    raw_blocks = [R.pack_text_block(records[i : i + L.TEXT_BLOCK]) for i in range(0, len(records), L.TEXT_BLOCK)]
-    zdict = b""
-    total = sum(map(len, records))
-    dict_bytes = min(ZSTD_DICT_BYTES, total // 10)
-    if len(records) >= ZSTD_DICT_MIN_SAMPLES and dict_bytes >= ZSTD_DICT_MIN_BYTES:
-        try:
-            step = max(1, -(-total // (ZSTD_DICT_SAMPLE_FACTOR * dict_bytes)))
-            d = zstandard.train_dictionary(dict_bytes, records[::step], k=ZSTD_DICT_K, d=ZSTD_DICT_D, threads=1, level=ZSTD_LEVEL)
-            zdict = d.as_bytes()
-        except zstandard.ZstdError:
-            zdict = b""  # too little or too uniform text to train on: plain zstd still works
-    return zdict, [_compressor(zdict).compress(b) for b in raw_blocks]
-
-
-def _compressor(zdict: bytes):
-    """The zstd compressor of text.blocks and docs.source: with text.dict when there is one."""
-    import zstandard
-
-    params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
-    if zdict:
-        params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
-    return zstandard.ZstdCompressor(**params)
-
-
-def build_sources(docs: list[Document], zdict: bytes) -> list[bytes]:
-    """docs.source: each document's source text (front matter included), so ``kb get
-    PATH:FROM:COUNT`` gives the exact lines the chunks' line numbers count. Chunk texts cannot:
-    they drop front matter and the blank lines between chunks, repeat the overlap, and rejoin
-    a line split into sentences with single spaces."""
-    cctx = _compressor(zdict)
-    return [cctx.compress(R.pack_source(d.source)) for d in docs]
-
-
-def assemble(meta: R.Meta, manifest: R.Manifest, default_status: str, docs, rows, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_bytes, embedder) -> list[SectionData]:
-    table = np.zeros(len(rows), dtype=L.CHUNK_DTYPE)
-    status_index = {s: i for i, s in enumerate(meta.statuses)}
-    first_chunk = np.zeros(len(docs) + 1, dtype="<u4")
-    for cid, r in enumerate(rows):
-        d = docs[r.doc]
-        table[cid] = (r.doc, r.chunk.start_line, r.chunk.end_line, status_index[d.status or default_status], 0)
-        first_chunk[r.doc + 1] = cid + 1
-    np.maximum.accumulate(first_chunk, out=first_chunk)
+def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: SpilledPostings, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files) -> list[SectionData]:
     sections = [
         SectionData(L.META, R.pack_meta(meta)),
         R.manifest_section(manifest),
-        SectionData(L.CHUNKS, table.tobytes()),
+        SectionData(L.CHUNKS, columns.table()),
         SectionData(L.CHUNK_LENGTHS, post.lengths.tobytes()),
-        SectionData(L.DOC_PATHS, L.pack_blobs([d.path.encode("utf-8") for d in docs])),
-        SectionData(L.DOC_FIRST_CHUNK, first_chunk.tobytes()),
+        SectionData(L.DOC_PATHS, columns.doc_paths()),
+        SectionData(L.DOC_FIRST_CHUNK, columns.first_chunk(meta.counts.documents)),
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
         SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
         SectionData(L.POSTING_OFFSETS, post.offsets.tobytes()),
-        SectionData(L.POSTING_IDS, post.ids.tobytes()),
-        SectionData(L.POSTING_IMPACTS, post.impacts.tobytes()),
+        SectionData(L.POSTING_IDS, post.ids),
+        SectionData(L.POSTING_IMPACTS, post.impacts),
         SectionData(L.DOC_POSTING_OFFSETS, post.doc_offsets.tobytes()),
-        SectionData(L.DOC_POSTING_IDS, post.doc_ids.tobytes()),
-        SectionData(L.DOC_POSTING_IMPACTS, post.doc_impacts.tobytes()),
+        SectionData(L.DOC_POSTING_IDS, post.doc_ids),
+        SectionData(L.DOC_POSTING_IMPACTS, post.doc_impacts),
         SectionData(L.STATUS_BITMAPS, L.pack_blobs(status_bitmaps)),
         SectionData(L.TAG_BITMAPS, L.pack_blobs(tag_bitmaps)),
         SectionData(L.TEXT_DICT, zdict),
-        SectionData(L.TEXT_BLOCKS, L.pack_blobs(blocks)),
-        SectionData(L.DOC_SOURCES, L.pack_blobs(sources)),
+        SectionData(L.TEXT_BLOCKS, blocks),
+        SectionData(L.DOC_SOURCES, sources),
     ]
-    if vectors_bytes is not None:
-        sections.append(SectionData(L.VECTORS, vectors_bytes))
-        sections.append(SectionData(L.MODEL_EMBED, R.pack_model_files(embedder.files())))
+    if vectors_data is not None:
+        sections.append(SectionData(L.VECTORS, (vectors_data,)))
+        sections.append(SectionData(L.MODEL_EMBED, R.pack_model_files(model_files)))
     return sections

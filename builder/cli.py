@@ -75,6 +75,7 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Artifact to write (atomically).")
 @click.option("--config", type=click.Path(path_type=Path), help="kb.toml (default: kb.toml in the corpus folder, if any).")
 @click.option("--jsonl", multiple=True, type=click.Path(path_type=Path), help="JSON Lines file: one {id, title, text, tags?, status?, path?} per line. Repeatable.")
+@click.option("--vectors", type=click.Path(path_type=Path), metavar="FILE.npy", help="Bring your own vectors: row i of this float32 or float16 .npy (memory-mapped, never loaded whole) is the vector of record i (non-blank line i) of the one --jsonl file, and each record is one chunk as given (no re-chunking). --embedder names the model that made them; it embeds the queries.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Index only paths matching GLOB (relative to the corpus root). Repeatable.")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out paths matching GLOB. Repeatable.")
 @click.option("--strict", is_flag=True, help="Fail the build if any input is skipped.")
@@ -91,7 +92,7 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--force", is_flag=True, help="Replace OUT even if it is not a kb artifact (by default kb-build replaces only artifacts).")
 @debug_option
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, include, exclude, strict, follow_symlinks, quiet, embedder, reranker, no_reranker, jobs, executor, ray_address, shard, as_json, force):
+def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_symlinks, quiet, embedder, reranker, no_reranker, jobs, executor, ray_address, shard, as_json, force):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
     from dataclasses import replace
 
@@ -127,7 +128,7 @@ def main(corpus, out, config, jsonl, include, exclude, strict, follow_symlinks, 
             cfg = replace(cfg, embedding_model=embedder)
         if reranker or no_reranker:
             cfg = replace(cfg, reranker="none" if no_reranker else reranker)
-        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs, follow_symlinks=follow_symlinks, executor=runner, shard=shard)
+        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), vectors=vectors, include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs, follow_symlinks=follow_symlinks, executor=runner, shard=shard)
     except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM: the write step removes its temporary file
         bar.close()
         click.echo(f"kb-build: interrupted, {out} left as it was", err=True)

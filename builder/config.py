@@ -80,8 +80,9 @@ class VectorOptions:
 
     connectivity: int = setting(16, "HNSW M: links per node; more = better recall, bigger index.", minimum=2, maximum=256)
     expansion_add: int = setting(128, "HNSW ef at construction; more = better graph, slower build.", minimum=1, maximum=4096)
-    expansion_search: int = setting(64, "HNSW ef at query time (stored in the index); more = better recall, slower search.", minimum=1, maximum=4096)
+    expansion_search: int = setting(1024, "HNSW ef at query time (stored in meta); more = better recall, slower search.", minimum=1, maximum=4096)
     dtype: str = setting("f16", "Stored vector precision.", choices=("f16", "bf16", "f32"))
+    threads: int = setting(1, "Threads that add vectors to the HNSW graph: 1 = the same graph, and the same artifact bytes, at every build; more = faster on more cores, but the graph differs from build to build.", minimum=1, maximum=256)
 
 
 SECTIONS = {"statuses": StatusOptions, "search": SearchOptions, "chunking": ChunkOptions, "bm25": BM25Params, "analyzer": AnalyzerOptions, "embedding": EmbeddingOptions, "vectors": VectorOptions}

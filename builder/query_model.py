@@ -22,7 +22,7 @@ import numpy as np
 from kb.formats import records as R
 from kb.formats.query_model import ROWS_PER_CRC, QueryModel, TensorRef, ct2_variables, encoder_tensors, pack_query_model, row_group_crcs
 
-__all__ = ["query_model_section", "compile_tokenizer", "SELF_CHECK_TEXTS"]
+__all__ = ["PackedEmbedder", "query_model_section", "compile_tokenizer", "SELF_CHECK_TEXTS"]
 
 # Multilingual, with the corners the tokenizers handle specially: special tokens in the text,
 # whitespace runs and kinds, accents, CJK, emoji, unknown characters, a word past WordPiece's
@@ -193,6 +193,26 @@ def _directory(files: dict, embed: bytes) -> tuple[dict, list[tuple[TensorRef, b
     if {r.name for r, _ in tensors} != set(want):
         raise Unsupported("model.bin lacks some of the encoder's tensors")
     return encoder, tensors
+
+
+class PackedEmbedder:
+    """The CTranslate2 embedder ``kb`` would run for queries, from packed model files, loaded
+    only when the self-check first embeds: a ``--vectors`` build never runs its model otherwise,
+    and a model the query encoder does not read is never loaded."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self._files = files
+        self._model = None
+
+    def files(self) -> dict[str, bytes]:
+        return self._files
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if self._model is None:
+            from kb.common.encoders import load_embedder
+
+            self._model = load_embedder(self._files)
+        return self._model.embed_query(text)
 
 
 def query_model_section(embedder, embed: bytes) -> tuple[bytes | None, str | None]:

@@ -21,7 +21,9 @@ import mmap
 import os
 import stat
 import struct
+import sys
 import zlib
+from array import array
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +31,7 @@ from typing import Iterable
 
 from kb.common.errors import ArtifactError, UnsupportedVersion
 
-__all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "NotAnArtifact", "SectionData", "UnsupportedVersion", "write_artifact"]
+__all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "FileRange", "NotAnArtifact", "Scratch", "SectionData", "UnsupportedVersion", "write_artifact"]
 
 MAGIC = b"\x89KBA\r\n\x1a\n"
 FOOTER_MAGIC = b"KBA-END\n"
@@ -43,6 +45,13 @@ ENTRY_SIZE = 64
 FOOTER = struct.Struct("<II8s")
 FOOTER_SIZE = 16
 NAME_SIZE = 32
+
+# Page checksums (SPEC.md, "pages.crc32"): sections of at least PAGED_MIN bytes also get a crc32
+# per PAGE bytes, so a reader can verify the parts of a large section it reads, as it reads them,
+# instead of the whole section at its first use (a second per gigabyte, at every process start).
+PAGES = "pages.crc32"
+PAGE = 4096
+PAGED_MIN = 1 << 20
 
 CODEC_RAW = 0
 CODEC_ZSTD = 1
@@ -76,13 +85,64 @@ class Section:
 
 
 @dataclass(frozen=True)
+class FileRange:
+    """``length`` bytes of the file at ``path`` from ``offset``: part of a section too large to hold
+    in memory (the builder spills it to a ``Scratch`` file); the writer copies it in blocks."""
+
+    path: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
 class SectionData:
-    """What the writer is given: a name, the stored bytes and how they are encoded."""
+    """What the writer is given: a name, the stored bytes and how they are encoded. ``data`` is
+    bytes-like, or a tuple of bytes-like parts and ``FileRange``s written one after another."""
 
     name: str
-    data: bytes | bytearray | memoryview
+    data: bytes | bytearray | memoryview | tuple
     codec: int = CODEC_RAW
     raw_length: int | None = None
+
+    @property
+    def size(self) -> int:
+        """The stored length in bytes."""
+        return _size(self.data)
+
+
+COPY_BLOCK = 1 << 20  # a FileRange is read, checksummed and written this many bytes at a time
+
+
+def _parts(data) -> tuple:
+    return data if isinstance(data, tuple) else (data,)
+
+
+def _size(data) -> int:
+    return sum(p.length if isinstance(p, FileRange) else len(p) for p in _parts(data))
+
+
+def _blocks(data) -> Iterable:
+    """The bytes of a section's data in order: in-memory parts whole, file ranges in blocks."""
+    for p in _parts(data):
+        if not isinstance(p, FileRange):
+            yield p
+            continue
+        with open(p.path, "rb") as f:
+            f.seek(p.offset)
+            left = p.length
+            while left:
+                block = f.read(min(COPY_BLOCK, left))
+                if not block:
+                    raise OSError(f"{p.path} ended {left} bytes before the section it holds")
+                left -= len(block)
+                yield block
+
+
+def _crc(data) -> int:
+    crc = 0
+    for block in _blocks(data):
+        crc = zlib.crc32(block, crc)
+    return crc
 
 
 def _pad(n: int) -> int:
@@ -130,17 +190,60 @@ def unpack_entry(buf: bytes) -> Section:
     return Section(name.rstrip(b"\0").decode("ascii", "replace"), offset, length, raw_length, crc, codec)
 
 
-def layout(sections: list[SectionData]) -> tuple[list[Section], int]:
+def layout(sections: list[SectionData], crcs: list[int] | None = None) -> tuple[list[Section], int]:
     """Place sections: table right after the header, each section on a 4 KiB boundary."""
     pos = HEADER_SIZE + ENTRY_SIZE * len(sections)
     placed = []
-    for sd in sections:
+    for i, sd in enumerate(sections):
         pos += _pad(pos)
-        n = len(sd.data)
+        n = _size(sd.data)
         raw = n if sd.raw_length is None else sd.raw_length
-        placed.append(Section(sd.name, pos, n, raw, zlib.crc32(sd.data), sd.codec))
+        placed.append(Section(sd.name, pos, n, raw, _crc(sd.data) if crcs is None else crcs[i], sd.codec))
         pos += n
     return placed, pos + FOOTER_SIZE
+
+
+def _checksums(data, paged: bool) -> tuple[int, bytes]:
+    """(crc32 of ``data``, and when ``paged`` the crc32 of each PAGE bytes of it as u32s, else b"")."""
+    crc, pages, carry = 0, array("I"), b""
+    for block in _blocks(data):
+        crc = zlib.crc32(block, crc)
+        if not paged:
+            continue
+        mv = memoryview(block)
+        if carry:
+            take = PAGE - len(carry)
+            carry += bytes(mv[:take])
+            mv = mv[take:]
+            if len(carry) < PAGE:
+                continue
+            pages.append(zlib.crc32(carry))
+            carry = b""
+        whole = len(mv) - len(mv) % PAGE
+        pages.extend(zlib.crc32(mv[o : o + PAGE]) for o in range(0, whole, PAGE))
+        carry = bytes(mv[whole:])
+    if carry:
+        pages.append(zlib.crc32(carry))
+    return crc, pages.tobytes() if sys.byteorder == "little" else _swapped(pages)
+
+
+def _swapped(pages: array) -> bytes:
+    pages.byteswap()
+    return pages.tobytes()
+
+
+def checksummed(sections: list[SectionData]) -> tuple[list[SectionData], list[int]]:
+    """The sections, followed by ``pages.crc32`` when one of them is at least PAGED_MIN bytes,
+    and the crc32 of each: every section's bytes are read once here."""
+    crcs, pages = [], []
+    for sd in sections:
+        crc, page_crcs = _checksums(sd.data, _size(sd.data) >= PAGED_MIN)
+        crcs.append(crc)
+        pages.append(page_crcs)
+    if not any(pages):
+        return list(sections), crcs
+    table = SectionData(PAGES, b"".join(pages))
+    return list(sections) + [table], crcs + [zlib.crc32(table.data)]
 
 
 def serialize(sections: list[SectionData], version: int = FORMAT_VERSION) -> Iterable[bytes]:
@@ -148,14 +251,17 @@ def serialize(sections: list[SectionData], version: int = FORMAT_VERSION) -> Ite
     names = [s.name for s in sections]
     if len(set(names)) != len(names):
         raise ValueError("duplicate section names")
-    placed, total = layout(sections)
+    if PAGES in names:
+        raise ValueError(f"section {PAGES!r} is written by the writer itself")
+    sections, crcs = checksummed(sections)
+    placed, total = layout(sections, crcs)
     table = b"".join(pack_entry(s) for s in placed)
     yield pack_header(len(placed), total, version)
     yield table
     pos = HEADER_SIZE + len(table)
     for sd, s in zip(sections, placed):
         yield b"\0" * (s.offset - pos)
-        yield sd.data
+        yield from _blocks(sd.data)
         pos = s.offset + s.length
     yield FOOTER.pack(zlib.crc32(table), len(placed), FOOTER_MAGIC)
 
@@ -208,7 +314,40 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData], version
     return size
 
 
-def _create_temp(path: Path) -> tuple[int, str]:
+class Scratch:
+    """A temporary file beside an artifact being built, for data too large to hold in memory
+    (spilled documents, text, the vector index). Named like ``write_artifact``'s temporaries and
+    locked while open, so a running build's are left alone; removed on ``close`` (after a success
+    or a failure), and a killed build's by the next write of the same artifact
+    (``remove_stale_temporaries``). ``file`` is open for reading and writing."""
+
+    def __init__(self, target: str | os.PathLike):
+        target = Path(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.path = _create_temp(target, os.O_RDWR)
+        try:
+            _lock(fd)
+            self.file = os.fdopen(fd, "w+b")
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.path)
+            raise
+
+    def close(self) -> None:
+        self.file.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "Scratch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _create_temp(path: Path, access: int = os.O_WRONLY) -> tuple[int, str]:
     """A new file ``.NAME.XXXXXXXX.tmp`` beside ``path``, created exclusively with mode 0666 less
     the umask. (tempfile.mkstemp would make it 0600, and reading the umask means setting it.)"""
     import secrets  # the runtime never writes: keep the import off the query path
@@ -216,7 +355,7 @@ def _create_temp(path: Path) -> tuple[int, str]:
     for _ in range(100):
         tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+            return os.open(tmp, access | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
         except FileExistsError:
             continue
     raise FileExistsError(f"cannot create a temporary file beside {path}")
@@ -312,6 +451,8 @@ class Artifact:
         self._buf = memoryview(self._mmap)
         self.size = size
         self._checked: set[str] = set()
+        self._pages: dict | None = None  # section -> its page crcs, read on first need
+        self._pages_ok: dict = {}  # section -> which pages were verified
         try:
             self.version, self.sections = validate(self._buf, str(self.path))
         except BaseException:
@@ -347,17 +488,79 @@ class Artifact:
     def __contains__(self, name: str) -> bool:
         return name in self.sections
 
-    def raw(self, name: str) -> memoryview:
-        """The stored bytes of a section, crc-checked on first access."""
+    def raw(self, name: str, paged: bool = False) -> memoryview:
+        """The stored bytes of a section, crc-checked on first access. ``paged``: the caller
+        checks each range before it uses it (``check_range``); the whole section is then not
+        read here, unless the artifact has no page checksums for it."""
         s = self.sections.get(name)
         if s is None:
             raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} is missing")
         view = self._buf[s.offset : s.offset + s.length]
-        if name not in self._checked:
+        if name not in self._checked and not (paged and self._page_crcs(name) is not None):
             if zlib.crc32(view) != s.crc32:
                 raise CorruptArtifact(f"{self.path}: corrupt artifact: crc mismatch in section {name!r}")
             self._checked.add(name)
         return view
+
+    def check_range(self, name: str, start: int, stop: int) -> None:
+        """Verify bytes [start, stop) of section ``name`` by their page checksums (each page once
+        per process); the whole section's crc32 when it has none."""
+        import numpy as np
+
+        if name in self._checked:
+            return
+        crcs = self._page_crcs(name)
+        if crcs is None:
+            self.raw(name)
+            return
+        first, last = start // PAGE, -(-stop // PAGE)
+        ok = self._pages_ok[name]
+        for p in np.flatnonzero(~ok[first:last]).tolist():
+            self._check_page(name, first + p, crcs)
+
+    def check_pages(self, name: str, starts, stops) -> None:
+        """``check_range`` for many ranges at once (rows of a table)."""
+        import numpy as np
+
+        if name in self._checked:
+            return
+        crcs = self._page_crcs(name)
+        if crcs is None:
+            self.raw(name)
+            return
+        starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
+        pages = np.concatenate([starts // PAGE, (np.maximum(stops, starts + 1) - 1) // PAGE])
+        ok = self._pages_ok[name]
+        for p in np.unique(pages[~ok[pages]]).tolist():  # nothing to sort once the pages were seen
+            self._check_page(name, p, crcs)
+
+    def _check_page(self, name: str, p: int, crcs) -> None:
+        s = self.sections[name]
+        lo = s.offset + p * PAGE
+        if zlib.crc32(self._buf[lo : min(lo + PAGE, s.offset + s.length)]) != crcs[p]:
+            raise CorruptArtifact(f"{self.path}: corrupt artifact: crc mismatch in section {name!r} (page {p})")
+        self._pages_ok[name][p] = True
+
+    def _page_crcs(self, name: str):
+        """The page checksums of ``name`` (a numpy u32 array), or None (no ``pages.crc32``, or the
+        section is small)."""
+        if PAGES not in self.sections:
+            return None
+        if self._pages is None:
+            import numpy as np
+
+            table = self.section(PAGES)
+            pages, at = {}, 0
+            for n, s in self.sections.items():
+                if s.length >= PAGED_MIN and n != PAGES:
+                    count = -(-s.length // PAGE)
+                    pages[n] = np.frombuffer(table, dtype="<u4", count=count, offset=at) if at + 4 * count <= len(table) else None
+                    at += 4 * count
+            if at != len(table):
+                raise CorruptArtifact(f"{self.path}: corrupt artifact: section {PAGES!r} does not match the sections it covers")
+            self._pages_ok = {n: np.zeros(len(c), dtype=bool) for n, c in pages.items()}
+            self._pages = pages
+        return self._pages.get(name)
 
     def unchecked(self, name: str) -> memoryview:
         """The stored bytes of a raw section, without checking its crc32. Only for sections
@@ -370,10 +573,11 @@ class Artifact:
             raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} must be raw")
         return self._buf[s.offset : s.offset + s.length]
 
-    def section(self, name: str) -> memoryview | bytes:
-        """A section's decoded bytes: a zero-copy view for raw sections, bytes for zstd ones."""
+    def section(self, name: str, paged: bool = False) -> memoryview | bytes:
+        """A section's decoded bytes: a zero-copy view for raw sections (``paged``: see ``raw``),
+        bytes for zstd ones."""
         s = self.sections.get(name)
-        view = self.raw(name)
+        view = self.raw(name, paged and s is not None and s.codec == CODEC_RAW)
         if s.codec == CODEC_RAW:
             return view
         import zstandard

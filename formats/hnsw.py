@@ -5,7 +5,8 @@ usearch restores a saved index as a view and then trusts it: a neighbour slot pa
 the graph, or a node level larger than its tape, makes a search read out of bounds and kill the
 process. A crc32 only proves the bytes are the ones the table names, and anyone who edits a
 file can forge it. So, as safetensors does with its header, every size, offset and slot is checked
-here first (in numpy, ~1 ms per 10k chunks). The layout, all little-endian:
+here first (in numpy, about 2 ms per 10,000 chunks: it reads the whole graph, so kb checks it in a
+background thread while a search starts, runtime/index.py). The layout, all little-endian:
 
     matrix:  rows(u32) cols(u32)  rows x cols bytes     (cols = bytes per vector)
     head:    "usearch"(7) major(u16) minor(u16) patch(u16) metric(u8) scalar(u8) key(u8)
@@ -19,6 +20,7 @@ here first (in numpy, ~1 ms per 10k chunks). The layout, all little-endian:
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,15 +42,39 @@ class BadIndex(ValueError):
     """The bytes are not a usearch index this reader can trust; the message says why."""
 
 
-def check_hnsw(buf, count: int) -> None:
+@dataclass(frozen=True)
+class HnswImage:
+    """What ``check_hnsw`` learned: the vector matrix at the start of the image (``rows`` x
+    ``cols`` bytes from byte ``MATRIX_START``), its scalar kind and dimensions, the graph's start,
+    and whether node i has key i (vectors added in key order: row i is then key i's vector)."""
+
+    rows: int
+    cols: int
+    dims: int
+    scalar: int
+    graph_start: int
+    keys_in_order: bool
+
+
+MATRIX_START = _MATRIX.size
+NUMPY_SCALARS = {11: "<f4", 12: "<f2"}  # the stored kinds numpy can view in place
+
+
+def matrix_head(buf) -> tuple[int, int]:
+    """(rows, cols) of the vector matrix; BadIndex when the buffer is shorter than its header."""
+    if len(buf) < _MATRIX.size:
+        raise BadIndex("shorter than its matrix header")
+    return _MATRIX.unpack(bytes(buf[: _MATRIX.size]))
+
+
+def check_hnsw(buf, count: int) -> HnswImage:
     """Raise BadIndex unless ``buf`` is a well-formed single-key usearch index of ``count`` vectors
     keyed 0..count-1 whose every neighbour slot points inside the graph."""
     b = np.frombuffer(buf, dtype=np.uint8)
     n = len(b)
-    if n < _MATRIX.size:
-        raise BadIndex("shorter than its matrix header")
-    rows, cols = _MATRIX.unpack(bytes(b[: _MATRIX.size]))
+    rows, cols = matrix_head(b)
     pos = _MATRIX.size + rows * cols
+    graph_start = pos
     if pos + HEAD_SIZE + _GRAPH.size > n:
         raise BadIndex("vector matrix runs past the end")
     magic, major, _minor, _patch, metric, scalar, key, slot, present, deleted, dims, multi = _HEAD.unpack(
@@ -74,7 +100,7 @@ def check_hnsw(buf, count: int) -> None:
     if size == 0:
         if pos != n:
             raise BadIndex("bytes after an empty graph")
-        return
+        return HnswImage(rows, cols, dims, scalar, graph_start, True)
     if entry >= size:
         raise BadIndex("entry point outside the graph")
     if pos + 2 * size > n:
@@ -89,32 +115,35 @@ def check_hnsw(buf, count: int) -> None:
     if int(offsets[-1]) != n:
         raise BadIndex(f"graph is {n - pos} bytes, its levels need {int(offsets[-1]) - pos}")
     starts = offsets[:-1]
-    head = b[starts[:, None] + np.arange(NODE_HEAD)]
+    head = _rows(b, starts, NODE_HEAD)
     keys = head[:, :8].copy().view("<u8").ravel()
     if np.any(keys >= count) or np.any(head[:, 8:].copy().view("<i2").ravel() != levels):
         raise BadIndex("node keys or levels are inconsistent")
+    in_order = bool(np.array_equal(keys, np.arange(count, dtype=np.uint64)))
+    del head, keys
     _check_neighbours(b, starts + NODE_HEAD, base, size)
     for level in range(1, int(max_level) + 1):
         at = np.flatnonzero(levels >= level)
         _check_neighbours(b, starts[at] + NODE_HEAD + base_bytes + (level - 1) * upper_bytes, conn, size)
+    return HnswImage(rows, cols, dims, scalar, graph_start, in_order)
+
+
+ROWS_AT_ONCE = 1 << 16  # neighbour lists gathered at a time (8.6 MB for M = 16): bounded scratch memory
+
+
+def _rows(b: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` bytes at each of ``starts`` as one row each (a copy): indexing rows of a
+    sliding-window view copies each row whole, several times faster than a gather per byte."""
+    return np.lib.stride_tricks.sliding_window_view(b, width)[starts]
 
 
 def _check_neighbours(b: np.ndarray, starts: np.ndarray, capacity: int, size: int) -> None:
     """Each list at ``starts``: count(u32) <= capacity, then that many slots < size."""
-    # The lists are read as u32 words through four views of the buffer, one per byte offset
-    # modulo 4 (a list may start anywhere): a quarter of the indices a byte gather needs.
-    words = [b[k : k + (len(b) - k) // 4 * 4].view("<u4") for k in range(4)]
-    span = np.arange(1 + capacity)
-    for lo in range(0, len(starts), 4096):  # bounded scratch memory on large graphs
-        s = starts[lo : lo + 4096]
-        lists = np.empty((len(s), 1 + capacity), dtype="<u4")
-        for k in range(4):
-            at = np.flatnonzero(s % 4 == k)
-            if len(at):
-                lists[at] = words[k][(s[at] - k)[:, None] // 4 + span]
+    for lo in range(0, len(starts), ROWS_AT_ONCE):
+        lists = _rows(b, starts[lo : lo + ROWS_AT_ONCE], 4 + 4 * capacity).view("<u4")
         counts = lists[:, 0]
         if np.any(counts > capacity):
             raise BadIndex("a neighbour list is longer than its capacity")
-        used = np.arange(capacity) < counts[:, None]
-        if np.any(lists[:, 1:][used] >= size):
+        slots = lists[:, 1:]
+        if np.any(slots >= size) and np.any(slots[np.arange(capacity) < counts[:, None]] >= size):
             raise BadIndex("a neighbour slot points outside the graph")

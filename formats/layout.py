@@ -75,21 +75,32 @@ def pack_blobs(items: list[bytes]) -> bytes:
 
 def pack_blob_buffer(data: bytes | np.ndarray, offsets: np.ndarray) -> bytes:
     """A blob table from its items' bytes back to back and ``count + 1`` offsets into them."""
-    return _BLOB_HEAD.pack(len(offsets) - 1, 0) + np.asarray(offsets, dtype="<u8").tobytes() + bytes(data)
+    return blob_head(offsets) + bytes(data)
+
+
+def blob_head(offsets: np.ndarray) -> bytes:
+    """The bytes of a blob table before its data: count, reserved, the ``count + 1`` offsets."""
+    return _BLOB_HEAD.pack(len(offsets) - 1, 0) + np.asarray(offsets, dtype="<u8").tobytes()
 
 
 class BlobTable:
     """Read side of ``pack_blobs`` over a memoryview; validates before trusting offsets."""
 
-    def __init__(self, buf: memoryview | bytes, what: str = "blob table"):
+    def __init__(self, buf: memoryview | bytes, what: str = "blob table", check=None):
+        """``check(start, stop)``, when given, verifies bytes of ``buf`` before they are read
+        (page checksums: Artifact.check_range); the head at once, each item when it is taken."""
         from .artifact import CorruptArtifact
 
         if len(buf) < _BLOB_HEAD.size:
             raise CorruptArtifact(f"corrupt artifact: {what} is shorter than its header")
+        if check is not None:
+            check(0, _BLOB_HEAD.size)
         count, _ = _BLOB_HEAD.unpack(bytes(buf[: _BLOB_HEAD.size]))
         head = _BLOB_HEAD.size + 8 * (count + 1)
         if head > len(buf):
             raise CorruptArtifact(f"corrupt artifact: {what} offsets run past its end")
+        if check is not None:
+            check(0, head)
         offsets = np.frombuffer(buf, dtype="<u8", count=count + 1, offset=_BLOB_HEAD.size)
         data_len = len(buf) - head
         if offsets[0] != 0 or offsets[-1] != data_len:
@@ -98,6 +109,7 @@ class BlobTable:
             raise CorruptArtifact(f"corrupt artifact: {what} offsets decrease")
         self._buf = buf
         self._head = head
+        self._check = check
         self.offsets = offsets
         self.count = count
 
@@ -112,6 +124,8 @@ class BlobTable:
 
     def __getitem__(self, i: int) -> memoryview:
         a, b = self.span(i)
+        if self._check is not None:
+            self._check(a, b)
         return self._buf[a:b]
 
 

@@ -82,6 +82,8 @@ def check_meta(meta) -> None:
     _check_analyzer(meta.get("analyzer"))
     for key in ("embedder", "reranker", "vectors"):
         _optional_dict(meta, key)
+    ef = (meta.get("vectors") or {}).get("expansion_search")
+    _need(ef is None or _is_int(ef, 1, 4096), "meta.vectors.expansion_search must be an integer in 1..4096")
     _need(meta.get("embedder") is None or isinstance(meta["embedder"].get("name", ""), str), "meta.embedder.name must be a string")
     tags = meta.get("tags")
     _need(isinstance(tags, dict) and _is_strs(tags.get("names")), "meta.tags.names must be a list of strings")

@@ -108,6 +108,11 @@ class Collection:
     def vectors(self):
         return self.members[0].vectors  # its dimensions: the shared model's
 
+    def prefetch_vectors(self) -> None:
+        """Each member's vector index opened and checked in the background (Index.prefetch_vectors)."""
+        for m in self.members:
+            m.prefetch_vectors()
+
     @property
     def has_query_model(self) -> bool:
         """kb search's in-place query encoder reads the first member's (the model is shared)."""

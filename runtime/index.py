@@ -69,6 +69,9 @@ class Index:
         self._block_lock = threading.Lock()
         self._term_cache: dict[str, int | None] = {}
         self.leg_cache: dict = {}  # per-leg memo of decoded data (runtime/bm25.py keeps impacts here)
+        self._prefetch = None  # the thread of prefetch_vectors
+        self._vector_state = None  # (usearch index, matrix view or None, HnswImage) once opened
+        self._vector_lock = threading.Lock()
         self._block_cache: OrderedDict = OrderedDict()
         self.artifact = Artifact(path)
         self.path = self.artifact.path
@@ -79,8 +82,10 @@ class Index:
             raise
 
     def close(self):
-        for name in ("vectors", "query_model"):
-            self.__dict__.pop(name, None)
+        if self._prefetch is not None:
+            self._prefetch.join()
+        self._vector_state = None  # views of the map: let them go before it closes
+        self.__dict__.pop("query_model", None)
         self.artifact.close()
 
     def __enter__(self):
@@ -157,16 +162,15 @@ class Index:
 
     @cached_property
     def doc_paths(self) -> L.BlobTable:
-        t = self._blobs(L.DOC_PATHS, self.n_docs)
-        try:
-            for i in range(len(t)):
-                bytes(t[i]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise self._corrupt(f"document path {i} is not UTF-8") from None
-        return t
+        """The paths as stored; ``doc_path`` checks each is UTF-8 as it decodes it (checking all
+        at open would cost a second per million documents)."""
+        return self._blobs(L.DOC_PATHS, self.n_docs, paged=True)
 
-    def _blobs(self, name: str, count: int | None = None) -> L.BlobTable:
-        t = L.BlobTable(self.artifact.section(name), f"section {name!r}")
+    def _blobs(self, name: str, count: int | None = None, paged: bool = False) -> L.BlobTable:
+        """A blob-table section; ``paged``: each item's bytes are verified when it is taken (page
+        checksums), not the whole section at once (text blocks and paths: O(1) per item)."""
+        check = (lambda a, b: self.artifact.check_range(name, a, b)) if paged else None
+        t = L.BlobTable(self.artifact.section(name, paged=paged), f"section {name!r}", check)
         if count is not None and len(t) != count:
             raise self._corrupt(f"section {name!r} holds {len(t)} items, expected {count}")
         return t
@@ -313,7 +317,10 @@ class Index:
         return d if d < self.n_docs and bytes(self.doc_paths[d]) == want else None
 
     def doc_path(self, d: int) -> str:
-        return bytes(self.doc_paths[d]).decode("utf-8")
+        try:
+            return bytes(self.doc_paths[d]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise self._corrupt(f"document path {d} is not UTF-8") from None
 
     def doc_chunks(self, d: int) -> range:
         """Chunk ids of document ``d``, in order."""
@@ -330,7 +337,7 @@ class Index:
     # --- chunk text ----------------------------------------------------------------------------
     @cached_property
     def _text_blocks(self) -> L.BlobTable:
-        return self._blobs(L.TEXT_BLOCKS, -(-self.n_chunks // self.meta.text_block))
+        return self._blobs(L.TEXT_BLOCKS, -(-self.n_chunks // self.meta.text_block), paged=True)
 
     @cached_property
     def _dctx(self):
@@ -403,7 +410,7 @@ class Index:
 
     @cached_property
     def _sources(self) -> L.BlobTable:
-        return self._blobs(L.DOC_SOURCES, self.n_docs)
+        return self._blobs(L.DOC_SOURCES, self.n_docs, paged=True)
 
     def source_lines(self, d: int) -> list[str]:
         """Document ``d``'s source text as lines: line n (1-based) is the line chunks' ``lines``
@@ -431,41 +438,132 @@ class Index:
     def has_reranker(self) -> bool:
         return L.MODEL_RERANK in self.artifact.sections
 
-    @cached_property
+    @property
     def vectors(self):
+        """The usearch index over the ``vectors.hnsw`` image, viewed in place once its graph is
+        checked slot by slot (formats/hnsw.py) and its bytes by their checksums. The matrix of
+        vectors before the graph is verified row by row as ``vectors_of`` reads it."""
+        return self._opened_vectors()[0]
+
+    @property
+    def vector_matrix(self) -> np.ndarray | None:
+        """The stored vectors as a (chunks, dim) numpy view of the image, row i = chunk i, when
+        numpy can view their kind (f16, f32) and nodes are in key order; else None."""
+        return self._opened_vectors()[1]
+
+    def prefetch_vectors(self) -> None:
+        """Open and check the vector index in a background thread, once: its checks read the
+        whole graph (O(chunks)), and a one-shot search loads its embedder and runs BM25
+        meanwhile. ``vectors`` waits for it; a failure is raised there, in the caller's thread."""
+        import threading
+
+        if self._vector_state is not None or self._prefetch is not None:
+            return
+
+        def run():
+            try:
+                self._opened_vectors()
+            except Exception:  # noqa: BLE001 - the caller's own access opens again and raises it
+                pass
+
+        self._prefetch = threading.Thread(target=run, name="kb-vectors", daemon=True)
+        self._prefetch.start()
+
+    def _opened_vectors(self) -> tuple:
+        state = self._vector_state
+        if state is None:
+            with self._vector_lock:  # one opening, whichever thread comes first; the other waits
+                if self._vector_state is None:
+                    self._vector_state = self._open_vectors()
+                state = self._vector_state
+        return state
+
+    def _open_vectors(self) -> tuple:
         from usearch.index import Index as UIndex
+
+        from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS, BadIndex, check_hnsw, matrix_head
 
         if not self.has_vectors:
             raise self._corrupt("no vector section (built with --embedder none)")
-        view = self.artifact.section(L.VECTORS)
-        from kb.formats.hnsw import BadIndex, check_hnsw
-
+        view = self.artifact.section(L.VECTORS, paged=True)
+        art = self.artifact
         try:  # usearch trusts the graph it is given: a bad slot would crash the process
-            check_hnsw(view, self.n_chunks)
+            art.check_range(L.VECTORS, 0, 8)
+            rows, cols = matrix_head(view)
+            art.check_range(L.VECTORS, min(8 + rows * cols, len(view)), len(view))
+            image = check_hnsw(view, self.n_chunks)
         except BadIndex as e:
             raise self._corrupt(f"vector index: {e}") from None
+        in_place = image.keys_in_order and image.scalar in NUMPY_SCALARS
         try:
-            idx = UIndex.restore(view, view=True)
+            idx = UIndex.restore(view, view=True, enable_key_lookups=not in_place)
         except Exception as e:  # usearch raises plain RuntimeError/ValueError on bad bytes
             raise self._corrupt(f"vector index does not load: {e}") from None
         if idx is None or len(idx) != self.n_chunks:
             raise self._corrupt("vector index does not match the chunk table")
+        ef = (self.meta.vectors or {}).get("expansion_search")
+        if ef:  # a usearch image does not keep it: kb.toml [vectors] expansion_search, kept in meta
+            idx.expansion_search = ef
         dim = (self.meta.embedder or {}).get("dim", idx.ndim)  # the card of the model that made the vectors
         if dim != idx.ndim:
             raise self._corrupt(f"vector index has {idx.ndim} dimensions, its embedder {dim}")
-        return idx
+        matrix = None
+        if in_place:
+            matrix = np.frombuffer(view, dtype=NUMPY_SCALARS[image.scalar], count=image.rows * image.dims, offset=MATRIX_START)
+            matrix = matrix.reshape(image.rows, image.dims)
+        return idx, matrix, image
 
     def vectors_of(self, ids: np.ndarray) -> np.ndarray:
-        """The stored vectors of chunks ``ids`` as float32 (len(ids), dim); corrupt when the index
-        lacks one of them (its keys must be the chunk ids)."""
-        got = self.vectors.get(np.asarray(ids, dtype=np.uint64))
+        """The stored vectors of chunks ``ids`` as float32 (len(ids), dim), their bytes verified;
+        corrupt when the index lacks one of them (its keys must be the chunk ids)."""
+        from kb.formats.hnsw import MATRIX_START
+
+        ids = np.asarray(ids, dtype=np.int64)
+        m = self.vector_matrix
+        if m is not None:
+            row = m.strides[0]
+            self.artifact.check_pages(L.VECTORS, MATRIX_START + ids * row, MATRIX_START + (ids + 1) * row)
+            return self._finite(m[ids].astype(np.float32))
+        got = self.vectors.get(ids.astype(np.uint64))
         try:
             vecs = np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
         except (ValueError, TypeError):
             raise self._corrupt("the vector index lacks the vectors of some chunks") from None
+        return self._finite(vecs)
+
+    def _finite(self, vecs: np.ndarray) -> np.ndarray:
+        """``vecs``, unless one is not finite (NaN cosines would reach the JSON as NaN)."""
         if not np.isfinite(vecs).all():
             raise self._corrupt("a stored vector is not finite")
         return vecs
+
+    def cosines(self, ids: np.ndarray, qv: np.ndarray) -> np.ndarray:
+        """The cosine of ``qv`` with the stored vector of each of ``ids`` (float32, in order),
+        their bytes verified: usearch's exact (SIMD) kernel over the rows gathered in place, or
+        numpy over float32 copies where the matrix cannot be viewed."""
+        ids = np.asarray(ids, dtype=np.int64)
+        m = self.vector_matrix
+        if m is None or not len(ids):
+            vecs = self.vectors_of(ids)
+            norms = np.linalg.norm(vecs, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
+            return (vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
+        from usearch.index import MetricKind, search
+
+        self.check_vectors(ids)
+        found = search(self._finite(m[ids]), np.asarray(qv, dtype=np.float32), len(ids), MetricKind.Cos, exact=True, threads=1)
+        sims = np.empty(len(ids), dtype=np.float32)
+        sims[np.asarray(found.keys, dtype=np.int64)] = 1.0 - np.asarray(found.distances, dtype=np.float32)
+        return sims
+
+    def check_vectors(self, ids: np.ndarray) -> None:
+        """Verify the stored bytes of the vectors of ``ids`` (results of an HNSW search, whose
+        walk through the graph read vectors kb cannot see)."""
+        from kb.formats.hnsw import MATRIX_START
+
+        if self.vector_matrix is not None and len(ids):
+            ids = np.asarray(ids, dtype=np.int64)
+            row = self.vector_matrix.strides[0]
+            self.artifact.check_pages(L.VECTORS, MATRIX_START + ids * row, MATRIX_START + (ids + 1) * row)
 
     @property
     def has_query_model(self) -> bool:

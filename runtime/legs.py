@@ -19,8 +19,6 @@ import numpy as np
 from .bm25 import query_ceiling, query_terms, top_bm25
 from .fusion import Leg, leg_from_ranking
 
-EXACT_VECTOR_MAX = 4096  # a filtered subset this small is scanned exactly, not through HNSW
-
 
 def bm25_leg(ix, name: str, text: str, weight: float, depth: int, allowed: np.ndarray) -> Leg:
     terms = query_terms(ix, text)
@@ -68,20 +66,61 @@ def tag_key(s: str) -> str:
 
 
 def top_vector(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Top ``k`` chunks by cosine among ``allowed``: exact over a small subset, else HNSW with
-    the search widened until ``k`` allowed hits are found (or the index is exhausted)."""
+    """Top ``k`` chunks by cosine among ``allowed``, by whichever strategy costs less for a subset
+    of this size (``exact_is_cheaper``): an exact scan of the subset's vectors, or an HNSW search
+    that over-fetches neighbours and keeps the allowed ones. Both are exact on the subset's
+    terms: the scan by construction, the search by widening until ``k`` allowed hits are found."""
     n_allowed = int(allowed.sum())
     if n_allowed == 0:
         return np.zeros(0, np.int64), np.zeros(0)
+    if exact_is_cheaper(n_allowed, ix.n_chunks, k):
+        return exact_top(ix, qv, k, allowed)
+    return hnsw_top(ix, qv, k, allowed, n_allowed)
+
+
+# The two strategies' costs, measured by bench/scale.py (RESULTS.md, "scale") on 384-dimensional
+# float16 vectors: an exact scan costs about SCAN_ROW_US per allowed chunk (gather, widen,
+# dot product), an HNSW search about SEARCH_NEIGHBOUR_US per neighbour it is asked for (its
+# beam is as wide as that count). The search over-fetches OVERFETCH times the neighbours that
+# hold k allowed chunks on average, so the scan wins below about sqrt(k N) x a few.
+SCAN_ROW_US = 0.5
+SEARCH_NEIGHBOUR_US = 6.0
+OVERFETCH = 1.5
+SCAN_BLOCK = 16384  # rows gathered at a time (12 MB of 384-d float16): bounded scratch memory
+
+
+def overfetch_count(n_allowed: int, n: int, k: int) -> int:
+    """Neighbours an HNSW search asks for so that about ``OVERFETCH * k`` of them are allowed."""
+    return min(n, max(k, int(k * n / max(n_allowed, 1) * OVERFETCH)))
+
+
+def exact_is_cheaper(n_allowed: int, n: int, k: int) -> bool:
+    """Whether scanning ``n_allowed`` vectors costs less than over-fetching through HNSW."""
+    if n_allowed >= n:
+        return False  # nothing filtered out: the index is the plain search
+    return n_allowed * SCAN_ROW_US <= overfetch_count(n_allowed, n, k) * SEARCH_NEIGHBOUR_US
+
+
+def exact_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` of ``allowed`` by exact cosine over their stored vectors (ties by chunk id)."""
+    ids = np.flatnonzero(allowed)
+    sims = np.empty(len(ids), dtype=np.float32)
+    for lo in range(0, len(ids), SCAN_BLOCK):
+        sims[lo : lo + SCAN_BLOCK] = ix.cosines(ids[lo : lo + SCAN_BLOCK], qv)
+    if len(ids) > k:
+        keep = np.argpartition(-sims, k - 1)[:k]
+        tied = sims >= sims[keep].min()  # every chunk tied with the k-th, so ties go by chunk id
+        ids, sims = ids[tied], sims[tied]
+    order = np.lexsort((ids, -sims))[:k]
+    return ids[order], sims[order].astype(np.float64)
+
+
+def hnsw_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray, n_allowed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` of ``allowed`` through the HNSW index: fetch enough neighbours that ``k`` of them
+    are likely allowed, and widen the search until they are (or the index is exhausted)."""
     index = ix.vectors
-    if n_allowed <= EXACT_VECTOR_MAX and n_allowed < ix.n_chunks:
-        ids = np.flatnonzero(allowed)
-        vecs = ix.vectors_of(ids)
-        norms = np.linalg.norm(vecs, axis=1)
-        sims = vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)
-        order = np.lexsort((ids, -sims))[:k]
-        return ids[order], sims[order].astype(np.float64)
-    count = min(ix.n_chunks, max(k, int(k * ix.n_chunks / n_allowed * 1.5)))
+    n_allowed = int(allowed.sum()) if n_allowed is None else n_allowed
+    count = overfetch_count(n_allowed, ix.n_chunks, k)
     while True:
         m = index.search(qv, count)
         keys = np.asarray(m.keys, dtype=np.int64)
@@ -94,5 +133,6 @@ def top_vector(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndar
         if keep.sum() >= k or count >= ix.n_chunks:
             keys, sims = keys[keep], sims[keep]
             order = np.lexsort((keys, -sims))[:k]
+            ix.check_vectors(keys[order])
             return keys[order], sims[order]
         count = min(ix.n_chunks, count * 4)

@@ -79,7 +79,6 @@ class Searcher:
         self.ix = index
         self.ops = ops_of(index)
         self.one_shot = one_shot
-        self._opening_vectors = None  # one-shot: the thread opening the vector index (``_vector_index``)
         self.device, self.compute_type = device, compute_type
         self._embedder = None
         self._reranker = reranker
@@ -112,25 +111,14 @@ class Searcher:
         return self._embedder
 
     def _open_vectors_aside(self) -> None:
-        """One-shot: open the vector index (crc32 of its section, the graph check, import usearch)
-        on another thread while this one runs the BM25 leg and embeds the query."""
-        if self.one_shot and self.ix.has_vectors and self._opening_vectors is None and "vectors" not in self.ix.__dict__:
-            import threading
-
-            def open_vectors():
-                try:
-                    self.ix.vectors
-                except Exception:  # noqa: BLE001 - this thread meets it again, and raises it, in _vector_index
-                    pass
-
-            self._opening_vectors = threading.Thread(target=open_vectors, name="kb-open-vectors", daemon=True)
-            self._opening_vectors.start()
+        """Open the vector index (its graph check, page checksums, usearch import) on another
+        thread while this one applies the filters, runs the BM25 leg and embeds the query: the
+        index opens it once, under a lock, whichever thread comes first (Index.prefetch_vectors)."""
+        if self.ix.has_vectors:
+            self.ix.prefetch_vectors()
 
     def _vector_index(self):
         """The vector index, once the thread opening it (if any) is done."""
-        if self._opening_vectors is not None:
-            self._opening_vectors.join()
-            self._opening_vectors = None
         return self.ix.vectors
 
     def reranker(self):
@@ -153,6 +141,8 @@ class Searcher:
             q = replace(q, text=parsed.text)  # the words that rank; the syntax filters below
         notices: list[Notice] = []
         use_bm25, use_vectors = self._legs_to_run(q, notices)
+        if use_vectors:
+            self._open_vectors_aside()  # checked while the filters, the embedder and BM25 run
         ops = self.ops
         allowed = ops.allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         if parsed is not None and (parsed.filters or parsed.path):
@@ -276,8 +266,6 @@ class Searcher:
         texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
         legs: list[Leg] = []
         qv = None
-        if use_vectors and w_dense > 0 and texts:
-            self._open_vectors_aside()
         for suffix, text, scale in texts:
             if use_bm25 and w_lex > 0:
                 t = time.perf_counter()

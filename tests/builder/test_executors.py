@@ -122,3 +122,53 @@ def test_a_shard_with_no_documents_fails_and_says_so(tmp_path):
     empty = next(i for i in range(n) if all(shard_of(p, n) != i for p in paths))
     with pytest.raises(BuildError, match=rf"^shard {empty}/64 holds none of the corpus's {len(paths)} documents; build fewer shards$"):
         build_hash(SAMPLE, tmp_path / "e.kb", shard=(empty, n))
+
+
+class PicklingExecutor(LocalExecutor):
+    """Runs each chunk + analyze shard as a Ray task would: ``run_shard`` on pickled copies of
+    the job and the shard's documents, never the forking closure."""
+
+    name = "pickling"
+
+    def __init__(self):
+        super().__init__(3)
+        self.shards = 0
+
+    def map_shards(self, fn, cuts, docs, doc_langs, job):
+        import pickle
+
+        from kb.builder.executors import run_shard
+
+        self.shards += len(cuts) - 1
+        return [run_shard(*pickle.loads(pickle.dumps((job, docs[lo:hi], doc_langs[lo:hi], lo)))) for lo, hi in zip(cuts, cuts[1:])]
+
+
+def test_shards_run_from_the_pickled_job_are_the_same_bytes_as_the_local_build(tmp_path, monkeypatch):
+    from kb.builder import shards
+
+    monkeypatch.setattr(shards, "MIN_SHARD_CHARS", 1000)  # several shards of the ~60 kB sample
+    executor = PicklingExecutor()
+    build_hash(SAMPLE, tmp_path / "a.kb", embedder="none")
+    build_hash(SAMPLE, tmp_path / "b.kb", embedder="none", executor=executor)
+    assert executor.shards > 1
+    assert (tmp_path / "a.kb").read_bytes() == (tmp_path / "b.kb").read_bytes()
+
+
+def test_a_vectors_build_cuts_each_record_whole_from_the_pickled_job_too(tmp_path):
+    import numpy as np
+    from dataclasses import replace
+
+    from kb.builder.build import build
+    from kb.builder.config import load_config
+
+    from test_vectors import RECORDS, vectors_for, write_corpus
+
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    np.save(npy, vectors_for(RECORDS))
+    cfg = replace(load_config(None), embedding_model="hash", reranker="none")
+    executor = PicklingExecutor()
+    local = build([], tmp_path / "a.kb", cfg, jsonl=[jsonl], vectors=npy)
+    build([], tmp_path / "b.kb", cfg, jsonl=[jsonl], vectors=npy, executor=executor)
+    assert local.chunks == len(RECORDS) and executor.shards >= 1  # the 400-word record is one chunk
+    assert (tmp_path / "a.kb").read_bytes() == (tmp_path / "b.kb").read_bytes()

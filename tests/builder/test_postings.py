@@ -1,6 +1,7 @@
 """The vectorised analyze -> postings path against a plain per-chunk reference, sharded or not."""
 
 from collections import defaultdict
+from contextlib import ExitStack
 from dataclasses import replace
 
 import numpy as np
@@ -113,3 +114,49 @@ def test_shard_bounds_balance_text_and_keep_small_inputs_whole(monkeypatch):
     assert shards.bounds([10] * 8, 2) == [0, 4, 8]
     assert shards.bounds([50, 10, 10, 10, 10, 10], 2) == [0, 1, 6]
     assert shards.bounds([10] * 3, 8) == [0, 1, 2, 3]
+
+
+def _file_bytes(data: tuple) -> bytes:
+    (part,) = data
+    with open(part.path, "rb") as f:
+        f.seek(part.offset)
+        return f.read(part.length)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(text, text, st.lists(st.tuples(text, text), min_size=1, max_size=4)), min_size=1, max_size=12),
+    st.sampled_from([(Analyzer(), None), (BILINGUAL, "mixed")]),
+    st.sampled_from([0.0, 1.5]),
+    st.lists(st.integers(0, 11), max_size=4),
+    st.integers(1, 60),
+    st.integers(1, 40),
+)
+def test_postings_spilled_in_blocks_are_the_bytes_of_the_in_memory_path(spec, analysis, section_weight, cuts, block, batch):
+    """PostingsSpill over windows, blocks of a few occurrences and merges of a few postings gives
+    build_postings's bytes, dropped terms (a zero section weight) included."""
+    import tempfile
+    from pathlib import Path
+
+    from kb.builder.postings import PostingsSpill
+    from kb.formats.artifact import Scratch
+
+    analyzer, how = analysis
+    documents = [Document(f"d{i}", f"d{i}", "text", title, "", description=desc) for i, (title, desc, _) in enumerate(spec)]
+    langs = None if how is None else [("en", "de")[i % 2] for i in range(len(documents))]
+    rows = [B.ChunkRow(i, Chunk(sec, body, 1, 1)) for i, (_, _, chunks) in enumerate(spec) for sec, body in chunks]
+    cfg = replace(BuildConfig(), bm25=replace(BM25Params(), section_weight=section_weight))
+    chunk_doc = np.array([r.doc for r in rows], dtype=np.int64)
+    want = B.build_postings(B.analyze(documents, rows, analyzer, langs), cfg, chunk_doc, len(documents))
+    bounds = sorted({0, len(rows), *(int(np.searchsorted(chunk_doc, c)) for c in cuts)})  # windows of whole documents
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        scratch = lambda: stack.enter_context(Scratch(Path(tmp) / "a.kb"))  # noqa: E731
+        spill = PostingsSpill(cfg.bm25, scratch, block_occurrences=block, merge_batch=batch)
+        for lo, hi in zip(bounds, bounds[1:]):
+            spill.add(B.analyze(documents, rows[lo:hi], analyzer, langs), chunk_doc[lo:hi])
+        got = spill.finish(chunk_doc, len(documents))
+        assert got.terms == want.terms
+        for name in ("hashes", "offsets", "lengths", "doc_df", "doc_offsets"):
+            assert getattr(got, name).tobytes() == getattr(want, name).tobytes(), name
+        for name in ("ids", "impacts", "doc_ids", "doc_impacts"):
+            assert _file_bytes(getattr(got, name)) == getattr(want, name).tobytes(), name

@@ -28,6 +28,33 @@ def test_sections_round_trip_byte_for_byte(tmp_path_factory, secs):
         assert all(s.offset % A.ALIGNMENT == 0 for s in art.sections.values())
 
 
+@given(st.dictionaries(names, st.lists(st.binary(max_size=3000), max_size=4), max_size=4), st.integers(1, 5000))
+def test_sections_given_as_parts_and_file_ranges_are_written_as_their_bytes(tmp_path_factory, secs, block):
+    """A spilled section (in-memory parts and ranges of a scratch file, copied in blocks) is
+    written exactly as the same bytes given whole."""
+    folder = tmp_path_factory.mktemp("parts")
+    with A.Scratch(folder / "a.kb") as scratch:
+        parts = {}
+        for n, pieces in secs.items():
+            parts[n] = []
+            for i, piece in enumerate(pieces):
+                if i % 2:
+                    parts[n].append(piece)
+                else:
+                    at = scratch.file.tell()
+                    scratch.file.write(b"pad" + piece)
+                    parts[n].append(A.FileRange(scratch.path, at + 3, len(piece)))
+        scratch.file.flush()
+        old_block, A.COPY_BLOCK = A.COPY_BLOCK, block
+        try:
+            split = _write(folder, [A.SectionData(n, tuple(p)) for n, p in parts.items()])
+        finally:
+            A.COPY_BLOCK = old_block
+    whole = _write(folder, [A.SectionData(n, b"".join(p)) for n, p in secs.items()], "b.kb")
+    assert split.read_bytes() == whole.read_bytes()
+    assert sorted(p.name for p in folder.iterdir()) == ["a.kb", "b.kb"]  # the scratch file is gone
+
+
 @given(st.lists(st.binary(max_size=300), max_size=20))
 def test_blob_tables_round_trip(items):
     t = BlobTable(pack_blobs(items))

@@ -5,6 +5,7 @@ imports neither usearch nor any encoder."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -36,6 +37,32 @@ def tiny_model_artifact(tmp_path_factory):
     rep = build_hash(SAMPLE, out, embedder="tiny-wp")
     assert L.MODEL_QUERY in rep.section_bytes, rep.warnings
     return out
+
+
+def test_a_build_with_given_vectors_packs_the_query_section_and_kb_search_uses_it(tiny_model_artifact, tmp_path):
+    """--vectors never runs the model to embed; its query section is still written (the
+    self-check loads the packed model at the end) and a one-shot search embeds in place."""
+    import numpy as np
+
+    from kb.builder.build import build
+    from kb.builder.config import load_config
+    from kb.builder.embedders import make_embedder
+    from kb.runtime.index import Index
+
+    texts = ["the shared drive is out of space", "printers on the third floor", "vacation days carry over"]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": f"r{i}", "path": f"r{i}.md", "text": t}) + "\n" for i, t in enumerate(texts)))
+    np.save(tmp_path / "v.npy", make_embedder("tiny-wp").embed(texts))
+    out = tmp_path / "byo.kb"
+    cfg = dataclasses.replace(load_config(None), embedding_model="tiny-wp", reranker="none")
+    rep = build([], out, cfg, jsonl=[jsonl], vectors=tmp_path / "v.npy")
+    assert L.MODEL_QUERY in rep.section_bytes, rep.warnings
+    with Index(out) as ix:
+        assert ix.has_query_model
+    code, found, modules, err = _kb("search", texts[0], "-i", out, "--json", "--no-stale-check", "--mode", "vector", "--top-k", "1")
+    assert code == 0, err
+    assert found["results"][0]["doc_id"] == "r0"
+    assert "kb.common.query_encoder" in modules and "ctranslate2" not in modules
 
 
 def _rewritten(path, out, name, edit):

@@ -1,0 +1,248 @@
+"""The stages that take the corpus a window at a time, so a build's memory does not grow with its text.
+
+``build`` reads the documents back from their store (builder/store.py) in windows of about
+``WINDOW_BYTES``, cut between documents; each window is chunked and analyzed, then handed to
+these accumulators in chunk-id order:
+
+- ``ChunkColumns``: the chunk table's columns, each status's and tag's chunk ids, the document
+  paths: a few bytes per chunk and per document;
+- ``TextBlocks``: each chunk's record, appended to a scratch file; ``finish`` trains the zstd
+  dictionary on the sample the whole-corpus stage took (every n-th record, n from the total
+  size) and compresses the blocks into a second scratch file, which the writer copies;
+- ``VectorIndex``: the HNSW graph, vectors added in chunk-id order on one thread (the same graph
+  as one add of them all; kb.toml ``[vectors] threads`` trades that for speed); ``save`` writes
+  it to a scratch file, which the writer copies.
+
+The postings stage takes the same windows (builder/postings.py). What stays in memory is the HNSW
+graph, the vocabulary, a few bytes per chunk, and one window. Every output byte is the same as
+when the whole corpus was one window.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+
+import numpy as np
+
+from kb.formats import layout as L
+from kb.formats import records as R
+from kb.formats.artifact import FileRange, Scratch
+
+WINDOW_BYTES = 32 << 20  # stored document bytes per window: bounds the chunking and analysis working set
+ZSTD_LEVEL = R.ZSTD_LEVEL  # text blocks compress like the manifest
+ZSTD_DICT_BYTES = 32 * 1024  # at most; a dictionary is about a tenth of the text it is trained on
+ZSTD_DICT_MIN_BYTES = 4 * 1024  # below this a dictionary does not pay for its own bytes
+ZSTD_DICT_MIN_SAMPLES = 64  # below this, training fails or does not pay
+# Fixed COVER parameters (segment size k, d-mer size d): letting zstd search for them cost ~5 s
+# on 3.6k Hugo chunks; k=256, d=8 trains in 0.1 s and compresses within 1% of the searched best.
+ZSTD_DICT_K, ZSTD_DICT_D = 256, 8
+# Train on every n-th record, at most about 100x the dictionary's size (zstd's rule of thumb):
+# on SciFact's 8.9 MB of records that trains in 0.11 s instead of 0.32 s, for 0.45% more bytes.
+ZSTD_DICT_SAMPLE_FACTOR = 100
+COMPRESS_BATCH = 4096  # text blocks (or document sources) compressed at a time: a few MB of records
+
+
+def windows(sizes: np.ndarray, budget: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive document ranges [lo, hi) of about ``budget`` bytes (default ``WINDOW_BYTES``)
+    each, at least one document each."""
+    budget = WINDOW_BYTES if budget is None else budget
+    ends = np.cumsum(sizes)
+    out, lo = [], 0
+    while lo < len(sizes):
+        start = ends[lo - 1] if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(ends, start + budget, side="right")))
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+class ChunkColumns:
+    """The chunk table, the status and tag filters and the document paths, filled in chunk-id order.
+
+    Statuses are coded in ``statuses`` order: the configured ones, then unknown ones as first met."""
+
+    def __init__(self, statuses, default_status: str, tags):
+        self.statuses = list(statuses)
+        self.unknown: list[str] = []
+        self._code = {s: i for i, s in enumerate(self.statuses)}
+        self._default = default_status
+        self.doc, self.start, self.end, self.status = array("I"), array("I"), array("I"), array("H")
+        self.tag_ids: dict[str, array] = {t: array("I") for t in tags}
+        self.paths = bytearray()
+        self.path_ends = array("Q", [0])
+
+    def __len__(self) -> int:
+        return len(self.doc)
+
+    def add(self, docs, rows, first_doc: int) -> None:
+        """A window: its ``docs`` (document ``first_doc`` onwards) and their chunks ``rows``."""
+        for d in docs:
+            self.paths += d.path.encode("utf-8")
+            self.path_ends.append(len(self.paths))
+        code = self._code
+        for r in rows:
+            d = docs[r.doc]
+            st = d.status or self._default
+            c = code.get(st)
+            if c is None:
+                c = code[st] = len(self.statuses)
+                self.statuses.append(st)
+                self.unknown.append(st)
+            cid = len(self.doc)
+            self.doc.append(first_doc + r.doc)
+            self.start.append(r.chunk.start_line)
+            self.end.append(r.chunk.end_line)
+            self.status.append(c)
+            for t in d.tags:
+                ids = self.tag_ids.get(t)
+                if ids is None:
+                    ids = self.tag_ids[t] = array("I")
+                ids.append(cid)
+
+    def chunk_doc(self) -> np.ndarray:
+        return np.frombuffer(self.doc, dtype=np.uint32).astype(np.int64)
+
+    def table(self) -> bytes:
+        t = np.zeros(len(self.doc), dtype=L.CHUNK_DTYPE)
+        t["doc"], t["start_line"], t["end_line"], t["status"] = self.doc, self.start, self.end, self.status
+        return t.tobytes()
+
+    def first_chunk(self, documents: int) -> bytes:
+        """``docs.first_chunk``: u32 x (documents + 1), document d's chunks are [f[d], f[d + 1])."""
+        f = np.zeros(documents + 1, dtype="<u4")
+        np.cumsum(np.bincount(np.frombuffer(self.doc, dtype=np.uint32), minlength=documents), out=f[1:])
+        return f.tobytes()
+
+    def doc_paths(self) -> bytes:
+        return L.pack_blob_buffer(self.paths, np.frombuffer(self.path_ends, dtype=np.uint64))
+
+    def filters(self) -> tuple[list[str], list[bytes], list[str], list[bytes]]:
+        """(statuses, their bitmaps, tag names sorted, their bitmaps), bitmaps serialized."""
+        from pyroaring import BitMap
+
+        status = np.frombuffer(self.status, dtype=np.uint16)
+        status_bitmaps = [BitMap(array("I", np.flatnonzero(status == i).astype(np.uint32).tobytes())).serialize() for i in range(len(self.statuses))]
+        names = sorted(self.tag_ids)
+        return self.statuses, status_bitmaps, names, [BitMap(self.tag_ids[t]).serialize() for t in names]
+
+
+class TextBlocks:
+    """The text stage: chunk records spilled as they come, compressed into blocks at the end."""
+
+    def __init__(self, raw: Scratch, packed: Scratch):
+        self._raw, self._packed = raw, packed
+        self._ends = array("q")
+        self._size = 0
+
+    def add(self, docs, rows) -> None:
+        write = self._raw.file.write
+        for r in rows:
+            d = docs[r.doc]
+            rec = R.pack_chunk_record(R.ChunkRecord(r.chunk.text, r.chunk.section, d.title, d.doc_id, d.tags))
+            write(rec)
+            self._size += len(rec)
+            self._ends.append(self._size)
+
+    def finish(self, threads: int = 1) -> tuple[bytes, tuple]:
+        """(the zstd dictionary, the ``text.blocks`` section data: its blob-table head in memory,
+        the compressed blocks in a scratch file). ``threads`` compress blocks at once (each block
+        is its own frame: the bytes do not depend on the number)."""
+        import zstandard
+
+        self._raw.file.flush()
+        n, ends, fd = len(self._ends), self._ends, self._raw.file.fileno()
+
+        def span(i: int, j: int) -> tuple[bytes, int]:
+            """Records i..j-1, read (not mapped: mapped pages would count in the build's RSS),
+            and the offset of the first."""
+            start = ends[i - 1] if i else 0
+            return os.pread(fd, ends[j - 1] - start, start), start
+
+        zdict = b""
+        total = self._size
+        dict_bytes = min(ZSTD_DICT_BYTES, total // 10)
+        if n >= ZSTD_DICT_MIN_SAMPLES and dict_bytes >= ZSTD_DICT_MIN_BYTES:
+            try:
+                step = max(1, -(-total // (ZSTD_DICT_SAMPLE_FACTOR * dict_bytes)))
+                samples = [span(i, i + 1)[0] for i in range(0, n, step)]
+                zdict = zstandard.train_dictionary(dict_bytes, samples, k=ZSTD_DICT_K, d=ZSTD_DICT_D, threads=1, level=ZSTD_LEVEL).as_bytes()
+            except zstandard.ZstdError:
+                zdict = b""  # too little or too uniform text to train on: plain zstd still works
+
+        def batches():
+            step = L.TEXT_BLOCK * COMPRESS_BATCH
+            for lo in range(0, n, step):
+                hi = min(n, lo + step)
+                data, base = span(lo, hi)
+                view = memoryview(data)
+                record = [view[(ends[i - 1] if i else 0) - base : ends[i] - base] for i in range(lo, hi)]
+                yield [R.pack_text_block(record[b : b + L.TEXT_BLOCK]) for b in range(0, hi - lo, L.TEXT_BLOCK)]
+
+        return zdict, spill_frames(batches(), compressor(zdict), self._packed, threads)
+
+
+def compressor(zdict: bytes):
+    """The zstd compressor of text.blocks and docs.source: with text.dict when there is one."""
+    import zstandard
+
+    params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
+    if zdict:
+        params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
+    return zstandard.ZstdCompressor(**params)
+
+
+def spill_frames(batches, cctx, out: Scratch, threads: int = 1) -> tuple:
+    """A blob table of one zstd frame per item of ``batches`` (lists of bytes), compressed
+    ``threads`` at once (each item is its own frame: the bytes do not depend on the number): its
+    head in memory, the frames in the scratch file ``out``."""
+    offsets = array("Q", [0])
+    write = out.file.write
+    for raw in batches:
+        packed = cctx.multi_compress_to_buffer(raw, threads=threads) if threads > 1 and raw else [cctx.compress(b) for b in raw]
+        for i in range(len(raw)):
+            frame = packed[i]
+            write(frame)
+            offsets.append(offsets[-1] + len(frame))
+    out.file.flush()
+    head = L.blob_head(np.frombuffer(offsets, dtype=np.uint64))
+    return (head, FileRange(out.path, 0, offsets[-1]))
+
+
+def pack_sources(docs, zdict: bytes, out: Scratch, threads: int = 1) -> tuple:
+    """docs.source: each document's source text (front matter included), so ``kb get
+    PATH:FROM:COUNT`` gives the exact lines the chunks' line numbers count. Chunk texts cannot:
+    they drop front matter and the blank lines between chunks, repeat the overlap, and rejoin
+    a line split into sentences with single spaces. ``docs``: the documents in artifact order
+    (indexable), read back a batch at a time; the section data as ``spill_frames`` gives it."""
+
+    def batches():
+        for lo in range(0, len(docs), COMPRESS_BATCH):
+            yield [R.pack_source(docs[i].source) for i in range(lo, min(len(docs), lo + COMPRESS_BATCH))]
+
+    return spill_frames(batches(), compressor(zdict), out, threads)
+
+
+class VectorIndex:
+    """The hnsw stage: vectors added in chunk-id order, a window at a time, on one thread."""
+
+    def __init__(self, dim: int, v):
+        from usearch.index import Index
+
+        self.index = Index(ndim=dim, metric="cos", dtype=v.dtype, connectivity=v.connectivity, expansion_add=v.expansion_add, expansion_search=v.expansion_search)
+        self.threads = v.threads  # 1 (the default): a deterministic graph
+        self.count = 0
+
+    def add(self, vecs: np.ndarray) -> None:
+        """Vectors of the next ``len(vecs)`` chunks (keys are chunk ids)."""
+        if len(vecs):
+            self.index.add(np.arange(self.count, self.count + len(vecs), dtype=np.uint64), vecs, threads=self.threads)
+        self.count += len(vecs)
+
+    def save(self, scratch: Scratch) -> FileRange:
+        """Write the index (usearch's ``save`` format) to ``scratch`` and free the graph."""
+        import os
+
+        self.index.save(scratch.path)
+        self.index = None
+        return FileRange(scratch.path, 0, os.path.getsize(scratch.path))

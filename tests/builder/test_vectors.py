@@ -1,0 +1,133 @@
+"""kb-build --jsonl FILE --vectors FILE.npy: vectors brought with the corpus (builder/vectors.py)."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from kb.builder.cli import main as kb_build
+from kb.runtime.index import Index
+from kb.runtime.search import Query, Searcher
+
+import fakes
+
+LONG = " ".join(f"word{i}" for i in range(400))  # far past the 200-token chunk budget
+RECORDS = [
+    {"id": "c", "path": "notes/c.md", "title": "Gamma", "text": "the gamma ray burst was brief", "tags": ["sky"], "status": "derived"},
+    {"id": "a", "path": "notes/a.md", "title": "Alpha", "text": "alpha particles and helium nuclei\nsecond line\n"},
+    {"id": "b", "path": "notes/b.md", "title": "Beta", "text": LONG},
+    {"id": "d", "path": "notes/d.md", "title": "Delta", "text": "river delta sediment and silt"},
+]
+
+
+def write_corpus(tmp_path, records=RECORDS, blank_after=1, raw_lines=()):
+    lines = [json.dumps(r) for r in records]
+    lines.insert(blank_after + 1, "")  # a blank line is no record: it has no row
+    lines.extend(raw_lines)
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def vectors_for(records, dtype="float32"):
+    """The stand-in embedder's vectors of the records, scaled (a given row need not be unit length)."""
+    texts = [r["text"] if isinstance(r, dict) else "malformed" for r in records]
+    return (fakes.HashEmbedder().embed(texts) * 3.0).astype(dtype)
+
+
+def run(tmp_path, *args):
+    out = tmp_path / "v.kb"
+    r = CliRunner().invoke(kb_build, ["-o", str(out), "--no-reranker", *map(str, args)])
+    return r, out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_row_i_is_the_vector_of_record_i_and_each_record_is_one_chunk(tmp_path, dtype):
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    np.save(npy, vectors_for(RECORDS, dtype))
+    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 0, r.output
+    given = np.load(npy).astype(np.float32)
+    given /= np.linalg.norm(given, axis=1, keepdims=True)
+    with Index(out) as ix:
+        assert ix.n_chunks == ix.n_docs == 4  # the 400-word record is not re-chunked
+        assert ix.meta.embedder["name"] == "hash-64" and ix.meta.source == "jsonl"
+        row_of = {rec["id"]: i for i, rec in enumerate(RECORDS)}
+        for c in range(ix.n_chunks):
+            stored = ix.chunk(c)
+            rec = RECORDS[row_of[stored.doc_id]]
+            assert stored.text == rec["text"] and stored.title == rec["title"] and stored.section == ""
+            np.testing.assert_allclose(ix.vectors_of(np.array([c]))[0], given[row_of[stored.doc_id]], atol=2e-3)
+        assert [ix.chunk(c).path for c in range(4)] == ["notes/a.md", "notes/b.md", "notes/c.md", "notes/d.md"]
+        assert ix.chunk(0).lines == (1, 2) and ix.chunk(2).status == "derived" and ix.chunk(2).tags == ("sky",)
+        assert "v.npy" in {s.path for s in ix.manifest().sources}
+        hits = Searcher(ix).search(Query("river delta sediment and silt", mode="vector", top_k=1, all_statuses=True)).results
+        assert hits[0].doc_id == "d"  # the query is embedded by the model named with --embedder
+
+
+def test_a_skipped_record_keeps_its_row(tmp_path):
+    jsonl = write_corpus(tmp_path, raw_lines=["{not json"])
+    npy = tmp_path / "v.npy"
+    np.save(npy, vectors_for(RECORDS + [None]))
+    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 0, r.output
+    assert "skipped 1:\n  c.jsonl:6: malformed JSON" in r.stderr
+    with Index(out) as ix:
+        d = next(c for c in range(ix.n_chunks) if ix.chunk(c).doc_id == "d")
+        want = vectors_for(RECORDS)[3] / 3.0
+        np.testing.assert_allclose(ix.vectors_of(np.array([d]))[0], want, atol=2e-3)
+
+
+def refused(tmp_path, args, message):
+    r, out = run(tmp_path, *args)
+    assert (r.exit_code, r.stderr) == (2, f"kb-build: error: {message}\n")
+    assert not out.exists()
+
+
+def test_wrong_width_row_count_and_values_are_one_line_and_exit_2(tmp_path):
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    args = ("--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    np.save(npy, np.ones((4, 32), np.float32))
+    refused(tmp_path, args, f"{npy}: rows of 32 dimensions, but hash makes 64; --embedder must name the model that made the vectors")
+    np.save(npy, vectors_for(RECORDS[:3]))
+    refused(tmp_path, args, f"{npy}: 3 rows, but {jsonl} holds 4 records (one row per non-blank line)")
+    v = vectors_for(RECORDS)
+    v[2, 5] = np.nan
+    np.save(npy, v)
+    refused(tmp_path, args, f"{npy}: row 2 holds NaN; every value must be finite")
+    v[2, 5], v[3, 0] = 0.0, np.inf
+    np.save(npy, v.astype(np.float16))
+    refused(tmp_path, args, f"{npy}: row 3 holds an infinity; every value must be finite")
+    v[3] = 0.0
+    np.save(npy, v)
+    refused(tmp_path, args, f"{npy}: row 3 is all zeros; a cosine needs a direction")
+
+
+def test_arrays_that_are_not_2d_float32_or_float16_are_refused(tmp_path):
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    args = ("--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    np.save(npy, vectors_for(RECORDS, "float64"))
+    refused(tmp_path, args, f"{npy}: float64 vectors; give float32 or float16")
+    np.save(npy, np.ones(64, np.float32))
+    refused(tmp_path, args, f"{npy}: a 1-dimensional array; give one row per JSON Lines record (records x dimensions)")
+    npy.write_text("not an array")
+    refused(tmp_path, args, f"{npy}: not a .npy file; --vectors takes one array saved by numpy.save")
+    npy.write_bytes(b"\x93NUMPY\x01\x00")  # a truncated header: numpy's own words in the parentheses
+    r, out = run(tmp_path, *args)
+    assert r.exit_code == 2 and r.stderr.startswith(f"kb-build: error: {npy}: not a readable .npy array (") and r.stderr.count("\n") == 1
+    refused(tmp_path, ("--jsonl", jsonl, "--vectors", tmp_path / "none.npy", "--embedder", "hash"), f"{tmp_path / 'none.npy'}: no such file (--vectors)")
+
+
+def test_vectors_need_one_jsonl_no_folder_and_the_model_that_made_them(tmp_path):
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    np.save(npy, vectors_for(RECORDS))
+    refused(tmp_path, ("--jsonl", jsonl, "--vectors", npy), "--vectors needs --embedder NAME, the model that made the vectors (it embeds the queries)")
+    refused(tmp_path, ("--jsonl", jsonl, "--vectors", npy, "--embedder", "none"), "--vectors needs the model that made them; --embedder none builds no vectors")
+    one = "--vectors needs exactly one --jsonl FILE and no CORPUS folder: row i of the array is the vector of record i of that file"
+    refused(tmp_path, ("--jsonl", jsonl, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash"), one)
+    refused(tmp_path, (tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash"), one)

@@ -1,0 +1,46 @@
+"""The dense leg at scale: its two strategies for a filtered subset, and the HNSW expansion it searches with."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kb.runtime.index import Index
+from kb.runtime.legs import exact_is_cheaper, exact_top, hnsw_top, overfetch_count
+
+from corpora import SAMPLE
+
+
+def test_both_dense_strategies_agree_with_a_brute_force_ranking(sample_artifact):
+    with Index(sample_artifact) as ix:
+        vecs = ix.vectors_of(np.arange(ix.n_chunks))
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        rng = np.random.default_rng(0)
+        for _ in range(5):
+            q = vecs[rng.integers(ix.n_chunks)] + 0.1 * rng.standard_normal(vecs.shape[1]).astype(np.float32)
+            allowed = rng.random(ix.n_chunks) < 0.5
+            sims = np.where(allowed, vecs @ q / np.linalg.norm(q), -np.inf)
+            want = np.lexsort((np.arange(ix.n_chunks), -sims))[:5]
+            assert exact_top(ix, q, 5, allowed)[0].tolist() == want.tolist()
+            assert set(hnsw_top(ix, q, 5, allowed)[0].tolist()) == set(want.tolist())
+
+
+def test_the_search_uses_the_expansion_the_build_was_configured_with(tmp_path):
+    from dataclasses import replace
+
+    from kb.builder.build import build
+    from kb.builder.config import BuildConfig
+
+    cfg = BuildConfig()
+    cfg = replace(cfg, embedding_model="hash", reranker="none", vectors=replace(cfg.vectors, expansion_search=211))
+    build([SAMPLE], tmp_path / "e.kb", cfg)
+    with Index(tmp_path / "e.kb") as ix:
+        assert ix.meta.vectors["expansion_search"] == 211 and ix.vectors.expansion_search == 211
+
+
+def test_the_strategy_is_the_cheaper_one_for_the_subset_size():
+    n, k = 1_000_000, 50
+    assert overfetch_count(10_000, n, k) == 7500 and overfetch_count(n, n, k) == 75
+    assert exact_is_cheaper(10_000, n, k)  # 1%: a scan of 10,000 rows beats a beam of 7,500
+    assert not exact_is_cheaper(300_000, n, k)  # 30%: the index wins
+    assert not exact_is_cheaper(n, n, k)  # unfiltered: always the index
+    assert exact_is_cheaper(50, 60, k)  # a tiny corpus: the scan
