@@ -54,7 +54,10 @@ def build_all(beir: Path, out: Path, shards: int, rebuild: bool) -> tuple[Path, 
 
 
 def key(r) -> tuple:
-    return (r.doc_id, r.section, tuple(r.lines))
+    """A chunk, the same in both: its document, place and snippet. A chunk id is not (it counts
+    within its artifact), and (doc_id, section, lines) alone is not unique: a one-line document
+    cut into several chunks (as BEIR passages are) gives each of them the same lines."""
+    return (r.doc_id, r.section, tuple(r.lines), r.snippet)
 
 
 def timed(searcher, query, repeat: int) -> float:
