@@ -205,9 +205,17 @@ if "$(dirname "$KB_REF")/kb-build" "$ROOT/tests/data/mixed" -o "$MULTI" --embedd
     check multi-hybrid-ja search "温泉の入り方" -i "$MULTI" --json --no-stale-check
     check multi-vector-de search "Wie backe ich Brot" -i "$MULTI" --mode vector --json --no-stale-check
     check multi-info info -i "$MULTI" --json
-    "$(dirname "$KB_REF")/kb-build" "$ROOT/tests/data/mixed" -o "$TMP/multi2.kb" --embedder multilingual-e5-small --no-reranker -q \
-        && ref set create "$TMP/multi.kbset" "$MULTI" "$TMP/multi2.kb" > /dev/null \
+    # a set: the same documents as two artifacts (two halves of the folder), searched as one
+    mkdir -p "$TMP/halfA" "$TMP/halfB"
+    for f in "$ROOT"/tests/data/mixed/*; do
+        case "$(basename "$f")" in [a-m]*) cp "$f" "$TMP/halfA/" ;; *) cp "$f" "$TMP/halfB/" ;; esac
+    done
+    for h in A B; do
+        "$(dirname "$KB_REF")/kb-build" "$TMP/half$h" -o "$TMP/half$h.kb" --embedder multilingual-e5-small --no-reranker -q || echo "smoke: cannot build half $h" >&2
+    done
+    ref set create "$TMP/multi.kbset" "$TMP/halfA.kb" "$TMP/halfB.kb" > /dev/null 2>&1 \
         && check set-hybrid search "how to fix a flat bicycle tyre" -i "$TMP/multi.kbset" --json --no-stale-check
+    check set-info info -i "$TMP/halfA.kb" -i "$TMP/halfB.kb" --json
 else
     echo "skip multilingual cases (kb-build --embedder multilingual-e5-small: $(tail -1 "$TMP/out/multi.err"))"
 fi
