@@ -17,6 +17,7 @@ the open index and the loaded models and is shared by every query (and thread) o
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -102,7 +103,8 @@ class Searcher:
             else:
                 from kb.common.encoders import load_embedder
 
-                embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
+                with self._packed_model("embedding model"):
+                    embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
                 if self.ix.has_vectors and embedder.dim != self._vector_index().ndim:
                     from kb.formats.artifact import CorruptArtifact
 
@@ -126,8 +128,26 @@ class Searcher:
         if self._reranker is None and self.ix.has_reranker:
             from .cross_encoder import load_reranker
 
-            self._reranker = load_reranker(self.ix.model_files("model.rerank"), self.device, self.compute_type)
+            with self._packed_model("reranker"):
+                self._reranker = load_reranker(self.ix.model_files("model.rerank"), self.device, self.compute_type)
         return self._reranker
+
+    @contextmanager
+    def _packed_model(self, what: str):
+        """A model the artifact packs that does not load on the CPU (an unparseable tokenizer,
+        a model.bin CTranslate2 refuses) makes the artifact unusable: a corrupt artifact (exit 3),
+        not a failure of this machine. On CUDA, which this machine may lack, it stays a model
+        error (exit 1)."""
+        from kb.common.errors import ModelError
+
+        try:
+            yield
+        except ModelError as e:
+            if self.device == "cuda":
+                raise
+            from kb.formats.artifact import CorruptArtifact
+
+            raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: its {what} does not load: {e}") from None
 
     # --- the pipeline --------------------------------------------------------------------------
     def search(self, q: Query, options: SearchOptions | None = None) -> Response:

@@ -316,3 +316,20 @@ def test_a_stored_vector_that_is_not_finite_is_corrupt_not_a_nan_in_the_json(tmp
     replace_section(p, L.VECTORS, bytes(vec))
     r = kb_run("search", "backup", "-i", p, "--json", "--no-stale-check")
     assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: a stored vector is not finite\n")
+
+
+def test_a_packed_model_that_does_not_load_makes_the_artifact_corrupt(tmp_path, tiny_artifact, monkeypatch):
+    """A model.embed whose model.bin or tokenizer CTranslate2 refuses (found by the fuzzer, seed 31,
+    inputs 10841 and 57149: crc-valid, structurally edited) was exit 1; the artifact is unusable,
+    so exit 3. Asked for CUDA, a load failure may be this machine's: it stays a model error."""
+    from kb.common import encoders
+    from kb.common.errors import ModelError
+
+    def refuse(files, device="auto", compute_type="auto", threads=0):
+        raise ModelError(f"cannot load model 'tiny' on {device}/int8: variable encoder/layer_0/ffn/linear_1/weight_scale not found")
+
+    monkeypatch.setattr(encoders, "load_embedder", refuse)
+    r = kb_run("search", "backup", "-i", tiny_artifact, "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {tiny_artifact}: corrupt artifact: its embedding model does not load: cannot load model 'tiny' on auto/int8: variable encoder/layer_0/ffn/linear_1/weight_scale not found\n")
+    r = kb_run("search", "backup", "-i", tiny_artifact, "--no-stale-check", "--device", "cuda")
+    assert r.exit_code == 1 and r.stderr.startswith("kb: error: cannot load model 'tiny' on cuda/int8")
