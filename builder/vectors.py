@@ -15,7 +15,6 @@ finite direction).
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kb.common.convert import sha256_file
 from kb.common.errors import UsageError
 
 from .chunk import Chunk
@@ -120,12 +120,8 @@ def source_of(given: GivenVectors, root: str) -> SourceFile:
     """The array as a source of the manifest (so ``kb status`` sees it change), relative to the
     corpus root."""
     st = os.stat(given.path)
-    h = hashlib.sha256()
-    with open(given.path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
     rel = Path(os.path.relpath(os.path.realpath(given.path), root)).as_posix()
-    return SourceFile(rel, st.st_size, st.st_mtime_ns, h.hexdigest())
+    return SourceFile(rel, st.st_size, st.st_mtime_ns, sha256_file(given.path))
 
 
 def whole_chunk(doc: Document) -> list[Chunk]:

@@ -10,7 +10,8 @@ The legs run per member and merge:
 - BM25 as if the corpus were one: N and each term's document frequency are summed over the
   members, so idf is the whole corpus's; the average chunk and document lengths are the whole
   corpus's too, and each member's stored impacts (saturated under its own averages) are
-  re-expressed under them (formats/bm25.py ``requantize_impacts``). Built from one corpus split
+  re-expressed under them (formats/bm25.py ``recover_tf``, then ``tf_component`` and
+  ``quantize_impacts`` under the corpus's averages). Built from one corpus split
   into contiguous path ranges, the set gives the single artifact's scores and ranking
   (tests/runtime/test_collection.py).
 - Dense: each member's top ``depth`` by cosine, merged by cosine. The members must share their
@@ -71,9 +72,13 @@ class Collection:
         return [{"id": m.artifact.id, "path": str(m.path)} for m in self.members]
 
     # --- one id space --------------------------------------------------------------------------
+    def _member(self, cid: int) -> int:
+        """The index of the member holding chunk ``cid``."""
+        return int(np.searchsorted(self.offsets, cid, side="right")) - 1
+
     def locate(self, cid: int) -> tuple[Index, int]:
         """(the member holding chunk ``cid``, its id there)."""
-        k = int(np.searchsorted(self.offsets, cid, side="right")) - 1
+        k = self._member(cid)
         return self.members[k], int(cid - self.offsets[k])
 
     def chunk(self, cid: int):
@@ -81,7 +86,7 @@ class Collection:
         return m.chunk(local)
 
     def doc_of(self, cid: int) -> int:
-        k = int(np.searchsorted(self.offsets, cid, side="right")) - 1
+        k = self._member(cid)
         return int(self.doc_offsets[k]) + self.members[k].doc_of(int(cid - self.offsets[k]))
 
     def vectors_of(self, ids: np.ndarray) -> np.ndarray:
@@ -231,6 +236,8 @@ def open_set(path: str) -> list[Index]:
 def create_set(out: str, artifacts: list[str]) -> list[Member]:
     """Write a set file at ``out`` listing ``artifacts`` (opened and checked as a set first), with
     each one's full sha256; paths relative to ``out``'s folder."""
+    from kb.common.convert import sha256_file
+
     opened = open_paths(list(artifacts))
     coll = opened if isinstance(opened, Collection) else Collection([opened], str(opened.path))
     try:
@@ -238,7 +245,7 @@ def create_set(out: str, artifacts: list[str]) -> list[Member]:
         members = []
         for ix in coll.members:
             rel = Path(os.path.relpath(Path(ix.path).resolve(), base)).as_posix()
-            members.append(Member(rel, ix.artifact.id, ix.artifact.size, _sha256(ix.path)))
+            members.append(Member(rel, ix.artifact.id, ix.artifact.size, sha256_file(ix.path)))
     finally:
         coll.close()
     tmp = Path(f"{out}.tmp")
@@ -247,21 +254,13 @@ def create_set(out: str, artifacts: list[str]) -> list[Member]:
     return members
 
 
-def _sha256(path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def verify_set(path: str) -> list[dict]:
     """Every member's full sha256 against the set file's (``kb info --verify``)."""
+    from kb.common.convert import sha256_file
+
     out = []
     for m in read_set(path):
-        digest = _sha256(member_path(path, m))
+        digest = sha256_file(member_path(path, m))
         if digest != m.sha256:
             raise SetFileError(f"{path}: member {m.path} changed: its sha256 is {digest}, the set recorded {m.sha256}; recreate the set with kb set create")
         out.append({"path": m.path, "id": m.id, "sha256": "ok"})

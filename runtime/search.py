@@ -105,23 +105,12 @@ class Searcher:
 
                 with self._packed_model("embedding model"):
                     embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
-                if self.ix.has_vectors and embedder.dim != self._vector_index().ndim:
+                if self.ix.has_vectors and embedder.dim != self.ix.vectors.ndim:
                     from kb.formats.artifact import CorruptArtifact
 
                     raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vectors.ndim} dimensions, its embedder {embedder.dim}")
             self._embedder = embedder
         return self._embedder
-
-    def _open_vectors_aside(self) -> None:
-        """Open the vector index (its graph check, page checksums, usearch import) on another
-        thread while this one applies the filters, runs the BM25 leg and embeds the query: the
-        index opens it once, under a lock, whichever thread comes first (Index.prefetch_vectors)."""
-        if self.ix.has_vectors:
-            self.ix.prefetch_vectors()
-
-    def _vector_index(self):
-        """The vector index, once the thread opening it (if any) is done."""
-        return self.ix.vectors
 
     def reranker(self):
         """The cross-encoder: given to the Searcher, else the artifact's, else None."""
@@ -162,7 +151,9 @@ class Searcher:
         notices: list[Notice] = []
         use_bm25, use_vectors = self._legs_to_run(q, notices)
         if use_vectors:
-            self._open_vectors_aside()  # checked while the filters, the embedder and BM25 run
+            # opened and checked on another thread while this one applies the filters, runs the
+            # BM25 leg and embeds the query; ix.vectors waits for it (Index.prefetch_vectors)
+            self.ix.prefetch_vectors()
         ops = self.ops
         allowed = ops.allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         if parsed is not None and (parsed.filters or parsed.path):
@@ -295,7 +286,6 @@ class Searcher:
                 t = time.perf_counter()
                 v = self.embedder.embed_query(text)
                 qv = v if qv is None else qv
-                self._vector_index()
                 legs.append(self.ops.vector_leg(self.ix, "vector" + suffix, v, w_dense * scale, depth, allowed))
                 timings["vector"] = timings.get("vector", 0.0) + _ms(t)
         if q.entities:
