@@ -24,7 +24,7 @@ same model. Measured (``--json`` prints them; DIR/scale.json keeps them):
 
 - ``build_s`` total wall time and per stage (kb-build's own stage clock), ``peak_rss_mb`` the
   kb-build process's peak RSS (getrusage of the child), ``peak_tree_pss_mb`` the peak sum of PSS
-  over kb-build and its forked workers (sampled every 0.1 s), ``artifact_bytes``, ``bytes_per_chunk``
+  over kb-build and its forked workers (sampled every 0.5 s), ``artifact_bytes``, ``bytes_per_chunk``
   and ``data_bytes_per_chunk`` (without the packed model), next to ``lancedb_bytes`` of a LanceDB
   table of the same text, metadata and float16 vectors written in the same run;
 - ``open_ms``: a one-shot ``kb search`` process, from its start to the first byte on stdout,
@@ -74,10 +74,12 @@ SENTENCES = (2, 6)  # sentences per chunk, uniform: 650 characters on average, a
 PASSAGE_CHARS = 700  # a topic's embedded passage: sentences of its document up to this length
 BLOCK = 50_000  # chunks generated, written and measured at a time
 QUERY_SOURCES = ("scifact", "cranfield", "cisi")
-EF_STUDY = (64, 128, 256, 512, 1024)
+EF_STUDY = (64, 128, 256, 512, 1024, 2048)
 BUILD_KEYS = ("chunks", "seed", "topics", "source_documents", "queries", "generate_s", "jsonl_bytes", "vectors_bytes", "nn_cos_p50",
               "topic_nn_cos_p50", "build_s", "build_cpu_s", "peak_rss_mb", "peak_tree_pss_mb", "rss_raised_by_stage_mb", "section_bytes",
-              "artifact_bytes", "terms", "documents", "build_memory_limit_gb", "lancedb_bytes", "lancedb_write_s", "lancedb_version")  # fmt: skip
+              "artifact_bytes", "terms", "documents", "build_memory_limit_gb", "lancedb_bytes", "lancedb_write_s", "lancedb_version", "hnsw_threads")  # fmt: skip
+GENERATION_KEYS = ("chunks", "seed", "topics", "source_documents", "queries", "generate_s", "jsonl_bytes", "vectors_bytes", "nn_cos_p50",
+                   "topic_nn_cos_p50", "lancedb_bytes", "lancedb_write_s", "lancedb_version")  # fmt: skip
 
 
 # --- the raw material ------------------------------------------------------------------------
@@ -253,6 +255,9 @@ def generate(mat: Material, n: int, out: Path, seed: int) -> dict:
 
 
 # --- build --------------------------------------------------------------------------------------
+SAMPLE_S = 0.5  # PSS sampling period: smaps_rollup walks the page tables of a 1.6 GB map (0.1 s took 40% of a core)
+
+
 def _tree(pid: int) -> list[int]:
     """``pid`` and its descendants (from /proc)."""
     kids: dict[int, list[int]] = {}
@@ -283,10 +288,10 @@ def _pss_kb(pid: int) -> int:
     return 0
 
 
-def build(out: Path, jobs: int | None, memory_gb: float | None = None) -> dict:
+def build(out: Path, jobs: int | None, memory_gb: float | None = None, hnsw_threads: int = 1) -> dict:
     """kb-build --vectors on the generated corpus, as a child process: its wall time, its own peak
     RSS (wait4's rusage: the largest of the process and its reaped workers, as /usr/bin/time -v
-    reports it) and the peak sum of PSS over it and its live workers, sampled every 0.1 s."""
+    reports it) and the peak sum of PSS over it and its live workers, sampled every SAMPLE_S."""
     import tempfile
 
     kb_build = Path(sys.executable).parent / "kb-build"
@@ -295,6 +300,9 @@ def build(out: Path, jobs: int | None, memory_gb: float | None = None) -> dict:
            "--no-reranker", "-o", str(art), "--json", "--quiet", "--force"]  # fmt: skip
     if jobs:
         cmd += ["-j", str(jobs)]
+    if hnsw_threads > 1:  # kb.toml [vectors] threads: a faster graph, no longer the same bytes at every build
+        (out / "kb.toml").write_text(f"[vectors]\nthreads = {hnsw_threads}\n")
+        cmd += ["--config", str(out / "kb.toml")]
     peak = {"pss": 0}
     done = threading.Event()
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
@@ -309,7 +317,7 @@ def build(out: Path, jobs: int | None, memory_gb: float | None = None) -> dict:
         proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, preexec_fn=limit)
 
         def sample():
-            while not done.wait(0.1):
+            while not done.wait(SAMPLE_S):
                 peak["pss"] = max(peak["pss"], sum(_pss_kb(p) for p in _tree(proc.pid)))
 
         th = threading.Thread(target=sample, daemon=True)
@@ -594,15 +602,22 @@ def run(a) -> dict:
         res["build_command"] = earlier.get("build_command", earlier["command"])
         res["build_machine"] = earlier.get("build_machine", earlier["machine"])
     else:
-        res = {"chunks": a.chunks, "seed": a.seed, "topics": len(mat.topic_doc), "source_documents": len(mat.docs), "queries": len(mat.queries)}
-        res.update(generate(mat, a.chunks, out, a.seed))
-        np.savez(out / "queries.npz", texts=np.array(mat.queries), vectors=mat.query_vecs)
-        vecs = np.load(out / "vectors.npy", mmap_mode="r")
-        res["nn_cos_p50"] = nn_cosines(vecs, 500, a.seed)
-        topics = mat.topic_vecs / np.linalg.norm(mat.topic_vecs, axis=1, keepdims=True)
-        res["topic_nn_cos_p50"] = nn_cosines(topics, 500, a.seed)
-        del vecs
-        res.update(build(out, a.jobs, a.build_memory_gb))
+        if a.reuse_corpus:  # the same seed and N write the same files: keep them and their figures
+            earlier = json.loads((out / "scale.json").read_text())
+            if earlier["chunks"] != a.chunks or earlier["seed"] != a.seed:
+                raise SystemExit(f"{out} holds {earlier['chunks']} chunks of seed {earlier['seed']}")
+            res = {k: v for k, v in earlier.items() if k in GENERATION_KEYS}
+        else:
+            res = {"chunks": a.chunks, "seed": a.seed, "topics": len(mat.topic_doc), "source_documents": len(mat.docs), "queries": len(mat.queries)}
+            res.update(generate(mat, a.chunks, out, a.seed))
+            np.savez(out / "queries.npz", texts=np.array(mat.queries), vectors=mat.query_vecs)
+            vecs = np.load(out / "vectors.npy", mmap_mode="r")
+            res["nn_cos_p50"] = nn_cosines(vecs, 500, a.seed)
+            topics = mat.topic_vecs / np.linalg.norm(mat.topic_vecs, axis=1, keepdims=True)
+            res["topic_nn_cos_p50"] = nn_cosines(topics, 500, a.seed)
+            del vecs
+        res.update(build(out, a.jobs, a.build_memory_gb, a.hnsw_threads))
+        res["hnsw_threads"] = a.hnsw_threads
         if "build_failed" in res or a.build_only:
             _save(res, out)
             return res
@@ -655,6 +670,8 @@ def main(argv=None):
     ap.add_argument("--calibrate", action="store_true", help="compare the generator with real passages at the same size (recall, density)")
     ap.add_argument("--measure-only", action="store_true", help="measure the searches of DIR's earlier run again (its corpus, artifact and build figures)")
     ap.add_argument("--build-only", action="store_true", help="generate and build, measure the build (time, memory, size) and stop: no searches")
+    ap.add_argument("--reuse-corpus", action="store_true", help="build from DIR's corpus of an earlier run (same --chunks and --seed) instead of writing it again")
+    ap.add_argument("--hnsw-threads", type=int, default=1, help="kb.toml [vectors] threads for the build (1: the same bytes at every build)")
     ap.add_argument("--expansion-search", type=int, default=0, help="search with this HNSW ef instead of the artifact's (ef is a search-time setting kb keeps in meta)")
     ap.add_argument("--query-phase", nargs=2, type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -759,8 +776,10 @@ def acceptance(runs: list[dict]) -> list[str]:
         ("query_rss_mb <= 300", f"{big['query_rss_mb']:.0f} MB", big["query_rss_mb"] <= 300),
     ]
     searched = big.get("searched_with_expansion")
-    note = f" The artifacts were built with ef 256 and searched with ef {searched} (ef is a search-time setting, kept in meta: the same as a build with `[vectors] expansion_search = {searched}`); open_ms searched with the artifact's." if searched else ""
-    out = [f"Issue 18's targets at {big['chunks']:,} chunks (this machine was shared: load average {_load(big)} when the run began).{note}", "",
+    note = f" The searches used ef {searched} (a search-time setting kept in meta: the same as a build with `[vectors] expansion_search = {searched}`; the default is 1024); open_ms searched with the artifact's." if searched else ""
+    threads = big.get("hnsw_threads", 1)
+    built = f" The graph was built by {threads} threads (`[vectors] threads = {threads}`, `scale.py --hnsw-threads {threads}`): faster, but not the same bytes at every build." if threads > 1 else ""
+    out = [f"Issue 18's targets at {big['chunks']:,} chunks (load average {_load(big)} when the run began).{built}{note}", "",
            "| target | measured | met |", "|---|---|---|"]  # fmt: skip
     out += [f"| {t} | {m} | {ok(c)} |" for t, m, c in rows]
     if "lancedb_bytes" in big:

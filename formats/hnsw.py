@@ -46,7 +46,9 @@ class BadIndex(ValueError):
 class HnswImage:
     """What ``check_hnsw`` learned: the vector matrix at the start of the image (``rows`` x
     ``cols`` bytes from byte ``MATRIX_START``), its scalar kind and dimensions, the graph's start,
-    and whether node i has key i (vectors added in key order: row i is then key i's vector)."""
+    and whether node i has key i (vectors added in key order: row i is then key i's vector). When
+    not (a graph built by several threads adds nodes in the order they arrive), ``row_of_key[k]``
+    is the row of key k's vector: the keys are checked to be a permutation of 0..count-1."""
 
     rows: int
     cols: int
@@ -54,6 +56,7 @@ class HnswImage:
     scalar: int
     graph_start: int
     keys_in_order: bool
+    row_of_key: np.ndarray | None = None
 
 
 MATRIX_START = _MATRIX.size
@@ -120,12 +123,18 @@ def check_hnsw(buf, count: int) -> HnswImage:
     if np.any(keys >= count) or np.any(head[:, 8:].copy().view("<i2").ravel() != levels):
         raise BadIndex("node keys or levels are inconsistent")
     in_order = bool(np.array_equal(keys, np.arange(count, dtype=np.uint64)))
+    row_of_key = None
+    if not in_order:
+        row_of_key = np.full(count, -1, dtype=np.int64)
+        row_of_key[keys.astype(np.int64)] = np.arange(count, dtype=np.int64)
+        if np.any(row_of_key < 0):
+            raise BadIndex("node keys repeat: not one node per vector")
     del head, keys
     _check_neighbours(b, starts + NODE_HEAD, base, size)
     for level in range(1, int(max_level) + 1):
         at = np.flatnonzero(levels >= level)
         _check_neighbours(b, starts[at] + NODE_HEAD + base_bytes + (level - 1) * upper_bytes, conn, size)
-    return HnswImage(rows, cols, dims, scalar, graph_start, in_order)
+    return HnswImage(rows, cols, dims, scalar, graph_start, in_order, row_of_key)
 
 
 ROWS_AT_ONCE = 1 << 16  # neighbour lists gathered at a time (8.6 MB for M = 16): bounded scratch memory

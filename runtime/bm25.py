@@ -101,14 +101,14 @@ def doc_stats(ix) -> tuple[np.ndarray, np.ndarray, float]:
     return hit
 
 
-def bm25_scores(ix, terms: list[str], postings=None) -> tuple[np.ndarray, np.ndarray]:
+def bm25_scores(ix, terms: list[str], postings=None, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(chunk ids, scores) of every chunk matching at least one term, ids ascending; a term
     given n times counts n times. All the terms' postings are summed at once: one weighted
     ``bincount`` over the chunk impacts (and one over the document impacts), each posting
     weighted by its term's scale; every impact is positive, so the matching chunks are the
     nonzero sums. ``postings(term, tid)`` gives a term's postings as ``term_postings`` does
     (default: the artifact's own; a set of artifacts passes ones rescored to its statistics,
-    runtime/collection.py)."""
+    runtime/collection.py). ``allowed``: a bool mask over chunk ids; only those are returned."""
     parts, doc_parts, scales = [], [], []
     for t, times in Counter(terms).items():
         tid = ix.term_id(t)
@@ -121,12 +121,27 @@ def bm25_scores(ix, terms: list[str], postings=None) -> tuple[np.ndarray, np.nda
     if not parts:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     acc = _weighted_sum(ix, parts, scales, ix.n_chunks)
-    ids = np.flatnonzero(acc > 0)  # a bool mask: several times faster to scan than the floats
+    hit = acc > 0  # a bool mask: several times faster to scan than the floats
+    ids = np.flatnonzero(hit if allowed is None else np.logical_and(hit, allowed, out=hit))
     lam = document_weight(ix)
     if lam > 0 and doc_parts[0][0] is not None:
+        score = acc[ids]
+        if one_chunk_per_document(ix):  # each document is its chunk: the same postings, the same sums
+            return ids, score + lam * score
         dacc = _weighted_sum(ix, doc_parts, scales, ix.n_docs)
-        return ids, acc[ids] + lam * dacc[ix.chunks["doc"][ids]]
+        return ids, score + lam * dacc[ix.chunks["doc"][ids]]
     return ids, acc[ids]
+
+
+def one_chunk_per_document(ix) -> bool:
+    """Whether every document is exactly one chunk (JSON Lines records, brought vectors, short
+    notes): a document's postings and statistics are then its chunk's, so its BM25 need not be
+    summed again."""
+    hit = ix.leg_cache.get("one_chunk_per_document")
+    if hit is None:
+        first = ix.first_chunk
+        hit = ix.leg_cache["one_chunk_per_document"] = bool(ix.n_docs == ix.n_chunks and np.array_equal(first[: ix.n_docs + 1], np.arange(ix.n_docs + 1)))
+    return hit
 
 
 def _weighted_sum(ix, parts: list[tuple[np.ndarray, np.ndarray]], scales: list[float], n: int) -> np.ndarray:
@@ -156,11 +171,7 @@ def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.n
 def top_bm25(ix, terms: list[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top ``k`` (chunk ids, scores) by BM25 among ``allowed`` (a bool mask over chunk ids, or
     None for all); ties broken by chunk id."""
-    ids, scores = bm25_scores(ix, terms)
-    if allowed is not None and len(ids):
-        keep = allowed[ids]
-        ids, scores = ids[keep], scores[keep]
-    return top_k(ids, scores, k)
+    return top_k(*bm25_scores(ix, terms, allowed=allowed), k)
 
 
 def query_ceiling(ix, terms: list[str]) -> tuple[float, float]:

@@ -190,7 +190,7 @@ def _phase_timers() -> None:
 
     timed(index.Index, "__init__", "open artifact")
     timed(index.Index, "model_files", "model section -> bytes")
-    timed_property(index.Index, "vectors", "vector index: crc32, graph check, import usearch, restore")
+    timed(index.Index, "_open_vectors", "vector index: crc32, graph check, import usearch, restore")
     timed_property(index.Index, "query_model", "query model: validate directory")
     timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
     timed(query_encoder.QueryEncoder, "__init__", "query encoder: import tokenizers, pipeline")

@@ -447,9 +447,16 @@ class Index:
 
     @property
     def vector_matrix(self) -> np.ndarray | None:
-        """The stored vectors as a (chunks, dim) numpy view of the image, row i = chunk i, when
-        numpy can view their kind (f16, f32) and nodes are in key order; else None."""
+        """The stored vectors as a (chunks, dim) numpy view of the image, when numpy can view their
+        kind (f16, f32); else None. Row ``vector_rows(ids)`` holds chunk id's vector."""
         return self._opened_vectors()[1]
+
+    def vector_rows(self, ids: np.ndarray) -> np.ndarray:
+        """The rows of ``vector_matrix`` that hold the vectors of chunks ``ids``: the ids
+        themselves when the graph's nodes are in key order (one build thread), else through the
+        checked permutation of the keys (formats/hnsw.py ``HnswImage.row_of_key``)."""
+        perm = self._opened_vectors()[2].row_of_key
+        return ids if perm is None else perm[ids]
 
     def prefetch_vectors(self) -> None:
         """Open and check the vector index in a background thread, once: its checks read the
@@ -494,7 +501,7 @@ class Index:
             image = check_hnsw(view, self.n_chunks)
         except BadIndex as e:
             raise self._corrupt(f"vector index: {e}") from None
-        in_place = image.keys_in_order and image.scalar in NUMPY_SCALARS
+        in_place = image.scalar in NUMPY_SCALARS
         try:
             idx = UIndex.restore(view, view=True, enable_key_lookups=not in_place)
         except Exception as e:  # usearch raises plain RuntimeError/ValueError on bad bytes
@@ -521,9 +528,10 @@ class Index:
         ids = np.asarray(ids, dtype=np.int64)
         m = self.vector_matrix
         if m is not None:
+            rows = self.vector_rows(ids)
             row = m.strides[0]
-            self.artifact.check_pages(L.VECTORS, MATRIX_START + ids * row, MATRIX_START + (ids + 1) * row)
-            return self._finite(m[ids].astype(np.float32))
+            self.artifact.check_pages(L.VECTORS, MATRIX_START + rows * row, MATRIX_START + (rows + 1) * row)
+            return self._finite(m[rows].astype(np.float32))
         got = self.vectors.get(ids.astype(np.uint64))
         try:
             vecs = np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
@@ -550,10 +558,10 @@ class Index:
         from usearch.index import MetricKind, search
 
         self.check_vectors(ids)
-        found = search(self._finite(m[ids]), np.asarray(qv, dtype=np.float32), len(ids), MetricKind.Cos, exact=True, threads=1)
-        sims = np.empty(len(ids), dtype=np.float32)
+        found = search(m[self.vector_rows(ids)], np.asarray(qv, dtype=np.float32), len(ids), MetricKind.Cos, exact=True, threads=1)
+        sims = np.full(len(ids), np.nan, dtype=np.float32)
         sims[np.asarray(found.keys, dtype=np.int64)] = 1.0 - np.asarray(found.distances, dtype=np.float32)
-        return sims
+        return self._finite(sims)  # a stored vector that is not finite gives a cosine that is not
 
     def check_vectors(self, ids: np.ndarray) -> None:
         """Verify the stored bytes of the vectors of ``ids`` (results of an HNSW search, whose
@@ -561,9 +569,9 @@ class Index:
         from kb.formats.hnsw import MATRIX_START
 
         if self.vector_matrix is not None and len(ids):
-            ids = np.asarray(ids, dtype=np.int64)
+            rows = self.vector_rows(np.asarray(ids, dtype=np.int64))
             row = self.vector_matrix.strides[0]
-            self.artifact.check_pages(L.VECTORS, MATRIX_START + ids * row, MATRIX_START + (ids + 1) * row)
+            self.artifact.check_pages(L.VECTORS, MATRIX_START + rows * row, MATRIX_START + (rows + 1) * row)
 
     @property
     def has_query_model(self) -> bool:

@@ -131,3 +131,63 @@ def test_vectors_need_one_jsonl_no_folder_and_the_model_that_made_them(tmp_path)
     one = "--vectors needs exactly one --jsonl FILE and no CORPUS folder: row i of the array is the vector of record i of that file"
     refused(tmp_path, ("--jsonl", jsonl, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash"), one)
     refused(tmp_path, (tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash"), one)
+
+
+def test_a_graph_whose_nodes_are_not_in_key_order_still_gives_each_chunk_its_vector(tmp_path, monkeypatch):
+    """Several build threads ([vectors] threads) add nodes in the order they arrive: the matrix
+    rows are then not the chunk ids, and the reader maps them through the checked key order."""
+    from kb.builder.stream import VectorIndex
+
+    def add_reversed(self, vecs):
+        keys = np.arange(self.count, self.count + len(vecs), dtype=np.uint64)[::-1]
+        self.index.add(keys, vecs[::-1], threads=1)
+        self.count += len(vecs)
+
+    monkeypatch.setattr(VectorIndex, "add", add_reversed)
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    np.save(npy, vectors_for(RECORDS))
+    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 0, r.output
+    given = np.load(npy)
+    given /= np.linalg.norm(given, axis=1, keepdims=True)
+    with Index(out) as ix:
+        assert list(ix.vector_rows(np.arange(4))) == [3, 2, 1, 0]
+        row_of = {rec["id"]: i for i, rec in enumerate(RECORDS)}
+        ids = np.arange(ix.n_chunks)
+        want = np.array([given[row_of[ix.chunk(c).doc_id]] for c in ids])
+        assert np.allclose(ix.vectors_of(ids), want, atol=2e-3)  # stored as f16
+        assert np.allclose(ix.cosines(ids, want[2]), want @ want[2], atol=2e-3)
+        hits = Searcher(ix).search(Query(RECORDS[0]["text"], mode="vector", top_k=1), None)
+        assert hits.results[0].doc_id == "c"
+
+
+def test_a_graph_whose_keys_repeat_is_corrupt():
+    from usearch.index import Index as UIndex
+
+    from kb.formats.hnsw import BadIndex, check_hnsw
+
+    ix = UIndex(ndim=8, metric="cos", dtype="f32", multi=True)
+    ix.add(np.array([0, 0, 1], dtype=np.uint64), np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32))
+    with pytest.raises(BadIndex):
+        check_hnsw(bytes(ix.save()), 3)
+
+
+def test_one_chunk_per_document_scores_bm25_as_the_document_postings_would(tmp_path, monkeypatch):
+    """Each record is one chunk: the BM25 leg reuses the chunk sums for the document's part."""
+    from kb.runtime import bm25
+
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    np.save(npy, vectors_for(RECORDS))
+    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 0, r.output
+    with Index(out) as ix:
+        assert bm25.one_chunk_per_document(ix) and bm25.document_weight(ix) > 0
+        for q in ("gamma ray", "alpha helium delta", "word7 word9 silt"):
+            terms = bm25.query_terms(ix, q)
+            fast = bm25.bm25_scores(ix, terms)
+            ix.leg_cache["one_chunk_per_document"] = False
+            slow = bm25.bm25_scores(ix, terms)
+            del ix.leg_cache["one_chunk_per_document"]
+            assert np.array_equal(fast[0], slow[0]) and np.array_equal(fast[1], slow[1]), q
