@@ -4,19 +4,29 @@ dev sets, with a part of their queries held out.
     python bench/calibrate.py grid    --art DIR --data ../shared/data --fixtures ../shared/fixtures
     python bench/calibrate.py collect --art DIR --data ../shared/data --fixtures ../shared/fixtures --out rows.jsonl
     python bench/calibrate.py fit     --rows rows.jsonl [--write runtime/confidence_model.py] [--plots bench/]
+    python bench/calibrate.py compare --art DIR --data ../shared/data --fixtures ../shared/fixtures --default-only
 
-DIR holds artifacts built with the default models: hugo.kb (kb-build ../shared/data/hugo-docs/
-content/en), scifact.kb, cranfield.kb, cisi.kb (kb-build --jsonl DATA/NAME/corpus.jsonl).
+DIR holds one artifact per set (SETS): hugo.kb (kb-build ../shared/data/hugo-docs/content/en),
+scifact.kb, cranfield.kb, cisi.kb (kb-build --jsonl DATA/NAME/corpus.jsonl: all-MiniLM-L6-v2, as
+"auto" picks for English), cmrc2018-zh.kb, jsquad-ja.kb and hugo-e5.kb (--embedder
+multilingual-e5-small: what "auto" picks for these languages, and the Hugo docs with it).
 
 - grid: nDCG@10 of hybrid with fixed and with adaptive fusion (runtime/fusion.py constants) per set.
 - collect: every query's top 10 documents (kb bench's way: group by document, all statuses),
   per backend, with the confidence FEATURES (runtime/confidence.py) and whether the document is
-  judged relevant (gain > 0). A query is held out when crc32(set/id) % 10 < 3 (30%).
+  judged relevant (gain > 0); at most --limit queries a set. Each artifact also answers
+  --foreign queries of every other set as negatives (a SciFact claim against the Hugo docs, a
+  Chinese question against Cranfield): queries its corpus cannot answer. A query is held out
+  when crc32(source set/id) % 10 < 3 (30%), on the same side for every artifact it runs on.
 - fit: a logistic regression per backend (numpy Newton steps, L2 1e-2) on the queries not held
-  out, pooled over the sets with each set weighted equally; reports ECE (10 equal-width bins)
-  on the held-out part per set and pooled; picks the notice floor on the Hugo fixture (shared +
-  bench/fixtures/hugo-extra.json): the highest floor that fires on at most 10% of answerable
-  queries with and without rerank; writes the model module and reliability diagrams.
+  out, each set weighing the same (--set-power 0) and its foreign negatives a share of it
+  (--foreign-weight 0.2); reports ECE (10 equal-width bins) on the held-out part per set, of
+  its own queries and with the foreign ones, and pooled; picks each backend's notice floor: the
+  highest under which the top result of at most 10% of every set's answerable queries falls
+  (hybrid+rerank: the hybrid floor, runtime/search.py low_confidence); writes the model module
+  and reliability diagrams.
+- compare: kb bench's quality, calibration and notice figures per set (--default-only: kb's
+  defaults only; else fixed fusion as well).
 """
 
 from __future__ import annotations
@@ -32,22 +42,57 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-SETS = {"hugo": None, "scifact": "train", "cranfield": "test", "cisi": "test"}
+# name -> (query source, BEIR split or None for the Hugo fixture); the artifact is DIR/NAME.kb.
+# hugo-e5 is the Hugo corpus built with multilingual-e5-small: the same queries, another embedder.
+SETS = {
+    "hugo": ("hugo", None),
+    "scifact": ("scifact", "train"),
+    "cranfield": ("cranfield", "test"),
+    "cisi": ("cisi", "test"),
+    "cmrc2018-zh": ("cmrc2018-zh", "dev"),
+    "jsquad-ja": ("jsquad-ja", "dev"),
+    "hugo-e5": ("hugo", None),
+}
+ENGLISH = "hugo,scifact,cranfield,cisi"
 BACKENDS = ("bm25", "vector", "hybrid", "hybrid+rerank")
 HELD_OUT = 3  # of 10
 
 
-def held_out(set_name: str, qid: str) -> bool:
-    return zlib.crc32(f"{set_name}/{qid}".encode()) % 10 < HELD_OUT
+def held_out(source: str, qid: str) -> bool:
+    """Whether a query is held out of the fit: by its source set and id, so that one query is on
+    the same side for every artifact it runs against (hugo and hugo-e5, foreign negatives)."""
+    return zlib.crc32(f"{source}/{qid}".encode()) % 10 < HELD_OUT
 
 
-def load_set(name: str, data: Path, fixtures: Path):
+def load_set(name: str, data: Path, fixtures: Path, limit: int = 0):
+    """The set's queries (at most ``limit``, chosen by crc32 of their ids: the same ones every run)."""
     from kb.runtime.bench import BenchSet, load_beir, load_fixture
 
-    if SETS[name] is not None:
-        return load_beir(data / name, SETS[name])
-    a, b = load_fixture(fixtures / "hugo-docs.json"), load_fixture(HERE / "fixtures" / "hugo-extra.json")
-    return BenchSet("hugo", "path", a.queries + b.queries)
+    source, split = SETS[name]
+    if split is not None:
+        bset = load_beir(data / source, split)
+    else:
+        a, b = load_fixture(fixtures / "hugo-docs.json"), load_fixture(HERE / "fixtures" / "hugo-extra.json")
+        bset = BenchSet(name, "path", a.queries + b.queries)
+    if limit and len(bset.queries) > limit:
+        bset.queries = sorted(bset.queries, key=lambda q: zlib.crc32(f"{source}/{q.id}".encode()))[:limit]
+    return bset
+
+
+def foreign_queries(name: str, data: Path, fixtures: Path, per_set: int) -> list:
+    """Negatives for artifact ``name``: ``per_set`` queries of each other query source (SciFact's
+    claims against the Hugo docs, Chinese questions against Cranfield...), with no relevant
+    document: the corpus cannot answer them. Their ids keep their source (``cisi/12``)."""
+    from kb.runtime.bench import BenchQuery
+
+    own = SETS[name][0]
+    out = []
+    for other, (source, _) in SETS.items():
+        if source == own or other != source:
+            continue
+        for q in load_set(other, data, fixtures, per_set).queries:
+            out.append(BenchQuery(f"{source}/{q.id}", q.text, {}, "foreign"))
+    return out
 
 
 def searches(searcher, bset, backend: str, options, top_k: int = 10):
@@ -97,10 +142,10 @@ def cmd_compare(a):
 
     out = {}
     for name in a.sets.split(","):
-        bset = load_set(name, a.data, a.fixtures)
+        bset = load_set(name, a.data, a.fixtures, a.limit)
         with Index(a.art / f"{name}.kb") as ix:
             s = Searcher(ix)
-            for label, adaptive in (("fixed", False), ("adaptive", True)):
+            for label, adaptive in (("fixed", False), ("adaptive", True)) if not a.default_only else (("default", True),):
                 res = run_bench(s, bset, backends=a.backends.split(","), options=resolve(stored_search(ix.meta), {"adaptive_fusion": adaptive}))
                 out.setdefault(name, {})[label] = res["backends"]
                 print(name, label, {b: v["ndcg@10"] for b, v in res["backends"].items()}, file=sys.stderr, flush=True)
@@ -109,24 +154,30 @@ def cmd_compare(a):
 
 def cmd_collect(a):
     from kb.common.options import resolve, stored_search
+    from kb.runtime import confidence
     from kb.runtime.index import Index
     from kb.runtime.search import Searcher
 
+    # The rows keep the features; the model that scores them is the one being fitted: until then
+    # (the FEATURES may have changed since the stored fit) every confidence reads 0.5.
+    confidence._weights = lambda backend: np.zeros(len(confidence.MODEL_TERMS))
     with open(a.out, "w") as out:
         for name in a.sets.split(","):
-            bset = load_set(name, a.data, a.fixtures)
+            bset = load_set(name, a.data, a.fixtures, a.limit)
+            if a.foreign:
+                bset.queries += foreign_queries(name, a.data, a.fixtures, a.foreign)
             with Index(a.art / f"{name}.kb") as ix:
                 s = Searcher(ix)
                 opts = resolve(stored_search(ix.meta))
                 for backend in a.backends.split(","):
+                    if backend == "hybrid+rerank" and not ix.has_reranker:
+                        continue
                     t = time.time()
                     for q, resp in searches(s, bset, backend, opts):
-                        rows = [
-                            {"features": list(r.explain.confidence_features.values()), "relevant": getattr(r, bset.key) in q.relevant, "confidence": r.confidence}
-                            for r in resp.results
-                        ]
-                        notice = any(n.kind == "low_confidence" for n in resp.notices)
-                        out.write(json.dumps({"set": name, "id": q.id, "backend": backend, "negative": not q.relevant, "kind": q.kind, "held_out": held_out(name, q.id), "rows": rows, "notice": notice}) + "\n")
+                        rows = [{"features": list(r.explain.confidence_features.values()), "relevant": getattr(r, bset.key) in q.relevant} for r in resp.results]
+                        source = q.id.split("/")[0] if q.kind == "foreign" else SETS[name][0]
+                        qid = q.id.split("/", 1)[1] if q.kind == "foreign" else q.id
+                        out.write(json.dumps({"set": name, "id": q.id, "backend": backend, "negative": not q.relevant, "kind": q.kind, "held_out": held_out(source, qid), "rows": rows}) + "\n")
                     print(name, backend, f"{time.time() - t:.0f}s", file=sys.stderr, flush=True)
 
 
@@ -144,6 +195,12 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 1e-2, 
         if np.abs(step).max() < 1e-8:
             break
     return beta
+
+
+def probability(features: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    from kb.runtime.confidence import expand
+
+    return 1 / (1 + np.exp(-(expand(features) @ beta)))
 
 
 def ece(conf: np.ndarray, rel: np.ndarray) -> tuple[float, list]:
@@ -164,41 +221,62 @@ def cmd_fit(a):
         if not rs:
             continue
         sets = sorted({r["set"] for r in rs})
-        train = [(r["set"], row) for r in rs if not r["held_out"] for row in r["rows"]]
+        # Each set weighs the same; within a set its foreign negatives weigh --foreign-weight
+        # (their share of the set's weight) and its own queries the rest.
+        train = [((r["set"], r["kind"] == "foreign"), row) for r in rs if not r["held_out"] for row in r["rows"]]
         X = expand(np.array([row["features"] for _, row in train]))
         y = np.array([float(row["relevant"]) for _, row in train])
-        per_set = {s: sum(1 for n, _ in train if n == s) for s in sets}
-        w = np.array([len(train) / (len(sets) * per_set[n]) for n, _ in train])  # each set counts the same
+        per_part = {}
+        for part, _ in train:
+            per_part[part] = per_part.get(part, 0) + 1
+        share = {(s, foreign): (a.foreign_weight if foreign else 1.0 - a.foreign_weight) if (s, not foreign) in per_part else 1.0 for s, foreign in per_part}
+        # A set's weight grows with its number of queries to the power --set-power (0: all alike).
+        queries = {s: sum(1 for r in rs if r["set"] == s and not r["held_out"] and r["kind"] != "foreign") for s in sets}
+        set_w = {s: max(queries[s], 1) ** a.set_power for s in sets}
+        total = sum(set_w.values())
+        w = np.array([len(train) * share[part] * set_w[part[0]] / (total * per_part[part]) for part, _ in train])
         beta = fit_logistic(X, y, w)
         model["backends"][backend] = [round(float(b), 6) for b in beta]
         report[backend] = {}
         for s in sets + ["all"]:
-            test = [row for r in rs if r["held_out"] and (s == "all" or r["set"] == s) for row in r["rows"]]
-            if not test:
-                continue
-            Xt = expand(np.array([row["features"] for row in test]))
-            yt = np.array([float(row["relevant"]) for row in test])
-            conf = 1 / (1 + np.exp(-(Xt @ beta)))
-            e, bins = ece(conf, yt)
-            report[backend][s] = {"ece": e, "bins": bins, "results": len(test)}
-        print(backend, {s: v["ece"] for s, v in report[backend].items()}, file=sys.stderr)
-    # The notice floor per backend, on the Hugo fixture (the only dev set with negative queries):
-    # the highest floor under which the top result of at most 10% of answerable queries falls.
+            for label, keep in (("", lambda r: r["kind"] != "foreign"), (" +foreign", lambda r: True)):
+                test = [row for r in rs if r["held_out"] and keep(r) and (s == "all" or r["set"] == s) for row in r["rows"]]
+                if not test:
+                    continue
+                yt = np.array([float(row["relevant"]) for row in test])
+                conf = probability(np.array([row["features"] for row in test]), beta)
+                e, bins = ece(conf, yt)
+                report[backend][s + label] = {"ece": e, "bins": bins, "results": len(test)}
+        print(backend, {s: round(v["ece"], 3) for s, v in report[backend].items()}, file=sys.stderr)
+    # The notice floor per backend: the highest floor under which the top result of at most 10% of
+    # the answerable queries of every set falls (a query with no result always gets the notice).
+    # Negatives: the Hugo fixture's own and every set's foreign queries. A reranked search's notice
+    # reads the hybrid model's confidence in the top fused result (runtime/search.py
+    # low_confidence), so hybrid+rerank has the hybrid floor and the hybrid rates.
     model["low_confidence_floor"], rates = {}, {}
     for backend, beta in model["backends"].items():
-        qs = [r for r in recs if r["backend"] == backend and r["set"] == "hugo"]
-        top = {id(r): 1 / (1 + np.exp(-(expand([r["rows"][0]["features"]]) @ beta)[0])) if r["rows"] else 0.0 for r in qs}
+        if backend == "hybrid+rerank":
+            continue
+        qs = [r for r in recs if r["backend"] == backend]
+        top = {id(r): float(probability(np.array([r["rows"][0]["features"]]), beta)[0]) if r["rows"] else 0.0 for r in qs}
+        sets = sorted({r["set"] for r in qs})
+
+        def flagged(floor, want_negative, s=None, kind=None):
+            chosen = [r for r in qs if r["negative"] == want_negative and (s is None or r["set"] == s) and (kind is None or r["kind"] == kind)]
+            return sum(top[id(r)] < floor for r in chosen), len(chosen)
+
         best = 0.05
-        for f in np.round(np.arange(0.05, 0.95, 0.01), 2):
-            if np.mean([top[id(r)] < f for r in qs if not r["negative"]]) <= 0.10:
+        for f in np.round(np.arange(0.05, 0.95, 0.005), 3):
+            if all(k <= 0.10 * n for k, n in (flagged(f, False, s) for s in sets)):
                 best = float(f)
         model["low_confidence_floor"][backend] = best
-        rates[backend] = {
-            "negatives_flagged": f"{sum(top[id(r)] < best for r in qs if r['negative'])}/{sum(r['negative'] for r in qs)}",
-            "positives_flagged": f"{sum(top[id(r)] < best for r in qs if not r['negative'])}/{sum(not r['negative'] for r in qs)}",
-        }
-    model["fit"] = {"command": " ".join(["python", "bench/calibrate.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"), "held_out": f"{HELD_OUT}/10 of each set's queries (crc32 of set/id)", "ece_held_out": {b: {s: v["ece"] for s, v in r.items()} for b, r in report.items()}, "notice_on_hugo": rates}
-    print(json.dumps({"floors": model["low_confidence_floor"], "notice on hugo": rates}, indent=1), file=sys.stderr)
+        rates[backend] = {s: {"negatives_flagged": "%d/%d" % flagged(best, True, s), "answerable_flagged": "%d/%d" % flagged(best, False, s)} for s in sets}
+        rates[backend]["hugo's own negatives"] = "%d/%d" % flagged(best, True, "hugo", "negative")
+        rates[backend]["foreign negatives"] = "%d/%d" % flagged(best, True, kind="foreign")
+    if "hybrid" in model["low_confidence_floor"]:
+        model["low_confidence_floor"]["hybrid+rerank"] = model["low_confidence_floor"]["hybrid"]
+    model["fit"] = {"command": " ".join(["python", "bench/calibrate.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"), "held_out": f"{HELD_OUT}/10 of each set's queries (crc32 of source set/id)", "foreign_weight": a.foreign_weight, "set_power": a.set_power, "ece_held_out": {b: {s: v["ece"] for s, v in r.items()} for b, r in report.items()}, "notice": rates}
+    print(json.dumps({"floors": model["low_confidence_floor"], "notice": rates}, indent=1), file=sys.stderr)
     if a.write:
         Path(a.write).write_text(
             '"""The fitted confidence model (runtime/confidence.py). Generated by bench/calibrate.py: do not edit\n'
@@ -216,7 +294,7 @@ def plot(report: dict, folder: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sets = sorted({s for r in report.values() for s in r})
+    sets = sorted({s for r in report.values() for s in r if "+" not in s})  # each set's own queries
     for s in sets:
         fig, ax = plt.subplots(figsize=(4.2, 4.2))
         ax.plot([0, 1], [0, 1], color="0.7", lw=1)
@@ -239,9 +317,14 @@ def main(argv=None):
         p.add_argument("--art", type=Path, required=True)
         p.add_argument("--data", type=Path, required=True)
         p.add_argument("--fixtures", type=Path, required=True)
-        p.add_argument("--sets", default=",".join(SETS))
+        p.add_argument("--sets", default=",".join(SETS) if name == "collect" else ENGLISH)
         if name == "collect":
             p.add_argument("--out", required=True)
+            p.add_argument("--limit", type=int, default=1000, help="at most this many queries of a set (chosen by crc32 of their ids)")
+            p.add_argument("--foreign", type=int, default=20, help="negatives: this many queries of each other set, run against the set's artifact")
+        if name == "compare":
+            p.add_argument("--limit", type=int, default=0, help="at most this many queries of a set (chosen by crc32 of their ids; 0: all)")
+            p.add_argument("--default-only", action="store_true", help="only kb's defaults (adaptive fusion), not fixed weights as well")
         if name in ("collect", "compare"):
             p.add_argument("--backends", default=",".join(BACKENDS) if name == "collect" else "hybrid,hybrid+rerank")
     p = sub.add_parser("fit")
@@ -249,6 +332,8 @@ def main(argv=None):
     p.add_argument("--write")
     p.add_argument("--report")
     p.add_argument("--plots")
+    p.add_argument("--foreign-weight", type=float, default=0.2, help="the share of each set's weight its foreign negatives get")
+    p.add_argument("--set-power", type=float, default=0.0, help="each set weighs (its queries) ** this: 0 = all sets alike, 1 = every query alike")
     a = ap.parse_args(argv)
     {"grid": cmd_grid, "collect": cmd_collect, "compare": cmd_compare, "fit": cmd_fit}[a.cmd](a)
 

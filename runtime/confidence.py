@@ -7,10 +7,12 @@ with kb's code in runtime/confidence_model.py (not per artifact: the signals are
 way for every artifact, so one model serves all). bench/calibrate.py documents the fit and
 refits it; `kb bench` reports how well calibrated it is (ECE and reliability bins).
 
-The low-confidence notice derives from it: a search whose top result's confidence is below the
-backend's fitted floor (MODEL["low_confidence_floor"]: the highest floor under which at most 10%
-of the Hugo fixture's answerable queries fall) gets the notice; ``low_confidence_floor`` in
-kb.toml [search] (or --low-confidence-floor) overrides it.
+The model is fitted on English and CJK sets, on artifacts of both shipped embedders, with
+queries of the other sets as negatives (bench/calibrate.py). The low-confidence notice derives
+from it: a search whose top result's confidence is below the backend's fitted floor
+(MODEL["low_confidence_floor"]: the highest floor under which at most 10% of every dev set's
+answerable queries fall) gets the notice; ``low_confidence_floor`` in kb.toml [search] (or
+--low-confidence-floor) overrides it.
 """
 
 from __future__ import annotations
@@ -38,19 +40,30 @@ FEATURES = (
     "cos_spread",  # the dense leg's top cosine minus its SPREAD_RANK-th: how far the best stands out
     "bm25_spread",  # the BM25 leg's top minus its 10th score, over the ceiling
     "log_qlen",  # ln(1 + the number of distinct query terms)
+    "cjk",  # 1 when the query is written in a CJK script (its BM25 terms are character bigrams)
+    "fused_gap",  # (first - second) / first of the fused (or final) scores: a decided ranking or a tie
+    "cos_crowd",  # ln(1 + the dense hits within CROWD of the top cosine): one answer or many alike
 )
 
 
-# Terms the model adds to FEATURES: query length times the main signals (a long query's best
-# matches mean something else than a short one's: CISI's 77-term queries have dozens of relevant
-# documents, SciFact's claims one or two), and squares of the similarity signals.
-INTERACTIONS = ("cos", "bm25n", "top_cos", "log_rank", "fused_share")
+# Terms the model adds to FEATURES: products of two features, and squares of the similarity
+# signals. Query length times the main signals (a long query's best matches mean something else
+# than a short one's: CISI's 77-term queries have dozens of relevant documents, SciFact's claims
+# one or two); the script times them (a CJK query's BM25 terms are character bigrams, and its
+# cosines come from another model); the ranking's decidedness and the crowd times the rank (a clear
+# winner is likelier right, and the results after it likelier wrong).
+PRODUCTS = (
+    *(("log_qlen", f) for f in ("cos", "bm25n", "top_cos", "log_rank", "fused_share")),
+    *(("cjk", f) for f in ("cos", "bm25n", "top_cos", "log_rank", "fused_share")),
+    ("fused_gap", "log_rank"),
+    ("cos_crowd", "log_rank"),
+)
 SQUARES = ("cos", "bm25n", "top_cos")
-MODEL_TERMS = FEATURES + tuple(f"log_qlen*{f}" for f in INTERACTIONS) + tuple(f"{f}^2" for f in SQUARES)
+MODEL_TERMS = FEATURES + tuple(f"{a}*{b}" for a, b in PRODUCTS) + tuple(f"{f}^2" for f in SQUARES)
 
 
-_QLEN = FEATURES.index("log_qlen")
-_INTERACT = [FEATURES.index(f) for f in INTERACTIONS]
+_LEFT = [FEATURES.index(a) for a, _ in PRODUCTS]
+_RIGHT = [FEATURES.index(b) for _, b in PRODUCTS]
 _SQUARE = [FEATURES.index(f) for f in SQUARES]
 
 
@@ -59,20 +72,21 @@ def expand(rows: np.ndarray) -> np.ndarray:
     rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
     if not len(rows):
         return np.zeros((0, len(MODEL_TERMS)))
-    return np.concatenate([rows, rows[:, _INTERACT] * rows[:, _QLEN, None], rows[:, _SQUARE] ** 2], axis=1)
+    return np.concatenate([rows, rows[:, _LEFT] * rows[:, _RIGHT], rows[:, _SQUARE] ** 2], axis=1)
 
 
 SPREAD_RANK = 50  # the rank cos_spread compares the top with: fixed, so a deeper search sees the same feature
+CROWD = 0.05  # cos_crowd counts the dense hits (of the first SPREAD_RANK) this close to the top cosine
 
 
 def backend_of(mode: str, reranked: bool) -> str:
     return "hybrid+rerank" if reranked else mode
 
 
-def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model: str | None = None) -> np.ndarray:
+def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model: str | None = None, cjk: bool = False) -> np.ndarray:
     """One row of FEATURES per candidate, in rank order; cosines on all-MiniLM-L6-v2's scale
-    (fusion.minilm_cosine: the model was fitted on MiniLM artifacts; ``model`` is the artifact's
-    embedding model)."""
+    (fusion.minilm_cosine: one model serves every embedder; ``model`` is the artifact's
+    embedding model). ``cjk``: the query is in a CJK script."""
     bm25 = next((lg for lg in legs if lg.name == "bm25"), None)
     dense = next((lg for lg in legs if lg.name == "vector"), None)
     to_minilm = minilm_cosine(model)
@@ -90,6 +104,9 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model
     tenth = bm25.hits[min(9, len(bm25.hits) - 1)].score if bm25 and bm25.hits else 0.0
     bm25_spread = (bm25.hits[0].score - tenth) / ceiling if bm25 and bm25.hits and ceiling else 0.0
     qlen = math.log1p(bm25.terms) if bm25 and bm25.terms else 0.0
+    second = candidates[1].score if len(candidates) > 1 else 0.0
+    fused_gap = (top_score - second) / top_score if top_score > 0 else 0.0
+    crowd = math.log1p(sum(1 for h in dense.hits[:SPREAD_RANK] if h.score >= top_cos - CROWD)) if dense and dense.hits else 0.0
     rows = np.zeros((len(candidates), len(FEATURES)), dtype=np.float64)
     for i, c in enumerate(candidates):
         parts = c.fused.contributions
@@ -109,6 +126,9 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model
             spread,
             bm25_spread,
             qlen,
+            1.0 if cjk else 0.0,
+            fused_gap,
+            crowd,
         )
     return rows
 

@@ -17,169 +17,345 @@ MODEL = {
         "cos_spread",
         "bm25_spread",
         "log_qlen",
+        "cjk",
+        "fused_gap",
+        "cos_crowd",
         "log_qlen*cos",
         "log_qlen*bm25n",
         "log_qlen*top_cos",
         "log_qlen*log_rank",
         "log_qlen*fused_share",
+        "cjk*cos",
+        "cjk*bm25n",
+        "cjk*top_cos",
+        "cjk*log_rank",
+        "cjk*fused_share",
+        "fused_gap*log_rank",
+        "cos_crowd*log_rank",
         "cos^2",
         "bm25n^2",
         "top_cos^2"
     ],
     "backends": {
         "bm25": [
-            -14.54567,
-            -0.139761,
+            -16.829338,
+            -0.34638,
             0.0,
             0.0,
             0.0,
-            21.607828,
-            -6.60609,
-            5.040611,
+            21.54091,
+            -6.243084,
+            7.723328,
             0.0,
-            3.354038,
+            2.597664,
             0.0,
             0.0,
-            4.829353,
-            2.036737,
+            4.695216,
+            1.712637,
+            -7.139763,
+            2.562545,
             0.0,
-            -1.721015,
             0.0,
-            0.019336,
-            -0.702388,
+            -1.163334,
             0.0,
-            -10.914286,
+            0.170121,
+            -0.549922,
+            0.0,
+            -1.8501,
+            0.0,
+            -1.297809,
+            9.282328,
+            -2.017421,
+            0.0,
+            0.0,
+            -11.768773,
             0.0
         ],
         "vector": [
-            -14.963392,
-            0.024733,
-            7.918668,
-            2.640054,
-            -1.049698,
+            5.756257,
+            0.393976,
+            59.510788,
+            -35.890684,
+            6.69024,
             0.0,
             0.0,
             0.0,
             0.0,
-            9.422181,
+            -15.741418,
             0.0,
-            6.177659,
-            0.0,
-            0.0,
+            4.50445,
             0.0,
             0.0,
+            -6.196052,
+            -0.55577,
+            -0.127083,
             0.0,
             0.0,
             0.0,
-            -5.989405,
             0.0,
-            -0.171052
+            0.0,
+            13.804773,
+            0.0,
+            -15.805263,
+            -0.709566,
+            7.953505,
+            -7.225576,
+            -0.282103,
+            -23.806676,
+            0.0,
+            8.71342
         ],
         "hybrid": [
-            -22.842206,
-            2.953923,
-            13.648219,
-            -3.81684,
-            -1.260419,
-            4.629214,
-            -1.569935,
-            0.694698,
-            -0.209816,
-            17.517667,
+            -18.573256,
+            2.01076,
+            12.911997,
+            0.407593,
+            0.042761,
+            8.596645,
+            -2.262353,
+            2.475437,
+            -0.587159,
+            9.997861,
             0.0,
-            4.055091,
-            -0.508999,
-            4.333974,
-            0.787208,
-            -0.651363,
-            0.516863,
-            -0.894935,
-            -4.769672,
-            -10.127948,
-            -1.064469,
-            1.792961
+            2.170092,
+            1.231787,
+            1.87018,
+            6.511334,
+            2.01154,
+            -0.048239,
+            0.477139,
+            -1.058403,
+            0.984115,
+            -0.345985,
+            -2.256921,
+            9.85649,
+            6.447606,
+            -13.584439,
+            -3.579062,
+            -4.309285,
+            -1.462915,
+            -0.282676,
+            -7.37044,
+            -4.129021,
+            -3.596858
         ],
         "hybrid+rerank": [
-            -19.615489,
-            3.395451,
-            13.451814,
-            -2.878445,
-            -1.318014,
-            4.567039,
-            -1.496895,
-            0.599084,
-            -0.247367,
-            14.153065,
-            -3.242348,
-            4.172803,
-            -0.698027,
-            3.8626,
-            0.557391,
-            -0.47825,
-            0.177184,
-            -1.026046,
-            -3.792548,
-            -9.146741,
-            -1.130188,
-            1.17397
+            -17.390121,
+            2.400217,
+            12.634949,
+            1.350287,
+            0.261961,
+            9.291224,
+            -2.131553,
+            2.115651,
+            -0.669482,
+            8.632652,
+            -0.925358,
+            2.502146,
+            0.896072,
+            1.748823,
+            7.475123,
+            2.026845,
+            -0.012756,
+            0.619233,
+            -1.120578,
+            0.69595,
+            -0.424971,
+            -1.919349,
+            9.551865,
+            6.179942,
+            -12.815921,
+            -4.017388,
+            -5.452176,
+            -1.43615,
+            -0.285627,
+            -6.903601,
+            -4.606145,
+            -4.477733
         ]
     },
     "low_confidence_floor": {
-        "bm25": 0.11,
-        "vector": 0.1,
-        "hybrid": 0.14,
-        "hybrid+rerank": 0.13
+        "bm25": 0.075,
+        "vector": 0.05,
+        "hybrid": 0.115,
+        "hybrid+rerank": 0.115
     },
     "fit": {
-        "command": "python bench/calibrate.py fit --rows /tmp/dev2/rows.jsonl --report /tmp/dev2/rep.json --write runtime/confidence_model.py --plots bench/",
+        "command": "python bench/calibrate.py fit --rows rows.jsonl --write runtime/confidence_model.py --report rep.json --plots bench/",
         "date": "2026-11-30",
-        "held_out": "3/10 of each set's queries (crc32 of set/id)",
+        "held_out": "3/10 of each set's queries (crc32 of source set/id)",
+        "foreign_weight": 0.2,
+        "set_power": 0.0,
         "ece_held_out": {
             "bm25": {
-                "cisi": 0.07,
-                "cranfield": 0.078,
-                "hugo": 0.0318,
-                "scifact": 0.0878,
-                "all": 0.0476
+                "cisi": 0.0887,
+                "cisi +foreign": 0.0465,
+                "cmrc2018-zh": 0.0103,
+                "cmrc2018-zh +foreign": 0.0092,
+                "cranfield": 0.0919,
+                "cranfield +foreign": 0.0694,
+                "hugo": 0.0202,
+                "hugo +foreign": 0.0243,
+                "hugo-e5": 0.0202,
+                "hugo-e5 +foreign": 0.0243,
+                "jsquad-ja": 0.0184,
+                "jsquad-ja +foreign": 0.0169,
+                "scifact": 0.0756,
+                "scifact +foreign": 0.0775,
+                "all": 0.0152,
+                "all +foreign": 0.0144
             },
             "vector": {
-                "cisi": 0.1122,
-                "cranfield": 0.039,
-                "hugo": 0.0586,
-                "scifact": 0.1065,
-                "all": 0.0647
+                "cisi": 0.1294,
+                "cisi +foreign": 0.0581,
+                "cmrc2018-zh": 0.0143,
+                "cmrc2018-zh +foreign": 0.0134,
+                "cranfield": 0.0605,
+                "cranfield +foreign": 0.0405,
+                "hugo": 0.047,
+                "hugo +foreign": 0.0122,
+                "hugo-e5": 0.0302,
+                "hugo-e5 +foreign": 0.0193,
+                "jsquad-ja": 0.0163,
+                "jsquad-ja +foreign": 0.0149,
+                "scifact": 0.0811,
+                "scifact +foreign": 0.0728,
+                "all": 0.0177,
+                "all +foreign": 0.016
             },
             "hybrid": {
-                "cisi": 0.0848,
-                "cranfield": 0.0735,
-                "hugo": 0.0452,
-                "scifact": 0.0742,
-                "all": 0.0418
+                "cisi": 0.0994,
+                "cisi +foreign": 0.0561,
+                "cmrc2018-zh": 0.0098,
+                "cmrc2018-zh +foreign": 0.009,
+                "cranfield": 0.0774,
+                "cranfield +foreign": 0.0621,
+                "hugo": 0.0589,
+                "hugo +foreign": 0.0289,
+                "hugo-e5": 0.0458,
+                "hugo-e5 +foreign": 0.0244,
+                "jsquad-ja": 0.0107,
+                "jsquad-ja +foreign": 0.0097,
+                "scifact": 0.0769,
+                "scifact +foreign": 0.0735,
+                "all": 0.0149,
+                "all +foreign": 0.0141
             },
             "hybrid+rerank": {
-                "cisi": 0.0854,
-                "cranfield": 0.0628,
-                "hugo": 0.0488,
-                "scifact": 0.0756,
-                "all": 0.0431
+                "cisi": 0.0982,
+                "cisi +foreign": 0.0552,
+                "cmrc2018-zh": 0.0096,
+                "cmrc2018-zh +foreign": 0.0089,
+                "cranfield": 0.0686,
+                "cranfield +foreign": 0.055,
+                "hugo": 0.0618,
+                "hugo +foreign": 0.0311,
+                "hugo-e5": 0.0318,
+                "hugo-e5 +foreign": 0.0183,
+                "jsquad-ja": 0.0111,
+                "jsquad-ja +foreign": 0.0101,
+                "scifact": 0.0778,
+                "scifact +foreign": 0.0744,
+                "all": 0.0146,
+                "all +foreign": 0.0139
             }
         },
-        "notice_on_hugo": {
+        "notice": {
             "bm25": {
-                "negatives_flagged": "2/15",
-                "positives_flagged": "3/46"
+                "cisi": {
+                    "negatives_flagged": "85/100",
+                    "answerable_flagged": "0/76"
+                },
+                "cmrc2018-zh": {
+                    "negatives_flagged": "97/100",
+                    "answerable_flagged": "1/998"
+                },
+                "cranfield": {
+                    "negatives_flagged": "80/100",
+                    "answerable_flagged": "0/225"
+                },
+                "hugo": {
+                    "negatives_flagged": "85/115",
+                    "answerable_flagged": "3/46"
+                },
+                "hugo-e5": {
+                    "negatives_flagged": "85/115",
+                    "answerable_flagged": "3/46"
+                },
+                "jsquad-ja": {
+                    "negatives_flagged": "99/100",
+                    "answerable_flagged": "0/1000"
+                },
+                "scifact": {
+                    "negatives_flagged": "51/100",
+                    "answerable_flagged": "5/809"
+                },
+                "hugo's own negatives": "3/15",
+                "foreign negatives": "576/700"
             },
             "vector": {
-                "negatives_flagged": "5/15",
-                "positives_flagged": "4/46"
+                "cisi": {
+                    "negatives_flagged": "87/100",
+                    "answerable_flagged": "0/76"
+                },
+                "cmrc2018-zh": {
+                    "negatives_flagged": "92/100",
+                    "answerable_flagged": "0/998"
+                },
+                "cranfield": {
+                    "negatives_flagged": "95/100",
+                    "answerable_flagged": "1/225"
+                },
+                "hugo": {
+                    "negatives_flagged": "84/115",
+                    "answerable_flagged": "7/46"
+                },
+                "hugo-e5": {
+                    "negatives_flagged": "44/115",
+                    "answerable_flagged": "1/46"
+                },
+                "jsquad-ja": {
+                    "negatives_flagged": "82/100",
+                    "answerable_flagged": "0/1000"
+                },
+                "scifact": {
+                    "negatives_flagged": "80/100",
+                    "answerable_flagged": "12/809"
+                },
+                "hugo's own negatives": "9/15",
+                "foreign negatives": "554/700"
             },
             "hybrid": {
-                "negatives_flagged": "8/15",
-                "positives_flagged": "4/46"
-            },
-            "hybrid+rerank": {
-                "negatives_flagged": "8/15",
-                "positives_flagged": "4/46"
+                "cisi": {
+                    "negatives_flagged": "98/100",
+                    "answerable_flagged": "1/76"
+                },
+                "cmrc2018-zh": {
+                    "negatives_flagged": "97/100",
+                    "answerable_flagged": "3/998"
+                },
+                "cranfield": {
+                    "negatives_flagged": "98/100",
+                    "answerable_flagged": "1/225"
+                },
+                "hugo": {
+                    "negatives_flagged": "101/115",
+                    "answerable_flagged": "4/46"
+                },
+                "hugo-e5": {
+                    "negatives_flagged": "100/115",
+                    "answerable_flagged": "3/46"
+                },
+                "jsquad-ja": {
+                    "negatives_flagged": "99/100",
+                    "answerable_flagged": "4/1000"
+                },
+                "scifact": {
+                    "negatives_flagged": "87/100",
+                    "answerable_flagged": "21/809"
+                },
+                "hugo's own negatives": "12/15",
+                "foreign negatives": "664/700"
             }
         }
     }

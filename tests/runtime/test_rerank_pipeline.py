@@ -75,3 +75,18 @@ def test_an_explicit_rerank_without_a_model_says_so(tmp_path):
     CliRunner().invoke(kb_build, [str(TINY), "-o", str(out), "--embedder", "hash", "--no-reranker"])
     d = search(out, "--rerank")
     assert not d["reranked"] and d["notices"][0]["kind"] == "no_reranker"
+
+
+def test_a_reranked_search_gets_the_notice_its_retrieval_gets(reranked_artifact):
+    """The low-confidence notice of a reranked search reads the hybrid model's confidence in the
+    top fused result (runtime/search.py low_confidence), whatever the reranker did to the order."""
+    out, _ = reranked_artifact
+    plain = search(out, "-n", "5", "--explain")
+    top = plain["results"][0]["confidence"]
+    for floor in (top + 0.001, max(top - 0.001, 0.0)):
+        a = search(out, "-n", "5", "--low-confidence-floor", str(floor))
+        b = search(out, "-n", "5", "--rerank", "--low-confidence-floor", str(floor))
+        assert b["reranked"]
+        want = [n["reason"].replace("top result's", "top fused result's") for n in a["notices"] if n["kind"] == "low_confidence"]
+        assert [n["reason"] for n in b["notices"] if n["kind"] == "low_confidence"] == want
+    assert [n["kind"] for n in search(out, "-n", "5", "--rerank", "--low-confidence-floor", str(top + 0.001))["notices"]] == ["low_confidence"]

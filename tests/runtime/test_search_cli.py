@@ -41,11 +41,11 @@ def test_json_output_has_the_versioned_contract():
 GOLDEN_HUMAN = '''KB Search Results for: "restore the snapshot"
 Showing top 2 results (historical/superseded filtered)
 
-1. [score: 2.62 · confidence 0.85] backups.md § "Backups > Restore"
+1. [score: 2.62 · confidence 0.96] backups.md § "Backups > Restore"
    > "Pick the newest snapshot and run the restore script. zfs rollback tank/home@latest"
    Status: live-doctrine · lines 11-18 · chunk 3
 
-2. [score: 0.85 · confidence 0.01] backups.md § "Backups"
+2. [score: 0.85 · confidence 0.03] backups.md § "Backups"
    > "Nightly snapshots are sent to the backup host with zfs send."
    Status: live-doctrine · lines 7-9 · chunk 2
 
