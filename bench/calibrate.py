@@ -22,7 +22,8 @@ multilingual-e5-small: what "auto" picks for these languages, and the Hugo docs 
   out, each set weighing the same (--set-power 0) and its foreign negatives a share of it
   (--foreign-weight 0.2); reports ECE (10 equal-width bins) on the held-out part per set, of
   its own queries and with the foreign ones, and pooled; picks each backend's notice floor: the
-  highest under which the top result of at most 10% of every set's answerable queries falls
+  highest under which the top result of at most 10% of every set's answerable queries falls,
+  set halfway between two dev queries' top confidences
   (hybrid+rerank: the hybrid floor, runtime/search.py low_confidence); writes the model module
   and reliability diagrams.
 - compare: kb bench's quality, calibration and notice figures per set (--default-only: kb's
@@ -134,7 +135,7 @@ def cmd_grid(a):
 
 def cmd_compare(a):
     """kb bench's quality, calibration and notice figures per set, with fixed fusion (kb before
-    issue 16) and with adaptive fusion, for the hybrid backends; one JSON object on stdout."""
+    issue 16) and with adaptive fusion, for the hybrid backends; a JSON line per set on stdout."""
     from kb.common.options import resolve, stored_search
     from kb.runtime.bench import run_bench
     from kb.runtime.index import Index
@@ -149,7 +150,7 @@ def cmd_compare(a):
                 res = run_bench(s, bset, backends=a.backends.split(","), options=resolve(stored_search(ix.meta), {"adaptive_fusion": adaptive}))
                 out.setdefault(name, {})[label] = res["backends"]
                 print(name, label, {b: v["ndcg@10"] for b, v in res["backends"].items()}, file=sys.stderr, flush=True)
-    print(json.dumps(out, indent=1))
+        print(json.dumps({name: out[name]}), flush=True)  # one line per set, as it is done
 
 
 def cmd_collect(a):
@@ -265,10 +266,18 @@ def cmd_fit(a):
             chosen = [r for r in qs if r["negative"] == want_negative and (s is None or r["set"] == s) and (kind is None or r["kind"] == kind)]
             return sum(top[id(r)] < floor for r in chosen), len(chosen)
 
-        best = 0.05
-        for f in np.round(np.arange(0.05, 0.95, 0.005), 3):
-            if all(k <= 0.10 * n for k, n in (flagged(f, False, s) for s in sets)):
-                best = float(f)
+        # Each set admits a floor up to the confidence of its answerable query that would be one
+        # too many to flag; the lowest of these binds. The floor goes halfway between that query
+        # and the next lower top confidence of its set, so no dev query sits on the floor (a
+        # search at another depth moves a confidence by about 1e-3).
+        limit, binding = np.inf, None
+        for s in sets:
+            answerable = sorted(top[id(r)] for r in qs if r["set"] == s and not r["negative"])
+            allowed = int(0.10 * len(answerable))
+            if allowed < len(answerable) and answerable[allowed] < limit:
+                limit, binding = answerable[allowed], s
+        below = [top[id(r)] for r in qs if r["set"] == binding and top[id(r)] < limit]
+        best = round(float((limit + max(below)) / 2 if below else limit / 2), 4) if binding else 0.5
         model["low_confidence_floor"][backend] = best
         rates[backend] = {s: {"negatives_flagged": "%d/%d" % flagged(best, True, s), "answerable_flagged": "%d/%d" % flagged(best, False, s)} for s in sets}
         rates[backend]["hugo's own negatives"] = "%d/%d" % flagged(best, True, "hugo", "negative")
