@@ -70,9 +70,11 @@ def matrix_head(buf) -> tuple[int, int]:
     return _MATRIX.unpack(bytes(buf[: _MATRIX.size]))
 
 
-def check_hnsw(buf, count: int) -> HnswImage:
+def check_hnsw(buf, count: int, neighbours: bool = True) -> HnswImage:
     """Raise BadIndex unless ``buf`` is a well-formed single-key usearch index of ``count`` vectors
-    keyed 0..count-1 whose every neighbour slot points inside the graph."""
+    keyed 0..count-1 whose every neighbour slot points inside the graph. ``neighbours=False``
+    checks all but the slots: enough to read the vector matrix and which row holds which key,
+    not to hand the graph to usearch."""
     b = np.frombuffer(buf, dtype=np.uint8)
     n = len(b)
     rows, cols = matrix_head(b)
@@ -130,6 +132,8 @@ def check_hnsw(buf, count: int) -> HnswImage:
         if np.any(row_of_key < 0):
             raise BadIndex("node keys repeat: not one node per vector")
     del head, keys
+    if not neighbours:
+        return HnswImage(rows, cols, dims, scalar, graph_start, in_order, row_of_key)
     _check_neighbours(b, starts + NODE_HEAD, base, size)
     for level in range(1, int(max_level) + 1):
         at = np.flatnonzero(levels >= level)

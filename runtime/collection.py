@@ -113,6 +113,10 @@ class Collection:
     def vectors(self):
         return self.members[0].vectors  # its dimensions: the shared model's
 
+    @property
+    def vector_dims(self) -> int:
+        return self.members[0].vector_dims  # the shared model's
+
     def prefetch_vectors(self) -> None:
         """Each member's vector index opened and checked in the background (Index.prefetch_vectors)."""
         for m in self.members:

@@ -190,13 +190,15 @@ def _phase_timers() -> None:
 
     timed(index.Index, "__init__", "open artifact")
     timed(index.Index, "model_files", "model section -> bytes")
-    timed(index.Index, "_open_vectors", "vector index: crc32, graph check, import usearch, restore")
+    timed(index.Index, "_checked_image", "vectors: crc32, layout check (and every slot for the graph)")
+    timed(index.Index, "_open_vectors", "vector index for HNSW: the above, import usearch, restore")
+    timed(index.Index, "cosines", "vectors: exact cosines (scan)")
     timed_property(index.Index, "query_model", "query model: validate directory")
     timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
     timed(query_encoder.QueryEncoder, "__init__", "query encoder: import tokenizers, pipeline")
     timed(query_encoder.QueryEncoder, "embed_query", "query encoder: tokenize, prepare layers (crc32, pack), forward")
     timed(search.Searcher, "search", "Searcher.search (all legs)")
-    timed(legs, "top_vector", "vector leg: usearch")
+    timed(legs, "top_vector", "vector leg")
     timed(output, "render_json", "render JSON")
 
     def report():

@@ -61,6 +61,18 @@ def required_sections(version: int) -> tuple[str, ...]:
     return REQUIRED + ROARING_POSTINGS + ((L.TERM_DOC_DF,) if version >= 2 else ())
 
 
+EXACT_SCAN_MAX = 20_000  # up to this many chunks the dense leg scans every vector (scans_vectors)
+
+
+def _matrix_view(view, image) -> np.ndarray | None:
+    """The stored vectors as a (rows, dims) numpy view, when numpy can view their kind."""
+    from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS
+
+    if image.scalar not in NUMPY_SCALARS:
+        return None
+    return np.frombuffer(view, dtype=NUMPY_SCALARS[image.scalar], count=image.rows * image.dims, offset=MATRIX_START).reshape(image.rows, image.dims)
+
+
 class Index:
     def __init__(self, path):
         import threading
@@ -71,6 +83,7 @@ class Index:
         self.leg_cache: dict = {}  # per-leg memo of decoded data (runtime/bm25.py keeps impacts here)
         self._prefetch = None  # the thread of prefetch_vectors
         self._vector_state = None  # (usearch index, matrix view or None, HnswImage) once opened
+        self._layout = None  # (matrix view or None, HnswImage) once read
         self._vector_lock = threading.Lock()
         self._block_cache: OrderedDict = OrderedDict()
         self.artifact = Artifact(path)
@@ -84,7 +97,7 @@ class Index:
     def close(self):
         if self._prefetch is not None:
             self._prefetch.join()
-        self._vector_state = None  # views of the map: let them go before it closes
+        self._vector_state = self._layout = None  # views of the map: let them go before it closes
         self.__dict__.pop("query_model", None)
         self.artifact.close()
 
@@ -446,49 +459,77 @@ class Index:
         return self._opened_vectors()[0]
 
     @property
+    def scans_vectors(self) -> bool:
+        """Whether the dense leg scans every stored vector instead of searching the graph: up to
+        EXACT_SCAN_MAX chunks, when numpy can view the vectors. Exact, and a one-shot search then
+        neither checks the graph's every slot nor loads usearch (runtime/legs.py top_vector)."""
+        return self.n_chunks <= EXACT_SCAN_MAX and self.vector_matrix is not None
+
+    @property
     def vector_matrix(self) -> np.ndarray | None:
         """The stored vectors as a (chunks, dim) numpy view of the image, when numpy can view their
         kind (f16, f32); else None. Row ``vector_rows(ids)`` holds chunk id's vector."""
-        return self._opened_vectors()[1]
+        return self._vector_layout()[0]
+
+    @property
+    def vector_dims(self) -> int:
+        return self._vector_layout()[1].dims
 
     def vector_rows(self, ids: np.ndarray) -> np.ndarray:
         """The rows of ``vector_matrix`` that hold the vectors of chunks ``ids``: the ids
         themselves when the graph's nodes are in key order (one build thread), else through the
         checked permutation of the keys (formats/hnsw.py ``HnswImage.row_of_key``)."""
-        perm = self._opened_vectors()[2].row_of_key
+        perm = self._vector_layout()[1].row_of_key
         return ids if perm is None else perm[ids]
 
     def prefetch_vectors(self) -> None:
-        """Open and check the vector index in a background thread, once: its checks read the
-        whole graph (O(chunks)), and a one-shot search loads its embedder and runs BM25
-        meanwhile. ``vectors`` waits for it; a failure is raised there, in the caller's thread."""
+        """Open and check the vectors in a background thread, once: what a search will need (the
+        matrix and its layout for a scanned artifact, the whole graph otherwise) is read in
+        O(chunks), and a one-shot search loads its embedder and runs BM25 meanwhile. The
+        accessors wait for it; a failure is raised there, in the caller's thread."""
         import threading
 
-        if self._vector_state is not None or self._prefetch is not None:
+        if self._layout is not None or self._prefetch is not None:
             return
 
         def run():
             try:
-                self._opened_vectors()
+                self._vector_layout()
             except Exception:  # noqa: BLE001 - the caller's own access opens again and raises it
                 pass
 
         self._prefetch = threading.Thread(target=run, name="kb-vectors", daemon=True)
         self._prefetch.start()
 
+    def _vector_layout(self) -> tuple:
+        """(matrix view or None, HnswImage): the graph's every slot checked past EXACT_SCAN_MAX
+        chunks (that search goes through usearch), all but the slots below it (nothing follows them)."""
+        state = self._layout
+        if state is None:
+            with self._vector_lock:  # one opening, whichever thread comes first; the other waits
+                if self._layout is None:
+                    if self.n_chunks > EXACT_SCAN_MAX:
+                        self._vector_state = self._open_vectors()
+                        self._layout = self._vector_state[1:]
+                    else:
+                        view, image = self._checked_image(neighbours=False)
+                        self._layout = (_matrix_view(view, image), image)
+                state = self._layout
+        return state
+
     def _opened_vectors(self) -> tuple:
         state = self._vector_state
         if state is None:
-            with self._vector_lock:  # one opening, whichever thread comes first; the other waits
+            with self._vector_lock:
                 if self._vector_state is None:
                     self._vector_state = self._open_vectors()
+                    if self._layout is None:
+                        self._layout = self._vector_state[1:]
                 state = self._vector_state
         return state
 
-    def _open_vectors(self) -> tuple:
-        from usearch.index import Index as UIndex
-
-        from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS, BadIndex, check_hnsw, matrix_head
+    def _checked_image(self, neighbours: bool) -> tuple:
+        from kb.formats.hnsw import BadIndex, check_hnsw, matrix_head
 
         if not self.has_vectors:
             raise self._corrupt("no vector section (built with --embedder none)")
@@ -498,9 +539,20 @@ class Index:
             art.check_range(L.VECTORS, 0, 8)
             rows, cols = matrix_head(view)
             art.check_range(L.VECTORS, min(8 + rows * cols, len(view)), len(view))
-            image = check_hnsw(view, self.n_chunks)
+            image = check_hnsw(view, self.n_chunks, neighbours=neighbours)
         except BadIndex as e:
             raise self._corrupt(f"vector index: {e}") from None
+        dim = (self.meta.embedder or {}).get("dim", image.dims)  # the card of the model that made the vectors
+        if dim != image.dims:
+            raise self._corrupt(f"vector index has {image.dims} dimensions, its embedder {dim}")
+        return view, image
+
+    def _open_vectors(self) -> tuple:
+        from usearch.index import Index as UIndex
+
+        from kb.formats.hnsw import NUMPY_SCALARS
+
+        view, image = self._checked_image(neighbours=True)
         in_place = image.scalar in NUMPY_SCALARS
         try:
             idx = UIndex.restore(view, view=True, enable_key_lookups=not in_place)
@@ -511,14 +563,9 @@ class Index:
         ef = (self.meta.vectors or {}).get("expansion_search")
         if ef:  # a usearch image does not keep it: kb.toml [vectors] expansion_search, kept in meta
             idx.expansion_search = ef
-        dim = (self.meta.embedder or {}).get("dim", idx.ndim)  # the card of the model that made the vectors
-        if dim != idx.ndim:
-            raise self._corrupt(f"vector index has {idx.ndim} dimensions, its embedder {dim}")
-        matrix = None
-        if in_place:
-            matrix = np.frombuffer(view, dtype=NUMPY_SCALARS[image.scalar], count=image.rows * image.dims, offset=MATRIX_START)
-            matrix = matrix.reshape(image.rows, image.dims)
-        return idx, matrix, image
+        if image.dims != idx.ndim:
+            raise self._corrupt(f"vector index has {idx.ndim} dimensions, its header {image.dims}")
+        return idx, _matrix_view(view, image), image
 
     def vectors_of(self, ids: np.ndarray) -> np.ndarray:
         """The stored vectors of chunks ``ids`` as float32 (len(ids), dim), their bytes verified;
@@ -547,20 +594,27 @@ class Index:
 
     def cosines(self, ids: np.ndarray, qv: np.ndarray) -> np.ndarray:
         """The cosine of ``qv`` with the stored vector of each of ``ids`` (float32, in order),
-        their bytes verified: usearch's exact (SIMD) kernel over the rows gathered in place, or
-        numpy over float32 copies where the matrix cannot be viewed."""
+        their bytes verified: numkong's SIMD kernel over the rows gathered in their stored kind
+        (the query cast to it, as usearch casts it), or numpy over float32 copies."""
         ids = np.asarray(ids, dtype=np.int64)
         m = self.vector_matrix
         if m is None or not len(ids):
             vecs = self.vectors_of(ids)
             norms = np.linalg.norm(vecs, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
             return (vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
-        from usearch.index import MetricKind, search
-
         self.check_vectors(ids)
-        found = search(m[self.vector_rows(ids)], np.asarray(qv, dtype=np.float32), len(ids), MetricKind.Cos, exact=True, threads=1)
-        sims = np.full(len(ids), np.nan, dtype=np.float32)
-        sims[np.asarray(found.keys, dtype=np.int64)] = 1.0 - np.asarray(found.distances, dtype=np.float32)
+        rows = m[self.vector_rows(ids)]
+        try:
+            import numkong
+
+            sims = 1.0 - np.asarray(numkong.cdist(np.asarray(qv, dtype=m.dtype).reshape(1, -1), rows, metric="angular"), dtype=np.float32).ravel()
+        except (ImportError, AttributeError, TypeError, ValueError):  # no numkong, or one without cdist for this kind
+            wide = rows.astype(np.float32)
+            norms = np.linalg.norm(wide, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
+            sims = (wide @ np.asarray(qv, dtype=np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
+        bad = ~np.isfinite(sims)
+        if bad.any() and np.isfinite(rows[bad]).all():
+            sims[bad] = 0.0  # a zero vector: no direction, no similarity
         return self._finite(sims)  # a stored vector that is not finite gives a cosine that is not
 
     def check_vectors(self, ids: np.ndarray) -> None:

@@ -66,14 +66,16 @@ def tag_key(s: str) -> str:
 
 
 def top_vector(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Top ``k`` chunks by cosine among ``allowed``, by whichever strategy costs less for a subset
-    of this size (``exact_is_cheaper``): an exact scan of the subset's vectors, or an HNSW search
+    """Top ``k`` chunks by cosine among ``allowed``: an exact scan of every allowed vector in an
+    artifact small enough (Index.scans_vectors: no graph to check, no usearch to load, which is
+    most of a one-shot search's dense cost there); otherwise by whichever strategy costs less for
+    a subset of this size (``exact_is_cheaper``): an exact scan of the subset's vectors, or an HNSW search
     that over-fetches neighbours and keeps the allowed ones. Both are exact on the subset's
     terms: the scan by construction, the search by widening until ``k`` allowed hits are found."""
     n_allowed = int(allowed.sum())
     if n_allowed == 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    if exact_is_cheaper(n_allowed, ix.n_chunks, k):
+    if ix.scans_vectors or exact_is_cheaper(n_allowed, ix.n_chunks, k):
         return exact_top(ix, qv, k, allowed)
     return hnsw_top(ix, qv, k, allowed, n_allowed)
 

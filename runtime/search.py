@@ -105,10 +105,10 @@ class Searcher:
 
                 with self._packed_model("embedding model"):
                     embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
-                if self.ix.has_vectors and embedder.dim != self.ix.vectors.ndim:
+                if self.ix.has_vectors and embedder.dim != self.ix.vector_dims:
                     from kb.formats.artifact import CorruptArtifact
 
-                    raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vectors.ndim} dimensions, its embedder {embedder.dim}")
+                    raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vector_dims} dimensions, its embedder {embedder.dim}")
             self._embedder = embedder
         return self._embedder
 

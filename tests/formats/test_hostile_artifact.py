@@ -19,7 +19,7 @@ from kb.formats import artifact as A
 from kb.formats import layout as L
 from kb.runtime.cli import main as kb
 
-from corpora import TINY, build_hash
+from corpora import REPO, TINY, build_hash
 
 
 def kb_run(*args):
@@ -106,8 +106,16 @@ def test_a_vector_graph_with_a_forged_neighbour_slot_is_corrupt_not_a_crash(tmp_
     replace_section(p, L.VECTORS, bytes(v))
     from corpora import KB_CLI  # kb, able to load the hash stand-in this artifact was built with
 
+    # A small artifact's dense leg scans its vectors and never follows a slot (Index.scans_vectors):
+    # the search answers. Past EXACT_SCAN_MAX chunks the graph goes to usearch, checked first.
     r = subprocess.run([*KB_CLI, "search", "backup", "-i", str(p), "--no-stale-check"], capture_output=True, text=True, timeout=60)
-    assert (r.returncode, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: vector index: a neighbour slot points outside the graph\n")
+    assert r.returncode == 0, r.stderr
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); import corpora; from kb.runtime import index;"
+        f"index.EXACT_SCAN_MAX = 0; ix = index.Index({str(p)!r}); ix.vectors"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 1 and r.stderr.strip().endswith(f"CorruptArtifact: {p}: corrupt artifact: vector index: a neighbour slot points outside the graph"), r.stderr
 
 
 def test_an_embedder_whose_width_differs_from_the_vector_index_is_corrupt(tmp_path, tiny_artifact):

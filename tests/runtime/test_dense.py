@@ -44,3 +44,25 @@ def test_the_strategy_is_the_cheaper_one_for_the_subset_size():
     assert not exact_is_cheaper(300_000, n, k)  # 30%: the index wins
     assert not exact_is_cheaper(n, n, k)  # unfiltered: always the index
     assert exact_is_cheaper(50, 60, k)  # a tiny corpus: the scan
+
+
+def test_the_scan_and_the_graph_rank_a_small_artifact_alike(sample_artifact, monkeypatch):
+    """Up to EXACT_SCAN_MAX chunks the dense leg scans every vector (no graph check, no usearch);
+    past it the same query goes through HNSW, whose top hits on a corpus this small are exact."""
+    from kb.runtime import index as index_mod
+    from kb.runtime import legs
+
+    art = sample_artifact
+    with Index(art) as ix:
+        assert ix.scans_vectors
+        allowed = np.ones(ix.n_chunks, dtype=bool)
+        rng = np.random.default_rng(3)
+        queries = [ix.vectors_of(np.array([c]))[0] + rng.normal(scale=0.05, size=ix.vector_dims).astype(np.float32) for c in range(0, ix.n_chunks, 7)]
+        scanned = [legs.top_vector(ix, q, 5, allowed) for q in queries]
+    monkeypatch.setattr(index_mod, "EXACT_SCAN_MAX", 0)
+    with Index(art) as ix:
+        assert not ix.scans_vectors
+        for q, (ids, sims) in zip(queries, scanned):
+            hids, hsims = legs.top_vector(ix, q, 5, allowed)
+            assert list(hids) == list(ids)
+            assert np.allclose(hsims, sims, atol=2e-3)
