@@ -66,3 +66,12 @@ def test_the_scan_and_the_graph_rank_a_small_artifact_alike(sample_artifact, mon
             hids, hsims = legs.top_vector(ix, q, 5, allowed)
             assert list(hids) == list(ids)
             assert np.allclose(hsims, sims, atol=2e-3)
+
+
+def test_the_readme_states_the_scan_limit():
+    from kb.runtime.index import EXACT_SCAN_MAX
+
+    from corpora import REPO
+
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"Up to {EXACT_SCAN_MAX:,} chunks the dense leg scans every stored vector" in readme
