@@ -175,8 +175,12 @@ class CT2Embedder:
         )
         self._cpu = ctranslate2.Device.cpu
         # The first forward after loading is several times slower (allocations,
-        # kernel selection): pay it here, not on the first query.
-        self._forward([self._tok.encode("warm up").ids])
+        # kernel selection): pay it here, not on the first query. A model whose config and
+        # weights disagree fails here (CTranslate2 raises ValueError or RuntimeError).
+        try:
+            self._forward([self._tok.encode("warm up").ids])
+        except (ValueError, RuntimeError) as e:
+            raise ModelError(f"model {self.name!r} does not run ({type(e).__name__}: {str(e)[:120]})") from None
 
     # ------------------------------------------------------------------
 

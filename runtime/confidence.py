@@ -136,7 +136,9 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model
 def predict(backend: str, rows: np.ndarray) -> np.ndarray:
     """P(relevant) per row under the backend's fitted model."""
     z = expand(rows) @ _weights(backend)
-    return np.exp(-np.logaddexp(0.0, -z))  # the logistic function, without overflow for any z
+    with np.errstate(invalid="ignore"):
+        p = np.exp(-np.logaddexp(0.0, -z))  # the logistic function, without overflow for any z
+    return np.where(np.isfinite(p), p, 0.0)  # a feature that is not a number (a forged artifact's) tells nothing
 
 
 @functools.lru_cache(maxsize=None)

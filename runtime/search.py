@@ -99,7 +99,8 @@ class Searcher:
 
                 # Its width is the card's dim (QueryEncoder checks), as the vector index's is
                 # (Index.vectors checks): no need to wait for the index here.
-                embedder = QueryEncoder(self.ix.query_model, self.ix.meta.embedder or {})
+                with self._packed_model("embedding model"):
+                    embedder = QueryEncoder(self.ix.query_model, self.ix.meta.embedder or {})
             else:
                 from kb.common.encoders import load_embedder
 
@@ -123,9 +124,9 @@ class Searcher:
 
     @contextmanager
     def _packed_model(self, what: str):
-        """A model the artifact packs that does not load on the CPU (an unparseable tokenizer,
-        a model.bin CTranslate2 refuses) makes the artifact unusable: a corrupt artifact (exit 3),
-        not a failure of this machine. On CUDA, which this machine may lack, it stays a model
+        """A model the artifact packs that does not load or run on the CPU (an unparseable
+        tokenizer, a model.bin CTranslate2 refuses, a card whose window cannot hold a query) makes
+        the artifact unusable: a corrupt artifact (exit 3), not a failure of this machine. On CUDA, which this machine may lack, it stays a model
         error (exit 1)."""
         from kb.common.errors import ModelError
 
@@ -291,7 +292,8 @@ class Searcher:
                 timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
             if use_vectors and w_dense > 0:
                 t = time.perf_counter()
-                v = self.embedder.embed_query(text)
+                with self._packed_model("embedding model"):  # a packed model that cannot embed the query
+                    v = self.embedder.embed_query(text)
                 qv = v if qv is None else qv
                 legs.append(self.ops.vector_leg(self.ix, "vector" + suffix, v, w_dense * scale, depth, allowed))
                 timings["vector"] = timings.get("vector", 0.0) + _ms(t)

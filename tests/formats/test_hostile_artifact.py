@@ -341,3 +341,14 @@ def test_a_packed_model_that_does_not_load_makes_the_artifact_corrupt(tmp_path, 
     assert (r.exit_code, r.stderr) == (3, f"kb: error: {tiny_artifact}: corrupt artifact: its embedding model does not load: cannot load model 'tiny' on auto/int8: variable encoder/layer_0/ffn/linear_1/weight_scale not found\n")
     r = kb_run("search", "backup", "-i", tiny_artifact, "--no-stale-check", "--device", "cuda")
     assert r.exit_code == 1 and r.stderr.startswith("kb: error: cannot load model 'tiny' on cuda/int8")
+
+
+def test_the_fuzzers_findings_of_seed_33_exit_3():
+    """Seed 33 of the artifact fuzzer: input 82869, a model.bin whose config and weights disagree
+    (CTranslate2's warm-up forward raised ValueError: exit 1), and input 100715, a model card whose
+    window of 1 token cannot hold a query (the in-place encoder's ModelError at query time: exit 1).
+    Both are corrupt artifacts now; the fuzzer's own replay checks every use of the input."""
+    for index in (82869, 100715):
+        r = subprocess.run([sys.executable, "-m", "tests.fuzz.run", "--target", "artifact", "--seed", "33", "--replay", str(index)],
+                           capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
+        assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "exit 3", (index, r.stdout[-500:], r.stderr[-2000:])

@@ -70,3 +70,10 @@ def test_the_readme_states_the_fitted_hybrid_floor():
     readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8").split())
     assert f"below the backend's fitted floor (hybrid {low_confidence_floor('hybrid'):g};" in readme
     assert low_confidence_floor("hybrid+rerank") == low_confidence_floor("hybrid")  # a reranked search's notice reads the retrieval's
+
+
+def test_a_row_that_is_not_a_number_gets_confidence_zero_not_nan():
+    rows = np.zeros((2, len(FEATURES)))
+    rows[1, FEATURES.index("cos")] = np.nan
+    p = predict("hybrid", rows)
+    assert np.isfinite(p).all() and p[1] == 0.0

@@ -185,3 +185,18 @@ def test_a_query_section_whose_model_card_lacks_its_window_is_corrupt(tiny_model
     bad = _rewritten(tiny_model_artifact, tmp_path / "no-window.kb", L.META, without_window)
     code, _, _, err = _kb("search", QUERY, "-i", bad, "--json", "--no-stale-check", "--mode", "bm25")
     assert code == 3 and "a query-model section without its embedding model's card (dim, max_tokens)" in err
+
+
+def test_a_card_whose_window_cannot_hold_a_query_is_a_corrupt_artifact(tiny_model_artifact, tmp_path):
+    """Found by the fuzzer (seed 33, input 100715): max_tokens 1 leaves no room for a query's
+    special tokens; the in-place encoder's refusal is the artifact's fault (exit 3), not exit 1."""
+    import msgpack
+
+    def one_token(data):
+        meta = msgpack.unpackb(data)
+        meta["embedder"]["max_tokens"] = 1
+        return msgpack.packb(meta)
+
+    bad = _rewritten(tiny_model_artifact, tmp_path / "one-token.kb", L.META, one_token)
+    code, _, _, err = _kb("search", QUERY, "-i", bad, "--json", "--no-stale-check")
+    assert code == 3 and "corrupt artifact: its embedding model does not load: a query of" in err, err
