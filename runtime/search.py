@@ -126,8 +126,8 @@ class Searcher:
     def _packed_model(self, what: str):
         """A model the artifact packs that does not load or run on the CPU (an unparseable
         tokenizer, a model.bin CTranslate2 refuses, a card whose window cannot hold a query) makes
-        the artifact unusable: a corrupt artifact (exit 3), not a failure of this machine. On CUDA, which this machine may lack, it stays a model
-        error (exit 1)."""
+        the artifact unusable: a corrupt artifact (exit 3), not a failure of this machine. On
+        CUDA, which this machine may lack, it stays a model error (exit 1)."""
         from kb.common.errors import ModelError
 
         try:
