@@ -64,6 +64,12 @@ def required_sections(version: int) -> tuple[str, ...]:
 EXACT_SCAN_MAX = 20_000  # up to this many chunks the dense leg scans every vector (scans_vectors)
 
 
+def cosines_of(vecs: np.ndarray, qv: np.ndarray) -> np.ndarray:
+    """The cosine of ``qv`` with each row of ``vecs`` (float32 rows), in float32 numpy."""
+    norms = np.linalg.norm(vecs, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
+    return (vecs @ np.asarray(qv, dtype=np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
 def _matrix_view(view, image) -> np.ndarray | None:
     """The stored vectors as a (rows, dims) numpy view, when numpy can view their kind."""
     from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS
@@ -599,9 +605,7 @@ class Index:
         ids = np.asarray(ids, dtype=np.int64)
         m = self.vector_matrix
         if m is None or not len(ids):
-            vecs = self.vectors_of(ids)
-            norms = np.linalg.norm(vecs, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
-            return (vecs @ qv.astype(np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
+            return cosines_of(self.vectors_of(ids), qv)
         self.check_vectors(ids)
         rows = m[self.vector_rows(ids)]
         try:
@@ -609,9 +613,7 @@ class Index:
 
             sims = 1.0 - np.asarray(numkong.cdist(np.asarray(qv, dtype=m.dtype).reshape(1, -1), rows, metric="angular"), dtype=np.float32).ravel()
         except (ImportError, AttributeError, TypeError, ValueError):  # no numkong, or one without cdist for this kind
-            wide = rows.astype(np.float32)
-            norms = np.linalg.norm(wide, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
-            sims = (wide @ np.asarray(qv, dtype=np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
+            sims = cosines_of(rows.astype(np.float32), qv)
         bad = ~np.isfinite(sims)
         if bad.any() and np.isfinite(rows[bad]).all():
             sims[bad] = 0.0  # a zero vector: no direction, no similarity

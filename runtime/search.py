@@ -30,6 +30,7 @@ from .bm25 import analyzer_of, query_terms
 from .filters import allowed_mask, syntax_mask
 from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor, predict
 from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf
+from .index import cosines_of
 from .rerank import rerank
 from .query_syntax import parse
 from .results import Candidate, Explain, Notice, PathContext, Response, Result
@@ -267,8 +268,7 @@ class Searcher:
             return candidates
         cosines = None
         if qv is not None:
-            vecs = self.ix.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64))
-            cosines = (vecs @ qv / np.maximum(np.linalg.norm(vecs, axis=1) * np.linalg.norm(qv), 1e-12)).tolist()
+            cosines = cosines_of(self.ix.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64)), qv).tolist()
         rows = feature_rows(candidates, legs, cosines, self._model, has_cjk(text))
         probs = predict(backend, rows)
         return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates, probs.tolist(), rows.tolist())]
