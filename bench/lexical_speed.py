@@ -6,8 +6,11 @@
 For each set, a BM25-only artifact (kb-build --embedder none --no-reranker, default kb.toml) and
 a bm25s 0.3.16 model over the same documents (method lucene, k1 1.2, b 0.75, PyStemmer's English
 stemmer and bm25s's English stopwords: the peer kb's quality is compared with in the "lexical"
-region). Each query is timed one at a time, top 10, in interleaved rounds (kb, bm25s, kb, ...);
-a query's time is its median over the rounds, and q/s = queries / sum of those medians.
+region). Each query is timed one at a time, top 10, in rounds over all the queries; within a
+round each query runs under every contender back to back (kb leg, kb search, bm25s; which
+goes first rotates from query to query), so that they meet the same machine (this VM's speed
+drifts by half within minutes) and none always follows the same one. A query's time is
+its median over the rounds, and q/s = queries / sum of those medians.
 
 - leg: kb analyses the query (kb.runtime.bm25.query_terms) and ranks (top_bm25, k 10) over the
   mmapped artifact; bm25s tokenizes the query (stemmer, stopwords) and retrieves k 10.
@@ -78,9 +81,11 @@ def interleaved(fns: dict, texts: list[str], rounds: int) -> dict[str, float]:
         for t in texts[:5]:
             fn(t)
     per = {name: [[] for _ in texts] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            for i, t in enumerate(texts):
+    order = list(fns.items())
+    for r in range(rounds):
+        for i, t in enumerate(texts):
+            shift = (i + r) % len(order)  # back to back on each query, each contender first in turn
+            for name, fn in order[shift:] + order[:shift]:
                 s = time.perf_counter()
                 fn(t)
                 per[name][i].append(time.perf_counter() - s)
@@ -133,7 +138,7 @@ def main(argv=None):
     head = [f"Machine: {machine()}  ", f"Date: {time.strftime('%Y-%m-%d')}  ", f"Command: `python bench/lexical_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
     rows = [run_set(s, a.data, a.fixtures, a.out, a.rounds, a.limit) for s in a.sets.split(",")]
     lines = head + [
-        f"One query at a time, top {K}, per-query medians of {a.rounds} interleaved rounds (bm25s: stemmer + stopwords, tokenize + retrieve).", "",
+        f"One query at a time, top {K}, per-query medians of {a.rounds} rounds, each query run back to back by every contender (bm25s: stemmer + stopwords, tokenize + retrieve).", "",
         "| set | queries | chunks | kb leg q/s | bm25s q/s | leg: kb / bm25s q/s (≥ 1.5) | kb search ms | bm25s ms | search: kb / bm25s time (≤ 2) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip

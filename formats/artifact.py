@@ -515,6 +515,10 @@ class Artifact:
             return
         first, last = start // PAGE, -(-stop // PAGE)
         ok = self._pages_ok[name]
+        if last - first == 1:  # most items lie in one page: a scalar test, not an array walk
+            if not ok[first]:
+                self._check_page(name, first, crcs)
+            return
         for p in np.flatnonzero(~ok[first:last]).tolist():
             self._check_page(name, first + p, crcs)
 

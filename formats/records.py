@@ -192,6 +192,8 @@ class Meta:
 
     def contexts_of(self, path: str) -> tuple[tuple[str, str], ...]:
         """(prefix, description) of every path context ``path`` is under, most specific (longest) first."""
+        if not self.path_contexts:
+            return ()
         return tuple(sorted(((p, d) for p, d in self.path_contexts.items() if path.startswith(p)), key=lambda pd: -len(pd[0])))
 
 

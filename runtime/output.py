@@ -13,7 +13,8 @@ from .results import SCHEMA_VERSION
 
 def _present(record) -> dict:
     """A record as a dict in field order, without the fields it does not have (None)."""
-    return {name: _plain(v) for name, v in vars(record).items() if v is not None}  # a dataclass's __init__ sets its fields in order
+    scalars = _SCALARS
+    return {name: v if type(v) in scalars else _plain(v) for name, v in vars(record).items() if v is not None}  # a dataclass's __init__ sets its fields in order
 
 
 _SCALARS = frozenset((str, int, float, bool))

@@ -45,7 +45,20 @@ class ParsedQuery:
         return {"text": self.text, "phrases": list(self.phrases), "excluded": list(self.excluded), "title": list(self.title), "section": list(self.section), "path": self.path}
 
 
+_SYNTAX = re.compile(r'[":]|(?:^|\s)-')  # a quote, a field or an exclusion: anything else is plain words
+
+
 def parse(query: str) -> ParsedQuery:
+    if _SYNTAX.search(query) is None:  # plain words (most queries): what the loop below would give
+        text = " ".join(query.split())
+        if not text:
+            raise QuerySyntaxError("the query has no words left to rank (only exclusions or path:); add at least one word")
+        return ParsedQuery(text)
+    return parse_syntax(query)
+
+
+def parse_syntax(query: str) -> ParsedQuery:
+    """``parse`` by the token loop (``parse`` skips it for a query of plain words)."""
     if query.count('"') % 2:
         raise QuerySyntaxError("unbalanced quote in the query: close the phrase with another \"")
     words, phrases, excluded, scoped, path = [], [], [], {"title": [], "section": []}, None

@@ -4,10 +4,12 @@ import json
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from kb.runtime.cli import main as kb
-from kb.runtime.query_syntax import ParsedQuery, parse
+from kb.runtime.query_syntax import ParsedQuery, QuerySyntaxError, parse, parse_syntax
 
 from corpora import GOLDEN
 
@@ -119,3 +121,47 @@ def test_a_phrase_no_chunk_holds_gives_a_notice_and_the_words_in_any_order():
 
 def test_a_phrase_that_exists_but_is_excluded_stays_required():
     assert hits('"restore script" -rollback')[0] == []  # the one chunk with the phrase also has rollback
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("ab -:\"\t\n_é字\x1c\xa0\u2003\u3000")), max_size=20))
+def test_the_plain_words_shortcut_parses_as_the_token_loop(query):
+    def outcome(fn):
+        try:
+            return fn(query)
+        except QuerySyntaxError as e:
+            return str(e)
+
+    assert outcome(parse) == outcome(parse_syntax)
+
+
+def test_one_word_needles_are_decided_by_the_postings(sample_artifact):
+    """A one-word phrase or exclusion is decided by the index, without reading chunk text: on the
+    sample corpus, the chunks it keeps are those whose title, section or text ``matches`` the
+    word, plus first chunks of documents whose front-matter description holds it (the index
+    counts the description with the document's first chunk)."""
+    import numpy as np
+
+    from kb.runtime.bm25 import analyzer_of
+    from kb.runtime.filters import syntax_mask
+    from kb.runtime.index import Index
+    from kb.runtime.query_syntax import matches
+
+    with Index(sample_artifact) as ix:
+        analyzer = analyzer_of(ix)
+        every = np.ones(ix.n_chunks, dtype=bool)
+        recs = [ix.chunk(c) for c in range(ix.n_chunks)]
+        first = {int(ix.first_chunk[d]): d for d in range(ix.n_docs)}
+
+        def description(c: int) -> str:
+            lines = ix.source_lines(first[c]) if c in first else []
+            if lines[:1] not in (["---"], ["+++"]):
+                return ""
+            front = lines[1 : lines.index(lines[0], 1)]  # YAML (description: ...) or TOML (description = "...")
+            return "\n".join(ln for ln in front if ln.startswith("description"))
+
+        words = sorted({w for r in recs for w in analyzer.words(r.text)})[::7] + ["the", "Restoring", "2", "and"]
+        for w in words:
+            holds = np.array([matches(analyzer, "\n".join((r.title, r.section, r.text, description(c))), w) for c, r in enumerate(recs)])
+            assert (syntax_mask(ix, ParsedQuery(w, phrases=(w,)), every) == holds).all(), w
+            assert (syntax_mask(ix, ParsedQuery("x", excluded=(w,)), every) == ~holds).all(), w
