@@ -61,6 +61,7 @@ _WORD = re.compile(r"\w+")
 # exactly ``_WORD.findall`` of the lowercased text, several times faster (str.translate with a
 # table is about ten times slower than bytes.translate).
 _WORD_BYTES = bytes(c if c >= 128 else (c | 0x20 if 65 <= c <= 90 else c) if _WORD.fullmatch(chr(c)) else 32 for c in range(256))
+_WORD_BYTES_LINES = _WORD_BYTES[:10] + b"\n" + _WORD_BYTES[11:]  # the same, with newlines kept
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
 
 
@@ -170,6 +171,17 @@ class Analyzer:
         if self.cjk_bigrams and _cjk_patterns()[0].search(text):
             return _cjk_words(text)
         return _WORD.findall(text)
+
+    def words_by_line(self, text: str) -> list[list[str]]:
+        """``words`` of each line of ``text`` (split at \\n), normalising the text once: ASCII
+        text by one bytes.translate that keeps the newlines, other text by one NFKC + casefold
+        (neither crosses a line: \\n is a starter that composes with nothing)."""
+        if text.isascii():
+            return [line.split() for line in text.encode("ascii").translate(_WORD_BYTES_LINES).decode("ascii").split("\n")]
+        lines = _normalize(text).split("\n")
+        if self.cjk_bigrams and _cjk_patterns()[0].search(text):
+            return [_cjk_words(line) for line in lines]
+        return [_WORD.findall(line) for line in lines]
 
     def index_words(self, text: str) -> list[str] | list[bytes]:
         """``words`` as the builder reads them, as UTF-8 bytes (str where CJK bigrams are made).

@@ -107,11 +107,11 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model
     second = candidates[1].score if len(candidates) > 1 else 0.0
     fused_gap = (top_score - second) / top_score if top_score > 0 else 0.0
     crowd = math.log1p(sum(1 for h in dense.hits[:SPREAD_RANK] if h.score >= top_cos - CROWD)) if dense and dense.hits else 0.0
-    rows = np.zeros((len(candidates), len(FEATURES)), dtype=np.float64)
+    rows = []
     for i, c in enumerate(candidates):
         parts = c.fused.contributions
         b = parts.get("bm25")
-        rows[i] = (
+        rows.append((
             1.0,
             math.log(i + 1),
             cosines[i] if cosines is not None else 0.0,
@@ -129,8 +129,8 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model
             1.0 if cjk else 0.0,
             fused_gap,
             crowd,
-        )
-    return rows
+        ))
+    return np.array(rows, dtype=np.float64).reshape(len(candidates), len(FEATURES))
 
 
 def predict(backend: str, rows: np.ndarray) -> np.ndarray:

@@ -67,7 +67,14 @@ class Fused:
 
 
 def leg_from_ranking(name: str, kind: str, weight: float, chunks, scores) -> Leg:
-    return Leg(name, kind, weight, tuple(LegHit(int(c), i + 1, float(s)) for i, (c, s) in enumerate(zip(chunks, scores))))
+    return Leg(name, kind, weight, hits_of(chunks, scores))
+
+
+def hits_of(chunks, scores) -> tuple[LegHit, ...]:
+    """A leg's hits from its ranking (numpy arrays or lists), ranks from 1."""
+    chunks = chunks.tolist() if hasattr(chunks, "tolist") else chunks
+    scores = scores.tolist() if hasattr(scores, "tolist") else scores
+    return tuple(LegHit(int(c), i, float(s)) for i, (c, s) in enumerate(zip(chunks, scores), 1))
 
 
 def fuse_rrf(legs: list[Leg], p: FusionParams) -> list[Fused]:

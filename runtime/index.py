@@ -19,6 +19,7 @@ from kb.formats.artifact import MAX_ZSTD_RATIO, Artifact, CorruptArtifact
 
 BLOCK_CACHE = 1024  # decoded text blocks kept (meta.text_block chunks each: 4 from kb-build)
 TERM_CACHE = 65536  # term -> term id lookups kept
+PATH_CACHE = 65536  # document number -> path, decoded once
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Index:
 
         self._block_lock = threading.Lock()
         self._term_cache: dict[str, int | None] = {}
+        self._path_cache: dict[int, str] = {}
         self.leg_cache: dict = {}  # per-leg memo of decoded data (runtime/bm25.py keeps impacts here)
         self._prefetch = None  # the thread of prefetch_vectors
         self._vector_state = None  # (usearch index, matrix view or None, HnswImage) once opened
@@ -336,10 +338,17 @@ class Index:
         return d if d < self.n_docs and bytes(self.doc_paths[d]) == want else None
 
     def doc_path(self, d: int) -> str:
-        try:
-            return bytes(self.doc_paths[d]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise self._corrupt(f"document path {d} is not UTF-8") from None
+        cache = self._path_cache  # every result names its document
+        path = cache.get(d)
+        if path is None:
+            try:
+                path = bytes(self.doc_paths[d]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise self._corrupt(f"document path {d} is not UTF-8") from None
+            if len(cache) >= PATH_CACHE:
+                cache.clear()
+            cache[d] = path
+        return path
 
     def doc_chunks(self, d: int) -> range:
         """Chunk ids of document ``d``, in order."""

@@ -12,19 +12,18 @@ every leg draws its candidates from the allowed set only.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import numpy as np
 
 from .bm25 import query_ceiling, query_terms, top_bm25
-from .fusion import Leg, leg_from_ranking
+from .fusion import Leg, hits_of, leg_from_ranking
 
 
 def bm25_leg(ix, name: str, text: str, weight: float, depth: int, allowed: np.ndarray) -> Leg:
     terms = query_terms(ix, text)
     ids, scores = top_bm25(ix, terms, depth, allowed)
     ceiling, known = query_ceiling(ix, terms)
-    return replace(leg_from_ranking(name, "bm25", weight, ids, scores), ceiling=ceiling, known=known, terms=len(set(terms)))
+    return Leg(name, "bm25", weight, hits_of(ids, scores), ceiling, known, len(set(terms)))
 
 
 def vector_leg(ix, name: str, query_vector: np.ndarray, weight: float, depth: int, allowed: np.ndarray) -> Leg:

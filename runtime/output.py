@@ -24,7 +24,7 @@ def _plain(v):
     if type(v) in _SCALARS:
         return v
     if isinstance(v, tuple):
-        return [_plain(x) for x in v]
+        return [x if type(x) in _SCALARS else _plain(x) for x in v]
     if hasattr(v, "__dataclass_fields__"):
         return asdict(v)
     return v

@@ -20,6 +20,9 @@ def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -
     line longer than ``width`` is cut around its first hit. Lines are analyzed with the
     artifact's analyzer, as the query was; headings (already in the section path) and code
     fences are skipped when there is anything else."""
+    if "\n" not in text:  # one line (a JSON Lines record, a paragraph): it is the passage
+        line = text.strip()
+        return "" if not line or line.startswith("```") else _around_first_hit(line, terms, width)
     lines = [ln for ln in map(str.strip, text.split("\n")) if ln and not ln.startswith("```")]
     lines = [ln for ln in lines if not (ln[0] == "#" and _HEADING.match(ln))] or lines
     if not lines:
@@ -38,11 +41,21 @@ def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -
             j += 1
         if (len(seen), -i, size) > best_score:
             best, best_score = (i, j), (len(seen), -i, size)
-    passage = " ".join(lines[best[0] : best[1]])
+    return _around_first_hit(" ".join(lines[best[0] : best[1]]), want, width)
+
+
+def _around_first_hit(passage: str, terms, width: int) -> str:
+    """``passage`` if it fits in ``width``, else ``width`` characters of it around the first
+    occurrence of a query term (its start when none occurs), with … where it is cut."""
     if len(passage) <= width:
         return passage
     low = passage.casefold()
-    pos = min((p for p in map(low.find, want) if p >= 0), default=0)
+    pos = len(low)
+    for t in terms:
+        p = low.find(t, 0, pos + len(t) - 1)  # only an earlier hit matters
+        if p >= 0:
+            pos = p
+    pos = pos if pos < len(low) else 0
     start = max(0, min(pos - width // 4, len(passage) - width))
     cut = passage[start : start + width]
     return ("…" if start else "") + cut + ("…" if start + width < len(passage) else "")
@@ -53,7 +66,7 @@ def _hits_per_line(lines: list[str], want: set[str], analyzer) -> dict[int, set[
     give (lines that show none left out). The text's words are split once and the words that hit
     found by set operations (Analyzer.term_hits); then, on ASCII text (where the analyzer only
     lowercases), each whole-word occurrence of those few words is found by ``str.find``, and
-    otherwise (normalisation may change lengths) each line is split again."""
+    otherwise (normalisation may change lengths) the text is split again, line by line (Analyzer.words_by_line)."""
     text = "\n".join(lines)
     hits = analyzer.term_hits(set(analyzer.words(text)), want)
     out: dict[int, set[str]] = {}
@@ -61,9 +74,9 @@ def _hits_per_line(lines: list[str], want: set[str], analyzer) -> dict[int, set[
         return out
     if not text.isascii():
         keys = hits.keys()
-        for i, ln in enumerate(lines):
-            if got := keys & set(analyzer.words(ln)):
-                out[i] = set().union(*(hits[w] for w in got))
+        for i, words in enumerate(analyzer.words_by_line(text)):
+            if not keys.isdisjoint(words):
+                out[i] = set().union(*(hits[w] for w in keys & set(words)))
         return out
     low, end = text.lower(), len(text)
     starts = list(itertools.accumulate((len(ln) + 1 for ln in lines[:-1]), initial=0))
