@@ -426,8 +426,11 @@ class QueryModel:
         return v[index]
 
     # --- vocabulary -----------------------------------------------------------------------------
-    def _page(self, p: int) -> tuple[list[bytes], np.ndarray, np.ndarray]:
-        """Page ``p`` as (pieces, ids, scores), verified and parsed the first time."""
+    def _page(self, p: int) -> tuple[bytes, list[int], np.ndarray, np.ndarray]:
+        """Page ``p`` as (its pieces' bytes, their n + 1 bounds, ids, scores), verified the first
+        time: its crc32, then the sizes, the bounds, the ids against the vocabulary and the
+        scores; its first piece is its fence. Pieces are cut out of the bytes only where a
+        lookup bisects (``find``): a query reads a few of each page's 256."""
         page = self._pages.get(p)
         if page is not None:
             return page
@@ -443,32 +446,39 @@ class QueryModel:
         at = _PAGE_HEAD.size
         ids = np.frombuffer(raw, dtype="<u4", count=n, offset=at)
         scores = np.frombuffer(raw, dtype="<f8", count=n, offset=at + 4 * n)
-        offsets = np.frombuffer(raw, dtype="<u4", count=n + 1, offset=at + 12 * n).tolist()
+        offsets = np.frombuffer(raw, dtype="<u4", count=n + 1, offset=at + 12 * n)
         data = bytes(raw[fixed:])
-        if offsets[0] != 0 or offsets[-1] != len(data) or any(a > b for a, b in zip(offsets, offsets[1:])):
+        if (int(offsets[0]) != 0 or int(offsets[-1]) != len(data) or bool((offsets[1:] < offsets[:-1]).any())
+                or int(ids.max()) >= self.tokenizer["pieces"] or not np.isfinite(scores).all()):
             raise _corrupt(f"vocabulary page {p} is inconsistent", self.label)
-        pieces = [data[a:b] for a, b in zip(offsets, offsets[1:])]
+        bounds = offsets.tolist()
         upper = self._fences[p + 1] if p + 1 < len(self._fences) else None
-        if (pieces[0] != self._fences[p] or any(a >= b for a, b in zip(pieces, pieces[1:])) or (upper is not None and pieces[-1] >= upper)
-                or int(ids.max()) >= self.tokenizer["pieces"] or not np.all(np.isfinite(scores))):
+        if data[: bounds[1]] != self._fences[p] or (upper is not None and data[bounds[-2] :] >= upper):
             raise _corrupt(f"vocabulary page {p} is inconsistent", self.label)
-        page = (pieces, ids, scores)
+        page = (data, bounds, ids, scores)
         self._pages[p] = page
         return page
 
     def find(self, piece: str) -> tuple[tuple[int, float] | None, bool]:
         """(id, score) of ``piece`` in the tokenizer's vocabulary or None; and whether a longer
-        piece starts with it."""
+        piece starts with it. A page holds its pieces in byte order (``vocabulary_pages``), so
+        bisecting it finds a piece; a forged page out of order (with a crc32 to match) could
+        only misdirect the search to another id of the vocabulary."""
         key = piece.encode("utf-8")
         fences = self._fences
         p = bisect.bisect_right(fences, key) - 1
         if p < 0:
             return None, bool(fences) and fences[0].startswith(key)
-        pieces, ids, scores = self._page(p)
-        i = bisect.bisect_left(pieces, key)
+        data, bounds, ids, scores = self._page(p)
+        n = len(bounds) - 1
+
+        def at(i: int) -> bytes:
+            return data[bounds[i] : bounds[i + 1]]
+
+        i = bisect.bisect_left(range(n), key, key=at)
         entry = None
-        if i < len(pieces) and pieces[i] == key:
+        if i < n and at(i) == key:
             entry = (int(ids[i]), float(scores[i]))
             i += 1
-        after = pieces[i] if i < len(pieces) else (fences[p + 1] if p + 1 < len(fences) else b"")
+        after = at(i) if i < n else (fences[p + 1] if p + 1 < len(fences) else b"")
         return entry, after.startswith(key) and after != key
