@@ -178,8 +178,9 @@ class Analyzer:
         (neither crosses a line: \\n is a starter that composes with nothing)."""
         if text.isascii():
             return [line.split() for line in text.encode("ascii").translate(_WORD_BYTES_LINES).decode("ascii").split("\n")]
-        lines = _normalize(text).split("\n")
-        if self.cjk_bigrams and _cjk_patterns()[0].search(text):
+        text = _normalize(text)
+        lines = text.split("\n")
+        if self.cjk_bigrams and _cjk_patterns()[0].search(text):  # after NFKC, as ``words`` looks
             return [_cjk_words(line) for line in lines]
         return [_WORD.findall(line) for line in lines]
 
