@@ -9,13 +9,15 @@ A cascade, cheapest first, on a prefix of each document (title and text):
    lists share words (Dutch "of", "in", "is"), a clear lead in the words only its list has.
    This settles 5,182 of SciFact's 5,183 abstracts, every Cranfield and CISI document.
 3. A prefix with fewer than ``WEAK_HITS`` stopwords of any language is not prose to judge (code,
-   a list of names, a config file, a one-line page): the majority's language.
+   a list of names, a config file, a one-line page): the majority's language among the
+   alphabetic ones (``_alphabetic_majority``: English pages beside a majority of Chinese
+   passages stay English).
 4. py3langid (a naive Bayes model inside its wheel, BSD), restricted to the candidate languages,
    for the prose the vote leaves undecided; loaded only when its answers could change the
    outcome (below), which costs about a second.
 
 Then languages holding fewer than ``FOLD_SHARE`` of the documents, or a single document, are
-folded into the majority: in a one-language corpus those are misreads (992 Hugo pages: fr 6,
+folded into the majority (an alphabetic language into the alphabetic majority): in a one-language corpus those are misreads (992 Hugo pages: fr 6,
 nl, da and it 1 each by the vote, all English; in a small corpus, a JSON or YAML file of
 names). The model is skipped when no undecided document could lift a language above that share,
 since every undecided one then ends in the majority whatever the model says.
@@ -38,6 +40,7 @@ FOLD_SHARE = 0.01  # languages with fewer documents than this share go to the ma
 FOLD_MIN = 2  # and so do languages of a single document (in a small corpus, mostly misreads)
 AUTO = "auto"
 DEFAULT = "en"  # when no document says anything
+CJK = ("ja", "ko", "zh")  # decided by script (step 1), never by the stopword vote
 
 
 def document_languages(docs, wanted: tuple[str, ...]) -> list[str]:
@@ -60,7 +63,7 @@ def document_languages(docs, wanted: tuple[str, ...]) -> list[str]:
             (undecided if hits >= WEAK_HITS else weak).append(i)
     counts = Counter(lang for lang in langs if lang is not None)
     floor = max(FOLD_SHARE * len(docs), FOLD_MIN)
-    majority = _majority(counts, candidates) or (DEFAULT if DEFAULT in candidates else candidates[0])
+    majority = _alphabetic_majority(counts, candidates)  # weak and undecided text is never in a CJK script
     for i in weak:
         langs[i] = majority
     others = max((n for lang, n in counts.items() if lang != majority), default=0)
@@ -69,8 +72,17 @@ def document_languages(docs, wanted: tuple[str, ...]) -> list[str]:
     for i in undecided:
         langs[i] = classify((docs[i].title + "\n" + docs[i].text)[:LONG_SAMPLE_CHARS]) if classify is not None else majority
     counts = Counter(langs)
-    majority = _majority(counts, candidates)
-    return [lang if counts[lang] >= floor else majority for lang in langs]
+    fold = {lang: _majority(counts, candidates) if lang in CJK else _alphabetic_majority(counts, candidates) for lang in counts}
+    return [lang if counts[lang] >= floor else fold[lang] for lang in langs]
+
+
+def _alphabetic_majority(counts: Counter, order: tuple[str, ...]) -> str:
+    """Where a document in an alphabetic script goes when its own language is not known or too
+    rare: the most frequent alphabetic language, else English (when a candidate), else the
+    most frequent of all. Never a CJK language by majority alone: a CJK majority (a corpus of
+    Chinese passages beside English manual pages) would leave English pages unstemmed."""
+    alphabetic = Counter({lang: n for lang, n in counts.items() if lang not in CJK})
+    return _majority(alphabetic, order) or (DEFAULT if DEFAULT in order else None) or _majority(counts, order) or order[0]
 
 
 def _majority(counts: Counter, order: tuple[str, ...]) -> str | None:
@@ -83,7 +95,7 @@ class _Voter:
 
     def __init__(self, candidates: tuple[str, ...]):
         self.analyzer = Analyzer()
-        self.cjk = [lang for lang in ("ja", "ko", "zh") if lang in candidates]
+        self.cjk = [lang for lang in CJK if lang in candidates]
         self.voters = [lang for lang in candidates if lang in STOPWORDS]
         langs_of: dict[str, list[int]] = {}
         for j, lang in enumerate(self.voters):

@@ -98,6 +98,18 @@ def test_text_without_stopwords_takes_the_majority_without_the_model(monkeypatch
     assert lang.document_languages(docs, ("auto",)) == ["en"] * 5
 
 
+def test_alphabetic_pages_beside_a_cjk_majority_keep_an_alphabetic_language(monkeypatch):
+    """English pages (one of them a config file with no prose) in a corpus of mostly Chinese
+    passages: the config file and a lone German page go to English, the majority of the
+    alphabetic pages, not to Chinese; a lone Japanese passage still folds into the majority."""
+    monkeypatch.setattr(lang, "_model", lambda c: pytest.fail("the model was loaded"))
+    zh = [doc(i, "数据库的主节点在凌晨发生故障之后由备用节点接管了全部的写入请求") for i in range(10)]
+    en = [doc(100 + i, "the cat sat on the mat and it was happy with the day") for i in range(3)]
+    odd = [doc(200, "port: 5432\nhost: db01\nreplicas: 3"), doc(201, "der Hund ist mit dem Ball in den Garten gelaufen und hat sich gefreut"),
+           doc(202, "データベースの主ノードが停止したので予備のノードに切り替えました")]
+    assert lang.document_languages(zh + en + odd, ("auto",)) == ["zh"] * 10 + ["en"] * 3 + ["en", "en", "zh"]
+
+
 def test_the_model_decides_only_where_its_answer_could_matter(monkeypatch):
     calls = []
 
