@@ -247,7 +247,7 @@ def build(
             sources = pack_sources(store, zdict, scratch(), threads=threads)
         store.close()
         with clock("postings"):
-            post = postings.finish(columns.chunk_doc(), rep.documents)
+            post = postings.finish(columns.chunk_doc(), rep.documents, doc_langs)
         del postings
         rep.terms = len(post.terms)
         with clock("tags"):
@@ -256,12 +256,13 @@ def build(
 
         embed_card = _card(model_files)
         rerank_card = _card(rerank_files)
+        version = FORMAT_VERSION if post.doc_n is not None else 3  # 4: BM25 statistics per language
         meta = R.Meta(
             kb_version=KB_VERSION,
-            format_version=FORMAT_VERSION,
+            format_version=version,
             counts=R.Counts(rep.documents, rep.chunks, len(post.terms), rep.vectors),
             analyzer=analyzer.params() | {"documents": rep.languages},
-            bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0},
+            bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0} | ({"languages": post.language_stats} if post.language_stats else {}),
             embedder=embed_card,
             reranker=rerank_card,
             vectors={"metric": "cos", **{k: v for k, v in vars(config.vectors).items() if k != "threads"}} if model_files is not None else None,
@@ -301,7 +302,7 @@ def build(
         if rerank_files is not None:
             sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
         with clock("write"):
-            rep.artifact_bytes = write_artifact(out, sections)
+            rep.artifact_bytes = write_artifact(out, sections, version=version)
         rep.section_bytes = {s.name: s.size for s in sections}
     return rep
 
@@ -682,6 +683,7 @@ def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: Sp
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
         SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
+        *([SectionData(L.TERM_DOC_N, post.doc_n.tobytes())] if post.doc_n is not None else []),
         SectionData(L.POSTING_OFFSETS, post.offsets.tobytes()),
         SectionData(L.POSTING_IDS, post.ids),
         SectionData(L.POSTING_IMPACTS, post.impacts),

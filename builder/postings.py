@@ -114,9 +114,17 @@ def doc_postings(post_term: np.ndarray, post_doc: np.ndarray, tf: np.ndarray) ->
     return doc_start, np.add.reduceat(tf.astype(np.float64), doc_start)
 
 
-def impacts_of(tf, lengths, avg: float, p) -> np.ndarray:
-    """u8 impacts of postings with weighted frequencies ``tf`` in units of ``lengths``."""
-    return quantize_impacts(tf_component(tf, lengths, max(avg, 1e-9), p.k1, p.b))
+def impacts_of(tf, lengths, avg, p) -> np.ndarray:
+    """u8 impacts of postings with weighted frequencies ``tf`` in units of ``lengths``; ``avg``:
+    the mean length, one for all or one per posting (its document's language's)."""
+    return quantize_impacts(tf_component(tf, lengths, np.maximum(avg, 1e-9), p.k1, p.b))
+
+
+def language_means(values: np.ndarray, lang: np.ndarray, n_langs: int) -> np.ndarray:
+    """The mean of ``values`` over the items of each language (0 for a language without any)."""
+    total = np.bincount(lang, weights=values, minlength=n_langs)
+    count = np.bincount(lang, minlength=n_langs)
+    return np.divide(total, count, out=np.zeros(n_langs), where=count > 0)
 
 
 def doc_lengths(chunk_doc: np.ndarray, lengths: np.ndarray, n_docs: int) -> tuple[np.ndarray, float]:
@@ -151,6 +159,8 @@ class SpilledPostings:
     doc_offsets: np.ndarray
     doc_ids: tuple
     doc_impacts: tuple
+    doc_n: np.ndarray | None = None  # u32 per term: BM25's N for it, its main language's documents (several languages only)
+    language_stats: list | None = None  # per language: code, documents, mean chunk and document length
 
 
 class PostingsSpill:
@@ -213,9 +223,13 @@ class PostingsSpill:
             self._spill.file.write(memoryview(a))
             self._size += a.nbytes
 
-    def finish(self, chunk_doc: np.ndarray, n_docs: int) -> SpilledPostings:
+    def finish(self, chunk_doc: np.ndarray, n_docs: int, doc_lang: list[str] | None = None) -> SpilledPostings:
         """Merge the blocks: the dictionary, offsets and lengths in memory, the posting arrays in
-        four scratch files. ``chunk_doc``: every chunk's document number."""
+        four scratch files. ``chunk_doc``: every chunk's document number. ``doc_lang``: each
+        document's language; with several, each language is scored as if it were alone (formats/
+        bm25.py "Several languages"): impacts against the mean lengths of the document's own
+        language, and each term's idf over the documents of its main language (``doc_n``: the
+        language most of its documents are in; at least its document frequency)."""
         self._spill.file.flush()
         n_terms = len(self._terms)
         df, doc_df = np.zeros(n_terms, np.int64), np.zeros(n_terms, np.int64)
@@ -234,11 +248,30 @@ class PostingsSpill:
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, "<f4")
         avg = float(lengths.mean()) if len(lengths) else 0.0
         doc_len, doc_avg = doc_lengths(chunk_doc, lengths, n_docs)
+        names = sorted(set(doc_lang)) if doc_lang is not None and len(chunk_doc) else []
+        several = len(names) > 1
+        doc_n, stats = None, None
+        if several:
+            number = {lang: i for i, lang in enumerate(names)}
+            lang_of_doc = np.fromiter(map(number.__getitem__, doc_lang), dtype=np.int64, count=len(doc_lang))
+            lang_of_chunk = lang_of_doc[chunk_doc]
+            docs_in = np.bincount(lang_of_doc, minlength=len(names))
+            avg = language_means(lengths, lang_of_chunk, len(names))  # per language, then per posting below
+            doc_avg = language_means(doc_len, lang_of_doc, len(names))
+            doc_n = np.zeros(len(terms), dtype="<u4")
+            stats = [{"code": lang, "documents": int(docs_in[i]), "avg_length": float(avg[i]), "doc_avg_length": float(doc_avg[i])} for i, lang in enumerate(names)]
         outs = [self._scratch() for _ in range(4)]
         positions = [rank[blk.terms] for blk in self._blocks]  # ascending: blocks are in dictionary order
         for t0, t1 in windows(df, self._merge_batch):  # consecutive terms, about merge_batch postings each
             ids, tf, doc_ids, doc_tf = self._merged(positions, t0, t1)
-            chunk_impacts, doc_impacts = impacts_of(tf, lengths[ids], avg, self._p), impacts_of(doc_tf, doc_len[doc_ids], doc_avg, self._p)
+            if several:
+                chunk_impacts = impacts_of(tf, lengths[ids], avg[lang_of_chunk[ids]], self._p)
+                doc_impacts = impacts_of(doc_tf, doc_len[doc_ids], doc_avg[lang_of_doc[doc_ids]], self._p)
+                term = np.repeat(np.arange(t1 - t0), doc_df[t0:t1])  # each document posting's term
+                per_lang = np.bincount(term * len(names) + lang_of_doc[doc_ids], minlength=(t1 - t0) * len(names)).reshape(t1 - t0, len(names))
+                doc_n[t0:t1] = np.maximum(docs_in[per_lang.argmax(axis=1)], doc_df[t0:t1])  # ties: the first code
+            else:
+                chunk_impacts, doc_impacts = impacts_of(tf, lengths[ids], avg, self._p), impacts_of(doc_tf, doc_len[doc_ids], doc_avg, self._p)
             for out, a in zip(outs, (ids.astype("<u4"), chunk_impacts, doc_ids.astype("<u4"), doc_impacts)):
                 out.file.write(memoryview(np.ascontiguousarray(a)))
         parts = []
@@ -246,7 +279,7 @@ class PostingsSpill:
             out.file.flush()
             parts.append((FileRange(out.path, 0, os.path.getsize(out.path)),))
         self._spill.close()
-        return SpilledPostings(terms, hashes.astype("<u8", copy=False), offsets, parts[0], parts[1], lengths, doc_df.astype("<u4"), doc_offsets, parts[2], parts[3])
+        return SpilledPostings(terms, hashes.astype("<u8", copy=False), offsets, parts[0], parts[1], lengths, doc_df.astype("<u4"), doc_offsets, parts[2], parts[3], doc_n, stats)
 
     def _merged(self, positions: list[np.ndarray], t0: int, t1: int) -> tuple:
         """The chunk ids, tf', document ids and document tf' of dictionary terms t0..t1-1, in

@@ -28,6 +28,7 @@ DOC_FIRST_CHUNK = "docs.first_chunk"  # raw u32 x (docs + 1): chunks of doc d ar
 TERM_HASHES = "terms.hash"  # raw u64, sorted ascending (ties broken by term bytes)
 TERM_STRINGS = "terms.strings"  # blob table of UTF-8 terms, same order as terms.hash
 TERM_DOC_DF = "terms.doc_df"  # raw u32 per term: documents holding it (format 2; BM25's df, N = documents)
+TERM_DOC_N = "terms.doc_n"  # format 4, several languages: raw u32 per term: BM25's N for it (its main language's documents)
 POSTINGS = "postings"  # formats 1-2: blob table of portable roaring bitmaps of chunk ids, one per term
 POSTING_TF_OFFSETS = "postings.tf_offsets"  # formats 1-2: raw u64 x (terms + 1) into postings.tf
 POSTING_TF = "postings.tf"  # formats 1-2: raw f32 weighted term frequencies, in chunk-id order per term

@@ -79,6 +79,11 @@ def check_meta(meta) -> None:
         lo, hi = s.spec.minimum, s.spec.maximum
         optional = s.name in ("title_weight", "section_weight", "document_weight")  # document_weight: format 2
         _need((optional and s.name not in bm25) or (_is_num(bm25.get(s.name)) and lo <= bm25[s.name] <= hi), f"meta.bm25.{s.name} must be a number in {lo:g}..{hi:g}")
+    langs = bm25.get("languages", [])  # format 4: per language, in number order: code, documents, mean lengths
+    _need(isinstance(langs, list) and len(langs) <= 255 and all(
+        isinstance(v, dict) and isinstance(v.get("code"), str) and _is_int(v.get("documents"))
+        and all(_is_num(v.get(f)) and v[f] >= 0 for f in ("avg_length", "doc_avg_length")) for v in langs),
+          "meta.bm25.languages must list each language's code, documents and mean lengths")
     _check_analyzer(meta.get("analyzer"))
     for key in ("embedder", "reranker", "vectors"):
         _optional_dict(meta, key)

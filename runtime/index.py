@@ -56,7 +56,9 @@ IMPACT_POSTINGS = (L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS, L.DOC_PO
 
 
 def required_sections(version: int) -> tuple[str, ...]:
-    """Format 1: roaring postings with f32 tf; 2: + document frequencies; 3: impact postings."""
+    """Format 1: roaring postings with f32 tf; 2: + document frequencies; 3: impact postings;
+    4: the same, with BM25 statistics per language when a corpus has several (``terms.doc_n``
+    and meta.bm25.languages, both or neither)."""
     if version >= 3:
         return REQUIRED + (L.TERM_DOC_DF,) + IMPACT_POSTINGS
     return REQUIRED + ROARING_POSTINGS + ((L.TERM_DOC_DF,) if version >= 2 else ())
@@ -139,6 +141,11 @@ class Index:
         }
         if self.version >= 2:
             expect[L.TERM_DOC_DF] = n_terms * 4
+        langs = self.meta.bm25.get("languages") or []
+        if (L.TERM_DOC_N in secs or langs) and not (self.version >= 4 and L.TERM_DOC_N in secs and langs):
+            raise self._corrupt("BM25 statistics per language need format 4, meta.bm25.languages and terms.doc_n together")
+        if langs:
+            expect[L.TERM_DOC_N] = n_terms * 4
         if self.version >= 3:
             expect[L.POSTING_OFFSETS] = expect[L.DOC_POSTING_OFFSETS] = (n_terms + 1) * 8
             expect[L.POSTING_IMPACTS] = secs[L.POSTING_IDS].length // 4
@@ -205,6 +212,21 @@ class Index:
     def doc_df(self) -> np.ndarray:
         """Documents holding each term (format 2)."""
         return np.frombuffer(self.artifact.section(L.TERM_DOC_DF), dtype="<u4")
+
+    @cached_property
+    def _doc_n(self) -> np.ndarray | None:
+        return np.frombuffer(self.artifact.section(L.TERM_DOC_N), dtype="<u4") if L.TERM_DOC_N in self.artifact.sections else None
+
+    def term_documents(self, tid: int) -> int:
+        """BM25's N for term ``tid``: with statistics per language (format 4), the documents of
+        the language most of its documents are in (at least its document frequency); else every
+        document."""
+        if self._doc_n is None:
+            return self.n_docs
+        n = int(self._doc_n[tid])
+        if not int(self.doc_df[tid]) <= n <= self.n_docs:
+            raise self._corrupt(f"term {tid}'s documents for BM25 ({n}) lie outside {int(self.doc_df[tid])}..{self.n_docs}")
+        return n
 
     @cached_property
     def term_strings(self) -> L.BlobTable:

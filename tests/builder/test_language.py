@@ -132,3 +132,56 @@ def test_a_mixed_corpus_builds_the_same_bytes_with_any_number_of_jobs(tmp_path, 
     build([MIXED], tmp_path / "one.kb", cfg, jobs=1)
     build([MIXED], tmp_path / "three.kb", cfg, jobs=3)
     assert (tmp_path / "one.kb").read_bytes() == (tmp_path / "three.kb").read_bytes()
+
+
+def test_each_language_is_scored_as_if_it_were_alone(mixed, tmp_path):
+    """Format 4: BM25 keeps statistics per language in a corpus of several. The English documents'
+    scores for an English query are the ones an artifact of the English documents alone gives
+    (their mean lengths and N), whatever the other languages' documents weigh."""
+    import shutil
+
+    alone = tmp_path / "en"
+    alone.mkdir()
+    for name in ("bicycle-repair.md", "garden-compost.md", "telescope-night.md"):
+        shutil.copy(MIXED / name, alone / name)
+    out = tmp_path / "en.kb"
+    build([alone], out, replace(BuildConfig(), reranker="none", embedding_model="none"))
+
+    def scores(path):
+        r = CliRunner().invoke(kb, ["search", "how to patch a punctured tube on the bicycle", "-i", str(path), "--mode", "bm25", "--json", "--no-stale-check"])
+        assert r.exit_code == 0, r.output
+        return {x["path"]: x["score"] for x in json.loads(r.stdout)["results"] if x["path"].endswith(("bicycle-repair.md", "garden-compost.md", "telescope-night.md"))}
+
+    with Index(mixed) as ix, Index(out) as en:
+        assert (ix.version, en.version) == (4, 3)  # one language: the format 3 bytes as before
+        assert [v["code"] for v in ix.meta.bm25["languages"]] == ["de", "en", "ja", "zh"]
+        assert [v["documents"] for v in ix.meta.bm25["languages"]] == [3, 3, 3, 3]
+        assert "languages" not in en.meta.bm25
+    got, want = scores(mixed), scores(out)
+    assert got and got == want
+
+
+def test_a_set_refuses_an_artifact_with_statistics_per_language(mixed, tiny_artifact):
+    r = CliRunner().invoke(kb, ["search", "tea", "-i", str(mixed), "-i", str(tiny_artifact), "--json", "--no-stale-check"])
+    assert r.exit_code == 4, r.output
+    assert r.stderr == f"kb: error: {mixed} keeps BM25 statistics per language (a corpus in several languages, format 4), which a set cannot combine yet; search it alone\n"
+
+
+def test_forged_statistics_per_language_are_corrupt_not_a_wrong_score(mixed, tmp_path):
+    import numpy as np
+
+    from kb.formats import artifact as A
+    from kb.formats import layout as L
+
+    buf = mixed.read_bytes()
+    _, secs = A.validate(memoryview(buf), "x")
+    sections = [A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
+    n_terms = secs[L.TERM_DOC_N].length // 4
+    for name, data, version, want in (
+        (L.TERM_DOC_N, np.zeros(n_terms, "<u4").tobytes(), 4, "documents for BM25 (0) lie outside"),  # below its df
+        (L.TERM_DOC_N, None, 3, "BM25 statistics per language need format 4"),
+    ):
+        p = tmp_path / "forged.kb"
+        p.write_bytes(b"".join(A.serialize([A.SectionData(s.name, data) if s.name == name and data is not None else s for s in sections], version=version)))
+        r = CliRunner().invoke(kb, ["search", "observing planets", "-i", str(p), "--mode", "bm25", "--no-stale-check"])
+        assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: ") and want in r.stderr, r.stderr

@@ -2,7 +2,8 @@
 tiny-v1.kb (format 1: no stemming, no stopwords, chunk statistics, distinct query terms),
 tiny-v2.kb (format 2: English Snowball stemming and stopwords, document statistics, query term
 frequency) and tiny-v3.kb (format 3: the same analysis, impact postings), all built from
-tests/data/tiny with the hash stand-in embedder."""
+tests/data/tiny with the hash stand-in embedder; mixed-v4.kb (format 4: BM25 statistics per
+language) from tests/data/mixed, without vectors."""
 
 import json
 
@@ -107,3 +108,16 @@ def test_a_stemmer_this_kb_lacks_is_refused_with_one_line_and_exit_4(tmp_path):
     assert r.exit_code == 4
     assert r.stderr.startswith(f"kb: error: {bad}: unknown stemmer 'klingon' for language 'en'; this kb's PyStemmer ")
     assert r.stderr.endswith("; rebuild it with this kb-build, or use a kb that has it\n") and r.stderr.count("\n") == 1
+
+
+V4 = GOLDEN / "mixed-v4.kb"  # format 4: tests/data/mixed (de, en, ja, zh), BM25 statistics per language, no vectors
+
+
+def test_the_v4_golden_keeps_its_statistics_per_language():
+    with Index(V4) as ix:
+        assert ix.version == ix.meta.format_version == 4
+        assert [(v["code"], v["documents"]) for v in ix.meta.bm25["languages"]] == [("de", 3), ("en", 3), ("ja", 3), ("zh", 3)]
+        tid = ix.term_id("planet")
+        assert ix.term_documents(tid) == 3  # N: the English documents
+    assert search(V4, "observing planets")[0][0] == "telescope-night.md"
+    assert search(V4, "温泉のマナー")[0][0] == "onsen.md"
