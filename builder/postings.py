@@ -114,6 +114,14 @@ def doc_postings(post_term: np.ndarray, post_doc: np.ndarray, tf: np.ndarray) ->
     return doc_start, np.add.reduceat(tf.astype(np.float64), doc_start)
 
 
+# A language keeps BM25 statistics of its own (format 4) when it holds at least this many
+# documents and this share of them, and at least two languages do; the documents of smaller
+# languages share the corpus-wide statistics (a mean length or an N over a handful of documents
+# says little: a lone English record among Chinese passages would make its words' idf near 0).
+STATS_MIN_DOCS = 50
+STATS_MIN_SHARE = 0.01
+
+
 def impacts_of(tf, lengths, avg, p) -> np.ndarray:
     """u8 impacts of postings with weighted frequencies ``tf`` in units of ``lengths``; ``avg``:
     the mean length, one for all or one per posting (its document's language's)."""
@@ -229,7 +237,9 @@ class PostingsSpill:
         document's language; with several, each language is scored as if it were alone (formats/
         bm25.py "Several languages"): impacts against the mean lengths of the document's own
         language, and each term's idf over the documents of its main language (``doc_n``: the
-        language most of its documents are in; at least its document frequency)."""
+        language most of its documents are in; at least its document frequency). Only languages
+        of ``STATS_MIN_DOCS`` documents and ``STATS_MIN_SHARE`` of them keep statistics of their
+        own, and only when two or more do; the others' documents take the corpus's."""
         self._spill.file.flush()
         n_terms = len(self._terms)
         df, doc_df = np.zeros(n_terms, np.int64), np.zeros(n_terms, np.int64)
@@ -249,17 +259,20 @@ class PostingsSpill:
         avg = float(lengths.mean()) if len(lengths) else 0.0
         doc_len, doc_avg = doc_lengths(chunk_doc, lengths, n_docs)
         names = sorted(set(doc_lang)) if doc_lang is not None and len(chunk_doc) else []
-        several = len(names) > 1
         doc_n, stats = None, None
-        if several:
+        if len(names) > 1:
             number = {lang: i for i, lang in enumerate(names)}
             lang_of_doc = np.fromiter(map(number.__getitem__, doc_lang), dtype=np.int64, count=len(doc_lang))
-            lang_of_chunk = lang_of_doc[chunk_doc]
             docs_in = np.bincount(lang_of_doc, minlength=len(names))
-            avg = language_means(lengths, lang_of_chunk, len(names))  # per language, then per posting below
-            doc_avg = language_means(doc_len, lang_of_doc, len(names))
+            own = docs_in >= max(STATS_MIN_DOCS, STATS_MIN_SHARE * n_docs)
+        several = len(names) > 1 and int(own.sum()) > 1
+        if several:
+            lang_of_chunk = lang_of_doc[chunk_doc]
+            avg = np.where(own, language_means(lengths, lang_of_chunk, len(names)), avg)  # per language, then per posting below
+            doc_avg = np.where(own, language_means(doc_len, lang_of_doc, len(names)), doc_avg)
+            n_of = np.where(own, docs_in, n_docs)  # N for a term whose main language it is
             doc_n = np.zeros(len(terms), dtype="<u4")
-            stats = [{"code": lang, "documents": int(docs_in[i]), "avg_length": float(avg[i]), "doc_avg_length": float(doc_avg[i])} for i, lang in enumerate(names)]
+            stats = [{"code": lang, "documents": int(docs_in[i]), "own": bool(own[i]), "avg_length": float(avg[i]), "doc_avg_length": float(doc_avg[i])} for i, lang in enumerate(names)]
         outs = [self._scratch() for _ in range(4)]
         positions = [rank[blk.terms] for blk in self._blocks]  # ascending: blocks are in dictionary order
         for t0, t1 in windows(df, self._merge_batch):  # consecutive terms, about merge_batch postings each
@@ -269,7 +282,7 @@ class PostingsSpill:
                 doc_impacts = impacts_of(doc_tf, doc_len[doc_ids], doc_avg[lang_of_doc[doc_ids]], self._p)
                 term = np.repeat(np.arange(t1 - t0), doc_df[t0:t1])  # each document posting's term
                 per_lang = np.bincount(term * len(names) + lang_of_doc[doc_ids], minlength=(t1 - t0) * len(names)).reshape(t1 - t0, len(names))
-                doc_n[t0:t1] = np.maximum(docs_in[per_lang.argmax(axis=1)], doc_df[t0:t1])  # ties: the first code
+                doc_n[t0:t1] = np.maximum(n_of[per_lang.argmax(axis=1)], doc_df[t0:t1])  # ties: the first code
             else:
                 chunk_impacts, doc_impacts = impacts_of(tf, lengths[ids], avg, self._p), impacts_of(doc_tf, doc_len[doc_ids], doc_avg, self._p)
             for out, a in zip(outs, (ids.astype("<u4"), chunk_impacts, doc_ids.astype("<u4"), doc_impacts)):

@@ -134,7 +134,25 @@ def test_a_mixed_corpus_builds_the_same_bytes_with_any_number_of_jobs(tmp_path, 
     assert (tmp_path / "one.kb").read_bytes() == (tmp_path / "three.kb").read_bytes()
 
 
-def test_each_language_is_scored_as_if_it_were_alone(mixed, tmp_path):
+@pytest.fixture(scope="module")
+def mixed_v4(tmp_path_factory):
+    """The mixed corpus with statistics per language for its three-document languages (kb-build
+    keeps them for languages of 50 documents and more: builder/postings.py STATS_MIN_DOCS)."""
+    from kb.builder import postings
+
+    out = tmp_path_factory.mktemp("mixed4") / "mixed.kb"
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(postings, "STATS_MIN_DOCS", 1)
+        build([MIXED], out, replace(BuildConfig(), reranker="none", embedding_model="none"))
+    return out
+
+
+def test_languages_of_a_few_documents_share_the_corpus_statistics(mixed):
+    with Index(mixed) as ix:
+        assert ix.version == 3 and "languages" not in ix.meta.bm25  # 3 documents each: under STATS_MIN_DOCS
+
+
+def test_each_language_is_scored_as_if_it_were_alone(mixed_v4, tmp_path):
     """Format 4: BM25 keeps statistics per language in a corpus of several. The English documents'
     scores for an English query are the ones an artifact of the English documents alone gives
     (their mean lengths and N), whatever the other languages' documents weigh."""
@@ -152,6 +170,7 @@ def test_each_language_is_scored_as_if_it_were_alone(mixed, tmp_path):
         assert r.exit_code == 0, r.output
         return {x["path"]: x["score"] for x in json.loads(r.stdout)["results"] if x["path"].endswith(("bicycle-repair.md", "garden-compost.md", "telescope-night.md"))}
 
+    mixed = mixed_v4
     with Index(mixed) as ix, Index(out) as en:
         assert (ix.version, en.version) == (4, 3)  # one language: the format 3 bytes as before
         assert [v["code"] for v in ix.meta.bm25["languages"]] == ["de", "en", "ja", "zh"]
@@ -161,19 +180,20 @@ def test_each_language_is_scored_as_if_it_were_alone(mixed, tmp_path):
     assert got and got == want
 
 
-def test_a_set_refuses_an_artifact_with_statistics_per_language(mixed, tiny_artifact):
+def test_a_set_refuses_an_artifact_with_statistics_per_language(mixed_v4, tiny_artifact):
+    mixed = mixed_v4
     r = CliRunner().invoke(kb, ["search", "tea", "-i", str(mixed), "-i", str(tiny_artifact), "--json", "--no-stale-check"])
     assert r.exit_code == 4, r.output
     assert r.stderr == f"kb: error: {mixed} keeps BM25 statistics per language (a corpus in several languages, format 4), which a set cannot combine yet; search it alone\n"
 
 
-def test_forged_statistics_per_language_are_corrupt_not_a_wrong_score(mixed, tmp_path):
+def test_forged_statistics_per_language_are_corrupt_not_a_wrong_score(mixed_v4, tmp_path):
     import numpy as np
 
     from kb.formats import artifact as A
     from kb.formats import layout as L
 
-    buf = mixed.read_bytes()
+    buf = mixed_v4.read_bytes()
     _, secs = A.validate(memoryview(buf), "x")
     sections = [A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
     n_terms = secs[L.TERM_DOC_N].length // 4

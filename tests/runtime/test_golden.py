@@ -3,7 +3,8 @@ tiny-v1.kb (format 1: no stemming, no stopwords, chunk statistics, distinct quer
 tiny-v2.kb (format 2: English Snowball stemming and stopwords, document statistics, query term
 frequency) and tiny-v3.kb (format 3: the same analysis, impact postings), all built from
 tests/data/tiny with the hash stand-in embedder; mixed-v4.kb (format 4: BM25 statistics per
-language) from tests/data/mixed, without vectors."""
+language) from tests/data/mixed, without vectors, built with builder/postings.py STATS_MIN_DOCS = 1
+(its languages have 3 documents each)."""
 
 import json
 
@@ -110,7 +111,7 @@ def test_a_stemmer_this_kb_lacks_is_refused_with_one_line_and_exit_4(tmp_path):
     assert r.stderr.endswith("; rebuild it with this kb-build, or use a kb that has it\n") and r.stderr.count("\n") == 1
 
 
-V4 = GOLDEN / "mixed-v4.kb"  # format 4: tests/data/mixed (de, en, ja, zh), BM25 statistics per language, no vectors
+V4 = GOLDEN / "mixed-v4.kb"  # format 4: tests/data/mixed (de, en, ja, zh), BM25 statistics per language (STATS_MIN_DOCS 1), no vectors
 
 
 def test_the_v4_golden_keeps_its_statistics_per_language():
