@@ -235,7 +235,7 @@ class PostingsSpill:
         """Merge the blocks: the dictionary, offsets and lengths in memory, the posting arrays in
         four scratch files. ``chunk_doc``: every chunk's document number. ``doc_lang``: each
         document's language; with several, each language is scored as if it were alone (formats/
-        bm25.py "Several languages"): impacts against the mean lengths of the document's own
+        SPEC.md, "Several languages"): impacts against the mean lengths of the document's own
         language, and each term's idf over the documents of its main language (``doc_n``: the
         language most of its documents are in; at least its document frequency). Only languages
         of ``STATS_MIN_DOCS`` documents and ``STATS_MIN_SHARE`` of them keep statistics of their

@@ -150,7 +150,7 @@ def _check_compatible(members: list[Index]) -> None:
     for m in members:
         if m.version < SET_MIN_FORMAT:
             raise UnsupportedVersion(f"{m.path}: format version {m.version} cannot be searched in a set (needs {SET_MIN_FORMAT}); rebuild it with this kb-build")
-        if m.version >= 4:
+        if L.TERM_DOC_N in m.artifact.sections:
             raise UnsupportedVersion(f"{m.path} keeps BM25 statistics per language (a corpus in several languages, format 4), which a set cannot combine yet; search it alone")
     for m in members[1:]:
         if m.has_vectors != first.has_vectors:
