@@ -55,6 +55,15 @@ def describe_set(paths, artifacts: list[dict], verify: bool) -> dict:
     return out
 
 
+def _bm25_languages(langs) -> list[str]:
+    """Format 4's BM25 statistics per language, one line (none for one language)."""
+    if not isinstance(langs, list) or not langs:
+        return []
+    parts = [f"{v.get('code')} {v.get('documents')} documents" + ("" if v.get("own") else " (the corpus's statistics)")
+             + (f", mean chunk length {v['avg_length']:.1f}" if isinstance(v.get("avg_length"), (int, float)) else "") for v in langs if isinstance(v, dict)]
+    return [printable("bm25 per language: " + "; ".join(parts))]
+
+
 def render_info(d: dict) -> str:
     c = d["counts"]
     emb = d["models"]["embedder"]
@@ -64,7 +73,8 @@ def render_info(d: dict) -> str:
         "embedder: " + (f"{emb['name']} ({emb.get('quantization', emb.get('backend'))}, dim {emb['dim']})" if emb else "none (BM25 only)"),
         "reranker: " + (f"{rr['name']} ({rr.get('quantization')}, {rr.get('max_tokens')}-token pairs)" if (rr := d["models"]["reranker"]) else "none"),
         "analyzer: " + _analyzer_line(d["analyzer"]),
-        "bm25: " + ", ".join(f"{k}={v:g}" for k, v in d["bm25"].items()),
+        "bm25: " + ", ".join(f"{k}={v:g}" for k, v in d["bm25"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)),
+        *_bm25_languages(d["bm25"].get("languages")),
         f"statuses: {', '.join(d['statuses'])} (excluded by default: {', '.join(d['excluded_statuses'])})",
         f"tags: {len(d['tags'])}",
     ]

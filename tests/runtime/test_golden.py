@@ -122,3 +122,9 @@ def test_the_v4_golden_keeps_its_statistics_per_language():
         assert ix.term_documents(tid) == 3  # N: the English documents
     assert search(V4, "observing planets")[0][0] == "telescope-night.md"
     assert search(V4, "温泉のマナー")[0][0] == "onsen.md"
+
+
+def test_kb_info_shows_the_statistics_per_language():
+    r = CliRunner().invoke(kb, ["info", "-i", str(V4)])
+    assert r.exit_code == 0, r.output
+    assert "bm25 per language: de 3 documents, mean chunk length 31.7; en 3 documents, mean chunk length 46.3; ja 3 documents" in r.stdout
