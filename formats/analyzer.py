@@ -172,6 +172,14 @@ class Analyzer:
             return _cjk_words(text)
         return _WORD.findall(text)
 
+    def blanked_lines(self, text: str) -> list[str] | None:
+        """ASCII text's lines as ``words`` reads them: lowercased, every non-word character a
+        space, so that a word's whole-word occurrences are those of " word " in " line "; None
+        for other text (normalisation may change lengths)."""
+        if not text.isascii():
+            return None
+        return text.encode("ascii").translate(_WORD_BYTES_LINES).decode("ascii").split("\n")
+
     def words_by_line(self, text: str) -> list[list[str]]:
         """``words`` of each line of ``text`` (split at \\n), normalising the text once: ASCII
         text by one bytes.translate that keeps the newlines, other text by one NFKC + casefold

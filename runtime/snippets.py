@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import re
 
 SNIPPET_CHARS = 240
 _HEADING = re.compile(r"#{1,6}\s")
 _WORD = re.compile(r"\w+")
-_ASCII_WORD = frozenset(c for c in map(chr, range(128)) if _WORD.fullmatch(c))
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
@@ -63,29 +60,30 @@ def _around_first_hit(passage: str, terms, width: int) -> str:
 
 def _hits_per_line(lines: list[str], want: set[str], analyzer) -> dict[int, set[str]]:
     """Line index -> the query terms that line shows, as ``want & analyzer.terms(line)`` would
-    give (lines that show none left out). The text's words are split once and the words that hit
-    found by set operations (Analyzer.term_hits); then, on ASCII text (where the analyzer only
-    lowercases), each whole-word occurrence of those few words is found by ``str.find``, and
-    otherwise (normalisation may change lengths) the text is split again, line by line (Analyzer.words_by_line)."""
+    give (lines that show none left out). The text's distinct words are found at once and the
+    words that hit by set operations (Analyzer.term_hits); then, on ASCII text, the lines that
+    hold one of those few words as a whole word, by substring tests on the lines as the analyzer
+    reads them (Analyzer.blanked_lines), and otherwise (normalisation may change lengths) by
+    splitting the text again, line by line (Analyzer.words_by_line)."""
     text = "\n".join(lines)
-    hits = analyzer.term_hits(set(analyzer.words(text)), want)
+    blanked = analyzer.blanked_lines(text)
+    words = set(" ".join(blanked).split()) if blanked is not None else set(analyzer.words(text))
+    hits = analyzer.term_hits(words, want)
     out: dict[int, set[str]] = {}
     if not hits:
         return out
-    if not text.isascii():
+    if blanked is None:
         keys = hits.keys()
         for i, words in enumerate(analyzer.words_by_line(text)):
             if not keys.isdisjoint(words):
                 out[i] = set().union(*(hits[w] for w in keys & set(words)))
         return out
-    low, end = text.lower(), len(text)
-    starts = list(itertools.accumulate((len(ln) + 1 for ln in lines[:-1]), initial=0))
+    padded = [f" {ln} " for ln in blanked]
     for w, terms in hits.items():
-        n, pos = len(w), low.find(w)
-        while pos >= 0:
-            if (pos == 0 or low[pos - 1] not in _ASCII_WORD) and (pos + n == end or low[pos + n] not in _ASCII_WORD):
-                out.setdefault(bisect.bisect_right(starts, pos) - 1, set()).update(terms)
-            pos = low.find(w, pos + n)
+        key = f" {w} "
+        for i, ln in enumerate(padded):
+            if key in ln:
+                out.setdefault(i, set()).update(terms)
     return out
 
 

@@ -127,3 +127,11 @@ def test_the_builder_reads_the_same_words_as_the_query_side(text):
 def test_words_by_line_are_each_lines_words(text):
     for a in (Analyzer.for_languages(["en"]), Analyzer.for_languages(["en", "zh"])):
         assert a.words_by_line(text) == [a.words(line) for line in text.split("\n")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("ab Z_-\n\r.9 \t#:/")), max_size=40))
+def test_blanked_lines_split_into_each_lines_words(text):
+    a = Analyzer.for_languages(["en"])
+    assert [line.split() for line in a.blanked_lines(text)] == [a.words(line) for line in text.split("\n")]
+    assert a.blanked_lines(text + "é") is None
