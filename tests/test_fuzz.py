@@ -4,6 +4,8 @@ runs them at length (bench/RESULTS.md, "Fuzzing")."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,8 +24,9 @@ def seed_artifacts(tmp_path_factory):
 def test_the_seed_artifacts_are_read_whole(seed_artifacts):
     folder, seeds = seed_artifacts
     reader = T.ArtifactReader(folder)
-    assert [reader(s) for s in seeds] == ["ok"] * len(seeds)  # current format (vectors, BM25 only), golden v1 and v2, tiny model
-    assert len(seeds) in (4, 5) and (len(seeds) == 4 or b"KBQMOD1" in seeds[4])  # the tiny real model's seed carries model.query
+    assert [reader(s) for s in seeds] == ["ok"] * len(seeds)  # current format (vectors, BM25 only), golden v1 and v2, tiny model, format 4
+    assert len(seeds) in (5, 6) and (len(seeds) == 5 or b"KBQMOD1" in seeds[4])  # the tiny real model's seed carries model.query
+    assert struct.unpack_from("<I", seeds[-1], 8)[0] == 4  # the last seed keeps BM25 statistics per language
 
 
 @BRIEF

@@ -200,7 +200,8 @@ def test_build_json_report_lists_skips_with_their_reasons(tmp_path):
 def test_format_2_values_behind_the_checksums_are_checked_too(tmp_path, tiny_artifact):
     """Found by the artifact fuzzer on the merged reader: document_weight, the analyzer's
     languages and stemmers, and chunk tags that are not strings gave raw TypeErrors."""
-    for key, value in (("bm25", {"document_weight": [1]}), ("bm25", {"b": 1e300}), ("bm25", {"k1": 11.0}), ("analyzer", {"languages": 5}), ("analyzer", {"stemmers": [1]})):
+    for key, value in (("bm25", {"document_weight": [1]}), ("bm25", {"b": 1e300}), ("bm25", {"k1": 11.0}), ("analyzer", {"languages": 5}), ("analyzer", {"stemmers": [1]}),
+                       ("analyzer", {"stopwords": ["the"]}), ("bm25", {"languages": [{"code": "en"}]})):  # the last two: fuzz seed 35 (a version 2 analyzer's stopwords as a list), format 4
         p = copy_of(tmp_path, tiny_artifact)
         meta = msgpack.unpackb(dict((s.name, s.data) for s in sections_of(p))[L.META])
         meta[key] = meta[key] | value

@@ -103,7 +103,7 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
     """Artifacts of the seed corpus in the current format: with (hash) vectors, BM25 only; the
     golden artifacts of the older formats (their readers are fuzzed too); then (when ctranslate2
     and safetensors are installed) the seed corpus with a tiny real model and its model.query
-    section."""
+    section; and a format 4 artifact (the seed corpus with two German pages)."""
     from kb.builder.build import build
     from kb.builder.config import BuildConfig
 
@@ -119,7 +119,34 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
         out.append(path.read_bytes())
     old = [(GOLDEN / f"tiny-v{v}.kb").read_bytes() for v in (1, 2)]
     tiny = _tiny_model_seed(corpus, folder / "seed-tiny-ct2.kb")
-    return out + old + ([tiny] if tiny is not None else [])
+    return out + old + ([tiny] if tiny is not None else []) + [_format_4_seed(corpus, folder / "seed-v4.kb")]
+
+
+GERMAN = {  # with the seed corpus: two languages, so format 4's statistics per language
+    "de/sicherung.md": "---\ntitle: Sicherung\ntags: [ops]\n---\n# Sicherung\n\nDie Sicherung läuft jede Nacht mit restic auf das NAS, und sie wird jeden Morgen geprüft.\n",
+    "de/wiederherstellung.md": "# Wiederherstellung\n\nMan stellt die Dateien mit restic wieder her, wenn der Server nicht mehr startet und die Daten fehlen.\n",
+}
+
+
+def _format_4_seed(corpus: Path, out: Path) -> bytes:
+    """The seed corpus with two German pages, built with statistics per language for languages
+    of any size (kb-build keeps them from 50 documents: builder/postings.py STATS_MIN_DOCS)."""
+    from kb.builder import postings
+    from kb.builder.build import build
+    from kb.builder.config import BuildConfig
+
+    for name, text in GERMAN.items():
+        p = corpus / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    saved, postings.STATS_MIN_DOCS = postings.STATS_MIN_DOCS, 1
+    try:
+        build([corpus], out, replace(BuildConfig(), embedding_model="hash", reranker="none"), jobs=1)
+    finally:
+        postings.STATS_MIN_DOCS = saved
+        for name in GERMAN:
+            (corpus / name).unlink()
+    return out.read_bytes()
 
 
 # --- generic byte mutations ----------------------------------------------------------------------
@@ -349,7 +376,8 @@ class ArtifactReader:
     ``kb serve`` do. Allowed outcomes: success, or the refusal the CLI maps to exit 2, 3 or 4."""
 
     QUERIES = ({"query": "restic backup restore", "top_k": 5, "tag": ["ops"], "group": "doc"},
-               {"query": "backups gpu", "entities": ["storage"], "all_statuses": True, "mode": "bm25", "explain": True})
+               {"query": "backups gpu", "entities": ["storage"], "all_statuses": True, "mode": "bm25", "explain": True},
+               {"query": "Sicherung restic backup", "mode": "bm25"})  # the format 4 seed's German and English terms
 
     def __init__(self, folder: Path):
         self.path = folder / "fuzz.kb"
