@@ -17,9 +17,9 @@ A cascade, cheapest first, on a prefix of each document (title and text):
    outcome (below), which costs about a second.
 
 Then languages holding fewer than ``FOLD_SHARE`` of the documents, or a single document, are
-folded into the majority (an alphabetic language into the alphabetic majority): in a one-language corpus those are misreads (992 Hugo pages: fr 6,
-nl, da and it 1 each by the vote, all English; in a small corpus, a JSON or YAML file of
-names). The model is skipped when no undecided document could lift a language above that share,
+folded into the majority (an alphabetic language into the alphabetic majority): in a
+one-language corpus those are misreads (992 Hugo pages: fr 6, nl, da and it 1 each by the vote,
+all English; in a small corpus, a JSON or YAML file of names). The model is skipped when no undecided document could lift a language above that share,
 since every undecided one then ends in the majority whatever the model says.
 """
 

@@ -184,8 +184,9 @@ class Analyzer:
         """``words`` of each line of ``text`` (split at \\n), normalising the text once: ASCII
         text by one bytes.translate that keeps the newlines, other text by one NFKC + casefold
         (neither crosses a line: \\n is a starter that composes with nothing)."""
-        if text.isascii():
-            return [line.split() for line in text.encode("ascii").translate(_WORD_BYTES_LINES).decode("ascii").split("\n")]
+        blanked = self.blanked_lines(text)
+        if blanked is not None:
+            return [line.split() for line in blanked]
         text = _normalize(text)
         lines = text.split("\n")
         if self.cjk_bigrams and _cjk_patterns()[0].search(text):  # after NFKC, as ``words`` looks
