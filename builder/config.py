@@ -70,7 +70,7 @@ class AnalyzerOptions:
 class EmbeddingOptions:
     """kb.toml [embedding]."""
 
-    model: str = setting("auto", "Embedding model: auto (all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages), or none for a BM25-only artifact.")
+    model: str = setting("auto", "Embedding model: auto (all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small, with all-MiniLM-L6-v2 beside it for queries in alphabetic scripts when some documents are English), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages), or none for a BM25-only artifact.")
     quantization: str = setting("int8", "Weights of the packed embedding model.", choices=("int8", "float32"))
 
 

@@ -53,6 +53,10 @@ class SearchOptions:
     blend: str = setting("position", "How rerank scores mix with retrieval: position (ranks 1-3 keep 75% retrieval, 4-10 60%, the rest 40%) or sigmoid (rerank_weight).", choices=BLENDS)
     rerank_weight: float = setting(1.0, "Sigmoid blend only: the reranker's share; 1.0 = the reranker alone orders the reranked top.", minimum=0.0, maximum=1.0)
     low_confidence_floor: float | None = setting(None, "Overrides the top-result confidence under which the low-confidence notice is given (default: each backend's floor, fitted by bench/calibrate.py into runtime/confidence_model.py).", minimum=0.0, maximum=1.0)
+    # Not a setting: the keys the request itself set (resolve's overrides). A search routed to
+    # another dense leg than the main one takes that leg's model defaults for every other key
+    # (Searcher.options_for).
+    given: frozenset = dataclasses.field(default=frozenset(), compare=False, repr=False)
 
 
 SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
@@ -69,10 +73,11 @@ MODEL_DEFAULTS: dict[str, dict] = {
 }
 
 
-def stored_search(meta) -> dict:
+def stored_search(meta, model: str | None = None) -> dict:
     """The [search] table an artifact searches with: its embedding model's defaults
-    (MODEL_DEFAULTS), then the artifact's own kb.toml [search] over them."""
-    model = (meta.embedder or {}).get("name")
+    (MODEL_DEFAULTS; ``model``: another of its models than the main one), then the artifact's
+    own kb.toml [search] over them."""
+    model = model or (meta.embedder or {}).get("name")
     return {**MODEL_DEFAULTS.get(model, {}), **(meta.search or {})}
 
 
@@ -97,4 +102,5 @@ def resolve(stored: dict | None, overrides: dict | None = None) -> SearchOptions
             values[key] = check(SETTINGS[key], value)
         except ValueError as e:
             raise UsageError(f"{key} {e}") from None
-    return dataclasses.replace(SearchOptions(), **values)
+    given = frozenset(k for k, v in (overrides or {}).items() if v is not None)
+    return dataclasses.replace(SearchOptions(), **values, given=given)

@@ -35,7 +35,7 @@ __all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "FileRange", "NotAnAr
 
 MAGIC = b"\x89KBA\r\n\x1a\n"
 FOOTER_MAGIC = b"KBA-END\n"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 OLDEST_SUPPORTED_VERSION = 1
 ALIGNMENT = 4096
 

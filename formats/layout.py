@@ -50,6 +50,12 @@ VECTORS = "vectors.hnsw"  # raw usearch index (Index.save bytes), keys = chunk i
 MODEL_EMBED = "model.embed"  # blob table: kb_model.json first, then (name, bytes) pairs
 MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder
 MODEL_QUERY = "model.query"  # optional: the query encoder's directory into model.embed, and the tokenizer's vocabulary pages (formats/query_model.py)
+# Format 5: the English leg, a second dense leg beside a multilingual one (meta.embedder_en is its
+# card): the same three sections for the model that queries in alphabetic scripts are embedded
+# by (SPEC.md "The English leg"), over every chunk.
+VECTORS_EN = "vectors.en.hnsw"
+MODEL_EMBED_EN = "model.embed.en"
+MODEL_QUERY_EN = "model.query.en"
 
 TEXT_BLOCK = 4  # chunks per compressed text block: a result shown decodes its block (16: 2.3x the time
 # per result on SciFact, 4: 6% more text bytes; bench/RESULTS.md "lexical-speed"); readers use meta.text_block

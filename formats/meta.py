@@ -85,11 +85,12 @@ def check_meta(meta) -> None:
         and all(_is_num(v.get(f)) and v[f] >= 0 for f in ("avg_length", "doc_avg_length")) for v in langs),
           "meta.bm25.languages must list each language's code, documents and mean lengths")
     _check_analyzer(meta.get("analyzer"))
-    for key in ("embedder", "reranker", "vectors"):
+    for key in ("embedder", "reranker", "vectors", "embedder_en"):
         _optional_dict(meta, key)
     ef = (meta.get("vectors") or {}).get("expansion_search")
     _need(ef is None or _is_int(ef, 1, 4096), "meta.vectors.expansion_search must be an integer in 1..4096")
-    _need(meta.get("embedder") is None or isinstance(meta["embedder"].get("name", ""), str), "meta.embedder.name must be a string")
+    for key in ("embedder", "embedder_en"):
+        _need(meta.get(key) is None or isinstance(meta[key].get("name", ""), str), f"meta.{key}.name must be a string")
     tags = meta.get("tags")
     _need(isinstance(tags, dict) and _is_strs(tags.get("names")), "meta.tags.names must be a list of strings")
     descr = tags.get("descriptions")

@@ -189,6 +189,7 @@ class Meta:
     text_block: int  # chunks per text block
     source: str  # "files" or "jsonl"
     path_contexts: dict = field(default_factory=dict)  # path prefix -> one-line context from kb.toml [contexts]; written only when not empty
+    embedder_en: dict | None = None  # format 5: the English leg's card (SPEC.md "The English leg"); written only when there is one
 
     def contexts_of(self, path: str) -> tuple[tuple[str, str], ...]:
         """(prefix, description) of every path context ``path`` is under, most specific (longest) first."""
@@ -199,6 +200,8 @@ class Meta:
 
 def pack_meta(m: Meta) -> bytes:
     optional = {"path_contexts": m.path_contexts} if m.path_contexts else {}
+    if m.embedder_en is not None:
+        optional["embedder_en"] = m.embedder_en
     return msgpack.packb(
         {
             "kb_version": m.kb_version,
@@ -245,7 +248,7 @@ def unpack_meta(buf) -> Meta:
     for k in ("k1", "b", "avg_length"):
         if not isinstance(bm25.get(k), (int, float)) or isinstance(bm25.get(k), bool):
             raise _corrupt(f"meta bm25 {k!r} is not a number")
-    optional = {k: d.get(k) for k in ("embedder", "reranker", "vectors")}
+    optional = {k: d.get(k) for k in ("embedder", "reranker", "vectors", "embedder_en")}
     for k, v in optional.items():
         if v is not None and not isinstance(v, dict):
             raise _corrupt(f"meta {k!r} is not a map")
@@ -266,12 +269,14 @@ def unpack_meta(buf) -> Meta:
         text_block=text_block,
         source=str(d.get("source", "files")),
         path_contexts=d.get("path_contexts", {}),
+        embedder_en=optional["embedder_en"],
     )
 
 
 def check_optional_sections(m: Meta, names) -> None:
     """Optional sections agree with meta: vectors present exactly when meta counts them (one per
-    chunk), with their settings and the embedder that made them."""
+    chunk), with their settings and the embedder that made them; the English leg's (format 5)
+    all together, beside the main vectors."""
     if "vectors.hnsw" in names:
         if m.counts.vectors != m.counts.chunks:
             raise _corrupt(f"meta: meta counts {m.counts.vectors} vectors for {m.counts.chunks} chunks")
@@ -279,11 +284,14 @@ def check_optional_sections(m: Meta, names) -> None:
             raise _corrupt("meta: a vectors section without its settings and embedder")
     elif m.counts.vectors:
         raise _corrupt(f"meta: meta counts {m.counts.vectors} vectors but there is no 'vectors.hnsw' section")
-    if "model.query" in names:
-        card = m.embedder or {}
-        if "model.embed" not in names or not all(isinstance(card.get(k), int) and not isinstance(card.get(k), bool) and 0 < card[k] < 1 << 16
-                                                 for k in ("dim", "max_tokens")):
+    for query, embed, card in (("model.query", "model.embed", m.embedder), ("model.query.en", "model.embed.en", m.embedder_en)):
+        if query in names and (embed not in names or not all(isinstance((card or {}).get(k), int) and not isinstance(card[k], bool) and 0 < card[k] < 1 << 16
+                                                             for k in ("dim", "max_tokens"))):
             raise _corrupt("meta: a query-model section without its embedding model's card (dim, max_tokens)")
+    english = [n for n in ("vectors.en.hnsw", "model.embed.en") if n in names]
+    if english or m.embedder_en is not None:
+        if len(english) < 2 or m.embedder_en is None or "vectors.hnsw" not in names:
+            raise _corrupt("meta: the English leg needs meta.embedder_en, its vectors and model sections, and the main vectors")
 
 
 # --- manifest ------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@
 # tests/golden/tiny-v1.kb (a golden artifact of format 1, built with the tests' hash stand-in
 # embedder, which only the tests can load): BM25 search, info, list, status, bench, error exits;
 # bench/out/hugo.kb when present: hybrid, BM25-only and vector searches, info; a multilingual
-# artifact (tests/data/mixed, multilingual-e5-small) and a set of two artifacts. Also: HOME unset
+# artifact (tests/data/mixed, multilingual-e5-small; and as "auto" builds it, with the English
+# leg) and a set of two artifacts. Also: HOME unset
 # (falls back to /tmp/kb-$UID).
 #
 # Environment: KB_FROZEN (default dist/kb), KB_REF (default .venv/bin/kb).
@@ -205,6 +206,18 @@ if "$(dirname "$KB_REF")/kb-build" "$ROOT/tests/data/mixed" -o "$MULTI" --embedd
     check multi-hybrid-ja search "温泉の入り方" -i "$MULTI" --json --no-stale-check
     check multi-vector-de search "Wie backe ich Brot" -i "$MULTI" --mode vector --json --no-stale-check
     check multi-info info -i "$MULTI" --json
+    # the same corpus as "auto" builds it: e5 and the English leg (all-MiniLM-L6-v2, format 5)
+    AUTO="$TMP/auto.kb"
+    if "$(dirname "$KB_REF")/kb-build" "$ROOT/tests/data/mixed" -o "$AUTO" --no-reranker -q; then
+        check auto-hybrid-en search "how to patch a punctured tube" -i "$AUTO" --json --no-stale-check
+        check auto-vector-en search "observing planets at night" -i "$AUTO" --mode vector --json --no-stale-check
+        check auto-vector-de search "Wie backe ich Brot" -i "$AUTO" --mode vector --json --no-stale-check
+        check auto-hybrid-zh search "大熊猫吃什么" -i "$AUTO" --json --no-stale-check
+        check auto-info info -i "$AUTO"
+    else
+        echo "smoke: cannot build the auto artifact" >&2
+        failed=$((failed + 1))
+    fi
     # a set: English and German documents as two artifacts, searched as one (each half of one
     # language: a set does not combine the per-language BM25 statistics of format 4 yet)
     mkdir -p "$TMP/halfA" "$TMP/halfB"

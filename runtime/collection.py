@@ -105,6 +105,21 @@ class Collection:
         return [(m, slice(int(self.offsets[k]), int(self.offsets[k + 1]))) for k, m in enumerate(self.members)]
 
     # --- what the Searcher asks of an index ----------------------------------------------------
+    english = None  # members with an English leg are refused (_check_compatible)
+
+    @property
+    def dense(self) -> "Collection":
+        """The set's one dense leg: the set itself (its members share the model)."""
+        return self
+
+    @property
+    def card(self) -> dict | None:
+        return self.meta.embedder
+
+    @property
+    def name(self) -> str | None:
+        return (self.meta.embedder or {}).get("name")
+
     @property
     def has_vectors(self) -> bool:
         return self.members[0].has_vectors  # all or none (_check_compatible)
@@ -152,6 +167,8 @@ def _check_compatible(members: list[Index]) -> None:
             raise UnsupportedVersion(f"{m.path}: format version {m.version} cannot be searched in a set (needs {SET_MIN_FORMAT}); rebuild it with this kb-build")
         if L.TERM_DOC_N in m.artifact.sections:
             raise UnsupportedVersion(f"{m.path} keeps BM25 statistics per language (a corpus in several languages, format 4), which a set cannot combine yet; search it alone")
+        if m.english is not None:
+            raise UnsupportedVersion(f"{m.path} has a second dense leg for English queries (format 5), which a set cannot combine yet; search it alone")
     for m in members[1:]:
         if m.has_vectors != first.has_vectors:
             with_, without = (first, m) if first.has_vectors else (m, first)

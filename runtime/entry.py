@@ -189,11 +189,11 @@ def _phase_timers() -> None:
     from kb.common import encoders, query_encoder  # to time them: light (numpy is in), not in the spans
 
     timed(index.Index, "__init__", "open artifact")
-    timed(index.Index, "model_files", "model section -> bytes")
-    timed(index.Index, "_checked_image", "vectors: crc32, layout check (and every slot for the graph)")
-    timed(index.Index, "_open_vectors", "vector index for HNSW: the above, import usearch, restore")
-    timed(index.Index, "cosines", "vectors: exact cosines (scan)")
-    timed_property(index.Index, "query_model", "query model: validate directory")
+    timed(index.DenseSpace, "model_files", "model section -> bytes")
+    timed(index.DenseSpace, "_checked_image", "vectors: crc32, layout check (and every slot for the graph)")
+    timed(index.DenseSpace, "_open_vectors", "vector index for HNSW: the above, import usearch, restore")
+    timed(index.DenseSpace, "cosines", "vectors: exact cosines (scan)")
+    timed_property(index.DenseSpace, "query_model", "query model: validate directory")
     timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
     timed(query_encoder.QueryEncoder, "__init__", "query encoder: import tokenizers, pipeline")
     timed(query_encoder.QueryEncoder, "embed_query", "query encoder: tokenize, prepare layers (crc32, pack), forward")

@@ -91,10 +91,6 @@ class Index:
         self._term_cache: dict[str, int | None] = {}
         self._path_cache: dict[int, str] = {}
         self.leg_cache: dict = {}  # per-leg memo of decoded data (runtime/bm25.py keeps impacts here)
-        self._prefetch = None  # the thread of prefetch_vectors
-        self._vector_state = None  # (usearch index, matrix view or None, HnswImage) once opened
-        self._layout = None  # (matrix view or None, HnswImage) once read
-        self._vector_lock = threading.Lock()
         self._block_cache: OrderedDict = OrderedDict()
         self.artifact = Artifact(path)
         self.path = self.artifact.path
@@ -105,10 +101,10 @@ class Index:
             raise
 
     def close(self):
-        if self._prefetch is not None:
-            self._prefetch.join()
-        self._vector_state = self._layout = None  # views of the map: let them go before it closes
-        self.__dict__.pop("query_model", None)
+        for name in ("dense", "english"):  # only the spaces opened
+            space = self.__dict__.pop(name, None)
+            if space is not None:
+                space.close()
         self.artifact.close()
 
     def __enter__(self):
@@ -146,6 +142,8 @@ class Index:
             raise self._corrupt("BM25 statistics per language need format 4, meta.bm25.languages and terms.doc_n together")
         if langs:
             expect[L.TERM_DOC_N] = n_terms * 4
+        if self.meta.embedder_en is not None and self.version < 5:
+            raise self._corrupt("an English leg needs format 5")
         if self.version >= 3:
             expect[L.POSTING_OFFSETS] = expect[L.DOC_POSTING_OFFSETS] = (n_terms + 1) * 8
             expect[L.POSTING_IMPACTS] = secs[L.POSTING_IDS].length // 4
@@ -480,6 +478,23 @@ class Index:
             raise CorruptArtifact(f"{self.path}: {e}") from None
 
     # --- vectors and models --------------------------------------------------------------------
+    @cached_property
+    def dense(self) -> "DenseSpace":
+        """The main dense leg's vectors and query model (``vectors.hnsw``, ``model.embed``,
+        ``model.query``; card meta.embedder)."""
+        return DenseSpace(self, L.VECTORS, L.MODEL_EMBED, L.MODEL_QUERY, self.meta.embedder)
+
+    @cached_property
+    def english(self) -> "DenseSpace | None":
+        """The English leg (format 5): a second dense leg, for queries in alphabetic scripts,
+        beside a multilingual main one; None when the artifact has none."""
+        if self.meta.embedder_en is None:
+            return None
+        return DenseSpace(self, L.VECTORS_EN, L.MODEL_EMBED_EN, L.MODEL_QUERY_EN, self.meta.embedder_en)
+
+    def spaces(self) -> list:
+        return [self.dense] + ([self.english] if self.english is not None else [])
+
     @property
     def has_vectors(self) -> bool:
         return L.VECTORS in self.artifact.sections
@@ -487,6 +502,70 @@ class Index:
     @property
     def has_reranker(self) -> bool:
         return L.MODEL_RERANK in self.artifact.sections
+
+    # The main dense leg's accessors, as the Index's own (DenseSpace has their documentation).
+    vectors = property(lambda self: self.dense.vectors)
+    scans_vectors = property(lambda self: self.dense.scans_vectors)
+    vector_matrix = property(lambda self: self.dense.vector_matrix)
+    vector_dims = property(lambda self: self.dense.vector_dims)
+    has_query_model = property(lambda self: self.dense.has_query_model)
+    query_model = property(lambda self: self.dense.query_model)
+
+    def vector_rows(self, ids: np.ndarray) -> np.ndarray:
+        return self.dense.vector_rows(ids)
+
+    def prefetch_vectors(self) -> None:
+        self.dense.prefetch_vectors()
+
+    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        return self.dense.vectors_of(ids)
+
+    def cosines(self, ids: np.ndarray, qv: np.ndarray) -> np.ndarray:
+        return self.dense.cosines(ids, qv)
+
+    def check_vectors(self, ids: np.ndarray) -> None:
+        self.dense.check_vectors(ids)
+
+    def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
+        """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""
+        try:
+            return R.unpack_model_files(self.artifact.section(name), f"model section {name!r}")
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None
+
+
+class DenseSpace:
+    """One dense leg's stored vectors (a usearch image, keys = chunk ids, one per chunk) and the
+    model that embeds its queries: the main leg (``Index.dense``) or the English leg
+    (``Index.english``, format 5). Opened lazily, checked before usearch or numpy trusts it."""
+
+    def __init__(self, ix: Index, section: str, embed_section: str, query_section: str, card: dict | None):
+        import threading
+
+        self.artifact, self.path, self.meta, self.n_chunks = ix.artifact, ix.path, ix.meta, ix.n_chunks
+        self.section, self.embed_section, self.query_section = section, embed_section, query_section
+        self.card = card
+        self.name = (card or {}).get("name")
+        self._prefetch = None  # the thread of prefetch_vectors
+        self._vector_state = None  # (usearch index, matrix view or None, HnswImage) once opened
+        self._layout = None  # (matrix view or None, HnswImage) once read
+        self._vector_lock = threading.Lock()
+
+    def _corrupt(self, why: str):
+        return CorruptArtifact(f"{self.path}: corrupt artifact: {why}")
+
+    def close(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.join()
+        self._vector_state = self._layout = None  # views of the map: let them go before it closes
+        self.__dict__.pop("query_model", None)
+
+    def model_files(self) -> dict[str, bytes]:
+        """The files of the model that embeds this leg's queries, copied out."""
+        try:
+            return R.unpack_model_files(self.artifact.section(self.embed_section), f"model section {self.embed_section!r}")
+        except CorruptArtifact as e:
+            raise CorruptArtifact(f"{self.path}: {e}") from None
 
     @property
     def vectors(self):
@@ -568,18 +647,18 @@ class Index:
     def _checked_image(self, neighbours: bool) -> tuple:
         from kb.formats.hnsw import BadIndex, check_hnsw, matrix_head
 
-        if not self.has_vectors:
+        if self.section not in self.artifact.sections:
             raise self._corrupt("no vector section (built with --embedder none)")
-        view = self.artifact.section(L.VECTORS, paged=True)
+        view = self.artifact.section(self.section, paged=True)
         art = self.artifact
         try:  # usearch trusts the graph it is given: a bad slot would crash the process
-            art.check_range(L.VECTORS, 0, 8)
+            art.check_range(self.section, 0, 8)
             rows, cols = matrix_head(view)
-            art.check_range(L.VECTORS, min(8 + rows * cols, len(view)), len(view))
+            art.check_range(self.section, min(8 + rows * cols, len(view)), len(view))
             image = check_hnsw(view, self.n_chunks, neighbours=neighbours)
         except BadIndex as e:
             raise self._corrupt(f"vector index: {e}") from None
-        dim = (self.meta.embedder or {}).get("dim", image.dims)  # the card of the model that made the vectors
+        dim = (self.card or {}).get("dim", image.dims)  # the card of the model that made the vectors
         if dim != image.dims:
             raise self._corrupt(f"vector index has {image.dims} dimensions, its embedder {dim}")
         return view, image
@@ -614,7 +693,7 @@ class Index:
         if m is not None:
             rows = self.vector_rows(ids)
             row = m.strides[0]
-            self.artifact.check_pages(L.VECTORS, MATRIX_START + rows * row, MATRIX_START + (rows + 1) * row)
+            self.artifact.check_pages(self.section, MATRIX_START + rows * row, MATRIX_START + (rows + 1) * row)
             return self._finite(m[rows].astype(np.float32))
         got = self.vectors.get(ids.astype(np.uint64))
         try:
@@ -658,12 +737,12 @@ class Index:
         if self.vector_matrix is not None and len(ids):
             rows = self.vector_rows(np.asarray(ids, dtype=np.int64))
             row = self.vector_matrix.strides[0]
-            self.artifact.check_pages(L.VECTORS, MATRIX_START + rows * row, MATRIX_START + (rows + 1) * row)
+            self.artifact.check_pages(self.section, MATRIX_START + rows * row, MATRIX_START + (rows + 1) * row)
 
     @property
     def has_query_model(self) -> bool:
         """Whether the artifact carries the in-place query encoder's section (formats/query_model.py)."""
-        return L.MODEL_QUERY in self.artifact.sections
+        return self.query_section in self.artifact.sections
 
     @cached_property
     def query_model(self):
@@ -673,14 +752,7 @@ class Index:
         from kb.formats.query_model import QueryModel
 
         a = self.artifact
-        return QueryModel(a.unchecked(L.MODEL_QUERY), a.unchecked(L.MODEL_EMBED), a.sections[L.MODEL_EMBED].crc32, str(self.path))
-
-    def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
-        """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""
-        try:
-            return R.unpack_model_files(self.artifact.section(name), f"model section {name!r}")
-        except CorruptArtifact as e:
-            raise CorruptArtifact(f"{self.path}: {e}") from None
+        return QueryModel(a.unchecked(self.query_section), a.unchecked(self.embed_section), a.sections[self.embed_section].crc32, str(self.path))
 
 
 def members_of(ix) -> list[Index]:

@@ -21,7 +21,7 @@ def describe(ix) -> dict:
             {"name": s.name, "offset": s.offset, "bytes": s.length, "raw_bytes": s.raw_length, "codec": CODECS[s.codec], "crc32": f"{s.crc32:08x}"}
             for s in ix.artifact.sections.values()
         ],
-        "models": {"embedder": m.embedder, "reranker": m.reranker},
+        "models": {"embedder": m.embedder, "reranker": m.reranker} | ({"embedder_en": m.embedder_en} if m.embedder_en is not None else {}),
         "analyzer": m.analyzer,
         "bm25": m.bm25,
         "vectors": m.vectors,
@@ -70,7 +70,8 @@ def render_info(d: dict) -> str:
     out = [
         f"{d['artifact']}: kb artifact format {d['format_version']} (built by kb {d['kb_version']}), {d['bytes']:,} bytes",
         f"counts: {c['documents']} documents, {c['chunks']} chunks, {c['terms']} terms, {c['vectors']} vectors",
-        "embedder: " + (f"{emb['name']} ({emb.get('quantization', emb.get('backend'))}, dim {emb['dim']})" if emb else "none (BM25 only)"),
+        "embedder: " + (f"{emb['name']} ({emb.get('quantization', emb.get('backend'))}, dim {emb['dim']})" if emb else "none (BM25 only)")
+        + (f"; English leg: {en['name']} ({en.get('quantization', en.get('backend'))}, dim {en.get('dim')}) for queries in alphabetic scripts" if (en := d["models"].get("embedder_en")) else ""),
         "reranker: " + (f"{rr['name']} ({rr.get('quantization')}, {rr.get('max_tokens')}-token pairs)" if (rr := d["models"]["reranker"]) else "none"),
         "analyzer: " + _analyzer_line(d["analyzer"]),
         "bm25: " + ", ".join(f"{k}={v:g}" for k, v in d["bm25"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)),

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kb.common.errors import UsageError
-from kb.common.options import GROUPS, MODES, SearchOptions, resolve, stored_search
+from kb.common.options import GROUPS, MODES, MODEL_DEFAULTS, SearchOptions, resolve, stored_search
 
 from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
@@ -82,37 +83,61 @@ class Searcher:
         self.ops = ops_of(index)
         self.one_shot = one_shot
         self.device, self.compute_type = device, compute_type
-        self._embedder = None
+        self._embedders: dict = {}  # per dense leg (its section name): the loaded query embedder
         self._reranker = reranker
         self.defaults = resolve(stored_search(index.meta))  # the artifact's [search] over its model's and kb's defaults
-        self._model = (index.meta.embedder or {}).get("name")  # whose cosines the legs hold (fusion.minilm_cosine)
+        self.main = index.dense  # the main dense leg (a set's: the set itself, its model shared)
+        self.english = index.english  # the English leg (format 5), or None
 
     # --- models --------------------------------------------------------------------------------
     @property
     def embedder(self):
-        """The query embedder: for a one-shot search, kb's in-place encoder (common/query_encoder.py)
-        when the artifact has its section and no CTranslate2 setting was asked for (``--device
-        cuda`` or a ``--compute-type``); else the CTranslate2 embedder the passages were embedded
-        with."""
-        if self._embedder is None:
-            if self.one_shot and self.ix.has_query_model and self.device != "cuda" and self.compute_type == "auto":
+        """The main dense leg's query embedder (``embedder_of``)."""
+        return self.embedder_of(self.main)
+
+    def embedder_of(self, space):
+        """The query embedder of a dense leg (runtime/index.py DenseSpace): for a one-shot search,
+        kb's in-place encoder (common/query_encoder.py) when the artifact has its section and no
+        CTranslate2 setting was asked for (``--device cuda`` or a ``--compute-type``); else the
+        CTranslate2 embedder the passages were embedded with."""
+        key = getattr(space, "section", "main")
+        embedder = self._embedders.get(key)
+        if embedder is None:
+            if self.one_shot and space.has_query_model and self.device != "cuda" and self.compute_type == "auto":
                 from kb.common.query_encoder import QueryEncoder
 
                 # Its width is the card's dim (QueryEncoder checks), as the vector index's is
                 # (Index.vectors checks): no need to wait for the index here.
                 with self._packed_model("embedding model"):
-                    embedder = QueryEncoder(self.ix.query_model, self.ix.meta.embedder or {})
+                    embedder = QueryEncoder(space.query_model, space.card or {})
             else:
                 from kb.common.encoders import load_embedder
 
                 with self._packed_model("embedding model"):
-                    embedder = load_embedder(self.ix.model_files(), self.device, self.compute_type)
-                if self.ix.has_vectors and embedder.dim != self.ix.vector_dims:
+                    embedder = load_embedder(space.model_files(), self.device, self.compute_type)
+                if self.ix.has_vectors and embedder.dim != space.vector_dims:
                     from kb.formats.artifact import CorruptArtifact
 
-                    raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {self.ix.vector_dims} dimensions, its embedder {embedder.dim}")
-            self._embedder = embedder
-        return self._embedder
+                    raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {space.vector_dims} dimensions, its embedder {embedder.dim}")
+            self._embedders[key] = embedder
+        return embedder
+
+    def space_for(self, text: str):
+        """The dense leg a query's text is embedded for: the English leg, when the artifact has
+        one and the text is in an alphabetic script and not in another language's words
+        (``english_query``); else the main leg."""
+        return self.english if self.english is not None and english_query(text) else self.main
+
+    def options_for(self, o: SearchOptions, space) -> SearchOptions:
+        """``o`` for a search routed to ``space``: where the main leg's model has defaults of its
+        own (kb.common.options MODEL_DEFAULTS), the routed leg's model's defaults replace them,
+        unless the request or the artifact's [search] set the key."""
+        if space is self.main:
+            return o
+        routed = resolve(stored_search(self.ix.meta, space.name))
+        keys = set(MODEL_DEFAULTS.get(self.main.name, {})) | set(MODEL_DEFAULTS.get(space.name, {}))
+        keep = o.given | set(self.ix.meta.search or {})
+        return replace(o, **{k: getattr(routed, k) for k in keys - keep})
 
     def reranker(self):
         """The cross-encoder: given to the Searcher, else the artifact's, else None."""
@@ -151,11 +176,13 @@ class Searcher:
         if parsed is not None:
             q = replace(q, text=parsed.text)  # the words that rank; the syntax filters below
         notices: list[Notice] = []
+        space = self.space_for(q.text if q.text.strip() else " ".join(q.rewrites))
+        o = self.options_for(o, space)
         use_bm25, use_vectors = self._legs_to_run(q, notices)
         if use_vectors:
             # opened and checked on another thread while this one applies the filters, runs the
             # BM25 leg and embeds the query; ix.vectors waits for it (Index.prefetch_vectors)
-            self.ix.prefetch_vectors()
+            space.prefetch_vectors()
         ops = self.ops
         allowed = ops.allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         if parsed is not None and (parsed.filters or parsed.path):
@@ -170,9 +197,9 @@ class Searcher:
         timings["filter"] = _ms(t0)
         if not allowed.any():
             notices.append(self._empty_scope_notice(q))
-        legs, qv = self._run_legs(q, o, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else ([], None)
+        legs, qv = self._run_legs(q, o, space, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else ([], None)
         if o.adaptive_fusion and q.mode == "hybrid":
-            legs = adapt_weights(legs, self._model)
+            legs = adapt_weights(legs, space.name)
         candidates = _candidates(fuse_rrf(legs, _fusion(o)), legs)
 
         fused = candidates
@@ -199,7 +226,7 @@ class Searcher:
             candidates = _group_by_doc(self.ix, candidates)
         reranked = rerank_info is not None and rerank_info.scored > 0
         backend = backend_of(q.mode, reranked)
-        candidates = self._with_confidence(candidates[:top_k], legs, qv, backend, q.text)
+        candidates = self._with_confidence(candidates[:top_k], legs, qv, space, backend, q.text)
         t = time.perf_counter()
         hit_terms = query_terms(self.ix, " ".join((q.text,) + q.rewrites))  # once, for every snippet
         results = tuple(self._result(i + 1, c, q, hit_terms) for i, c in enumerate(candidates))
@@ -207,7 +234,7 @@ class Searcher:
         if allowed.any():
             if reranked:  # the notice reads the retrieval's confidence (low_confidence's docstring)
                 top = _group_by_doc(self.ix, fused) if q.group == "doc" else fused
-                notices.extend(low_confidence(self._with_confidence(top[:top_k], legs, qv, "hybrid", q.text), o, "hybrid", "top fused result"))
+                notices.extend(low_confidence(self._with_confidence(top[:top_k], legs, qv, space, "hybrid", q.text), o, "hybrid", "top fused result"))
             else:
                 notices.extend(low_confidence(candidates, o, backend))
         contexts = self._tag_contexts(candidates, results)
@@ -260,22 +287,23 @@ class Searcher:
             notices.append(Notice("dense_skipped", f"the embedding model {name} does not cover this query's script (CJK); hybrid search used BM25 only"))
         return use_bm25, use_vectors
 
-    def _with_confidence(self, candidates: list[Candidate], legs: list[Leg], qv, backend: str, text: str) -> list[Candidate]:
-        """The candidates with their calibrated confidence (runtime/confidence.py)."""
+    def _with_confidence(self, candidates: list[Candidate], legs: list[Leg], qv, space, backend: str, text: str) -> list[Candidate]:
+        """The candidates with their calibrated confidence (runtime/confidence.py); ``qv``: the
+        query's embedding for the dense leg ``space``."""
         from kb.formats.analyzer import has_cjk
 
         if not candidates:
             return candidates
         cosines = None
         if qv is not None:
-            cosines = cosines_of(self.ix.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64)), qv).tolist()
-        rows = feature_rows(candidates, legs, cosines, self._model, has_cjk(text))
+            cosines = cosines_of(space.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64)), qv).tolist()
+        rows = feature_rows(candidates, legs, cosines, space.name, has_cjk(text))
         probs = predict(backend, rows)
         return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates, probs.tolist(), rows.tolist())]
 
-    def _run_legs(self, q: Query, o: SearchOptions, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
-        """BM25 and dense legs for the query and each rewrite, then the tag leg for entities;
-        and the query's own embedding (None without a dense leg)."""
+    def _run_legs(self, q: Query, o: SearchOptions, space, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
+        """BM25 and dense legs (over ``space``) for the query and each rewrite, then the tag leg
+        for entities; and the query's own embedding (None without a dense leg)."""
         depth = max(LEG_DEPTH, top_k, o.rerank_top)
         if q.mode == "bm25" and not q.rewrites and not q.entities and q.group == "chunk":
             depth = max(top_k, BM25_ALONE_DEPTH)  # one leg: fusion keeps its order, nothing reranks
@@ -293,9 +321,9 @@ class Searcher:
             if use_vectors and w_dense > 0:
                 t = time.perf_counter()
                 with self._packed_model("embedding model"):  # a packed model that cannot embed the query
-                    v = self.embedder.embed_query(text)
+                    v = self.embedder_of(space).embed_query(text)
                 qv = v if qv is None else qv
-                legs.append(self.ops.vector_leg(self.ix, "vector" + suffix, v, w_dense * scale, depth, allowed))
+                legs.append(self.ops.vector_leg(space, "vector" + suffix, v, w_dense * scale, depth, allowed))
                 timings["vector"] = timings.get("vector", 0.0) + _ms(t)
         if q.entities:
             tiebreak = {f.chunk: f.score for f in fuse_rrf(legs, _fusion(o))} if legs else {}
@@ -345,6 +373,26 @@ class Searcher:
             also_matched=c.also_matched,
             explain=explain,
         )
+
+
+def english_query(text: str) -> bool:
+    """Whether a query is for the English leg: no CJK character, and no other language's
+    stopwords (formats/stopwords.py) outnumber English's in it. A query with none ("restic
+    backup") is taken as English; "wie sichere ich die Datenbank" goes to the multilingual leg."""
+    from kb.formats.analyzer import Analyzer, has_cjk
+
+    if has_cjk(text):
+        return False
+    words = set(Analyzer().words(text))
+    counts = {lang: len(words & stop) for lang, stop in _stop_sets().items()}
+    return all(n <= counts["en"] for n in counts.values())
+
+
+@lru_cache(maxsize=1)
+def _stop_sets() -> dict[str, frozenset]:
+    from kb.formats.stopwords import STOPWORDS
+
+    return {lang: frozenset(words) for lang, words in STOPWORDS.items()}
 
 
 def _quoted_requirements(parsed) -> str:

@@ -92,10 +92,12 @@ class Service:
                 getattr(m, name)
             if m.has_sources:
                 getattr(m, "_sources")  # noqa: B009 - a cached property: creating it is the point
-            if m.has_vectors:
-                getattr(m, "vectors")  # noqa: B009 - a cached property: creating it is the point
+            for space in m.spaces() if m.has_vectors else ():
+                getattr(space, "vectors")  # noqa: B009 - opened and checked once: the point
         if ix.has_vectors:
-            getattr(self.searcher, "embedder")  # noqa: B009
+            for space in (self.searcher.main, self.searcher.english):
+                if space is not None:
+                    self.searcher.embedder_of(space)
         self.searcher.reranker()
         if ix.n_chunks:  # first-call costs, not the first client's
             self.searcher.search(Query("warm up", top_k=1, all_statuses=True), resolve(stored_search(ix.meta), {"rerank_top": 1}))

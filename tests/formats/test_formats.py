@@ -67,7 +67,7 @@ def test_header_bytes_are_exactly_as_specified(tmp_path):
     assert len(data) == 4096 + 5 + 16
     head = (
         b"\x89KBA\r\n\x1a\n"  # magic
-        + struct.pack("<IIII", 4, 0, 1, 64)  # version, flags, section count, entry size
+        + struct.pack("<IIII", 5, 0, 1, 64)  # version, flags, section count, entry size
         + struct.pack("<QQQ", 64, 4117, 0)  # table offset, file length, reserved
         + b"\0" * 12
     )
@@ -170,13 +170,13 @@ def _with_version(path, version):
 def test_a_newer_format_version_is_refused_with_exit_4(good):
     _with_version(good, 99)
     r = _info(good)
-    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too new: version 99, this kb reads 1..4; upgrade kb\n")
+    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too new: version 99, this kb reads 1..5; upgrade kb\n")
 
 
 def test_an_older_format_version_is_refused_with_exit_4(good):
     _with_version(good, 0)
     r = _info(good)
-    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too old: version 0, this kb reads 1..4; rebuild it with kb-build\n")
+    assert (r.exit_code, r.stderr) == (4, f"kb: error: {good}: format too old: version 0, this kb reads 1..5; rebuild it with kb-build\n")
 
 
 def test_a_directory_is_not_an_artifact(tmp_path):

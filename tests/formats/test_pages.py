@@ -95,7 +95,7 @@ def test_a_flipped_byte_in_a_stored_vector_is_caught_when_it_is_read(paged):
     with Index(paged) as ix:
         row = ix.vector_matrix.strides[0]
         mid = 2 * A.PAGE // row + 1  # a row on a page neither the matrix head nor the graph shares
-        graph_page = ix._opened_vectors()[2].graph_start // A.PAGE
+        graph_page = ix.dense._opened_vectors()[2].graph_start // A.PAGE
     assert 0 < (8 + mid * row) // A.PAGE < graph_page
     flip(paged, L.VECTORS, 8 + mid * row + 1)
     with Index(paged) as ix:

@@ -4,7 +4,8 @@ tiny-v2.kb (format 2: English Snowball stemming and stopwords, document statisti
 frequency) and tiny-v3.kb (format 3: the same analysis, impact postings), all built from
 tests/data/tiny with the hash stand-in embedder; mixed-v4.kb (format 4: BM25 statistics per
 language) from tests/data/mixed, without vectors, built with builder/postings.py STATS_MIN_DOCS = 1
-(its languages have 3 documents each)."""
+(its languages have 3 documents each); mixed-v5.kb (format 5: an English leg) from tests/data/mixed
+with two stand-in embedders (tests/runtime/test_english_leg.py builds the same)."""
 
 import json
 
@@ -128,3 +129,18 @@ def test_kb_info_shows_the_statistics_per_language():
     r = CliRunner().invoke(kb, ["info", "-i", str(V4)])
     assert r.exit_code == 0, r.output
     assert "bm25 per language: de 3 documents, mean chunk length 31.7; en 3 documents, mean chunk length 46.3; ja 3 documents" in r.stdout
+
+
+V5 = GOLDEN / "mixed-v5.kb"  # format 5: tests/data/mixed with an English leg: stand-ins "hash-multi" (32-d, main) and the hash embedder (64-d, English); no statistics per language
+
+
+def test_the_v5_golden_routes_each_query_to_its_dense_leg():
+    from kb.runtime.search import Query, Searcher
+
+    with Index(V5) as ix:
+        assert ix.version == ix.meta.format_version == 5 and "languages" not in ix.meta.bm25
+        assert (ix.meta.embedder["name"], ix.meta.embedder_en["name"]) == ("hash-multi", "hash-64")
+        s = Searcher(ix)
+        assert s.space_for("observing planets") is ix.english and s.space_for("温泉のマナー") is ix.dense
+        for text, doc in (("observing planets", "telescope-night.md"), ("温泉のマナー", "onsen.md"), ("Wanderung im Wald", "wandern.md")):
+            assert s.search(Query(text, all_statuses=True)).results[0].path == doc

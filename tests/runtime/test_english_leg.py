@@ -1,0 +1,129 @@
+"""The English leg (format 5): a corpus in several languages, English among them, gets a second
+dense leg beside the multilingual one, and a query in an alphabetic script is embedded for it.
+Stand-in models (tests/fakes.py) under the two names "auto" picks, so only the plumbing is tested;
+the quality it buys is measured in bench/RESULTS.md "mixed"."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+import fakes
+from kb.builder import build as build_module
+from kb.builder import embedders
+from kb.builder.build import build
+from kb.builder.config import BuildConfig
+from kb.common import options
+from kb.formats import artifact as A
+from kb.formats import layout as L
+from kb.runtime.cli import main as kb
+from kb.runtime.index import Index
+from kb.runtime.search import Query, Searcher, english_query
+
+from corpora import TINY
+
+MIXED = TINY.parent / "mixed"
+MAIN, ENGLISH = "hash-multi", "hash"  # stand-ins for multilingual-e5-small and all-MiniLM-L6-v2
+
+
+@pytest.fixture(scope="module")
+def two_legs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("english") / "mixed.kb"
+    embedders.register_embedder(MAIN, lambda quantization: fakes.HashEmbedder(32, MAIN))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(build_module, "choose_embedder", lambda languages: MAIN)
+        m.setattr(build_module, "english_leg", lambda languages, model: ENGLISH if languages.get("en") else "")
+        rep = build([MIXED], out, replace(BuildConfig(), reranker="none"))
+    assert (rep.embedder, rep.embedder_en) == (MAIN, ENGLISH)
+    return out
+
+
+def test_auto_picks_the_english_leg_only_beside_the_multilingual_model_and_with_english_documents():
+    e5, minilm = embedders.MULTILINGUAL_MODEL, embedders.MINILM_NAME
+    assert embedders.english_leg({"en": 3, "de": 3, "zh": 3}, e5) == minilm
+    assert embedders.english_leg({"de": 3, "zh": 3}, e5) == ""
+    assert embedders.english_leg({"en": 3}, minilm) == ""
+
+
+def test_the_artifact_holds_both_legs_as_format_5(two_legs):
+    with Index(two_legs) as ix:
+        assert ix.version == 5
+        assert {L.VECTORS, L.MODEL_EMBED, L.VECTORS_EN, L.MODEL_EMBED_EN} <= set(ix.artifact.sections)
+        assert (ix.meta.embedder["name"], ix.meta.embedder_en["name"]) == (MAIN, "hash-64")  # the stand-in's card
+        assert (ix.dense.vector_dims, ix.english.vector_dims) == (32, 64)
+    r = CliRunner().invoke(kb, ["info", "-i", str(two_legs)])
+    assert r.exit_code == 0 and f"embedder: {MAIN} (hash, dim 32); English leg: hash-64 (hash, dim 64) for queries in alphabetic scripts\n" in r.stdout, r.output
+    r = CliRunner().invoke(kb, ["info", "-i", str(two_legs), "--json"])
+    assert json.loads(r.stdout)["models"]["embedder_en"]["name"] == "hash-64"
+
+
+@pytest.mark.parametrize(
+    "text, english",
+    [
+        ("how to patch a punctured tube", True),
+        ("restic backup", True),  # no stopwords of any language: taken as English
+        ("where", True),
+        ("Brote backt man im Ofen", False),
+        ("wie sichere ich die Datenbank", False),
+        ("comment configurer le serveur", False),
+        ("绿茶怎么泡", False),
+        ("寿司の作り方", False),
+        ("git cherry-pick 怎么用", False),  # any CJK: the multilingual leg
+    ],
+)
+def test_which_queries_go_to_the_english_leg(text, english):
+    assert english_query(text) is english
+
+
+@pytest.mark.parametrize("text, doc", [("how to patch a punctured tube", "bicycle-repair.md"), ("Brote backt man im Ofen", "brot-backen.md"), ("绿茶怎么泡", "tea.md")])
+def test_each_query_is_embedded_for_its_leg(two_legs, text, doc):
+    """The dense leg ranks by the routed leg's model and vectors (the stand-ins differ in width,
+    32 and 64, so the other's could not even be compared), and hybrid finds the document."""
+    import numpy as np
+
+    with Index(two_legs) as ix:
+        s = Searcher(ix)
+        space = s.space_for(text)
+        assert space is (ix.english if english_query(text) else ix.dense)
+        model = fakes.HashEmbedder(space.vector_dims, space.name)
+        best = float(space.cosines(np.arange(ix.n_chunks), model.embed_query(text)).max())
+        top = s.search(Query(text, mode="vector", all_statuses=True)).results[0]
+        assert (top.score_kind, top.score) == ("cosine", pytest.approx(best, abs=1e-3))
+        assert s.search(Query(text, all_statuses=True)).results[0].path == doc
+
+
+def test_a_routed_search_takes_its_models_defaults_unless_the_request_or_the_artifact_set_them(two_legs, monkeypatch):
+    monkeypatch.setitem(options.MODEL_DEFAULTS, MAIN, {"semantic_weight": 0.5})
+    with Index(two_legs) as ix:
+        s = Searcher(ix)
+        o = options.resolve(options.stored_search(ix.meta))
+        assert o.semantic_weight == 0.5  # the main leg's model's default
+        assert s.options_for(o, ix.dense).semantic_weight == 0.5
+        assert s.options_for(o, ix.english).semantic_weight == 0.7  # MiniLM's stand-in keeps kb's default
+        asked = options.resolve(options.stored_search(ix.meta), {"semantic_weight": 0.5})
+        assert s.options_for(asked, ix.english).semantic_weight == 0.5
+        ix.meta = replace(ix.meta, search={"semantic_weight": 0.4})  # as kb.toml [search] would have stored it
+        s = Searcher(ix)
+        assert s.options_for(s.defaults, ix.english).semantic_weight == 0.4
+
+
+def test_a_set_refuses_an_artifact_with_an_english_leg(two_legs, tiny_artifact):
+    r = CliRunner().invoke(kb, ["search", "tea", "-i", str(two_legs), "-i", str(tiny_artifact), "--json", "--no-stale-check"])
+    assert r.exit_code == 4, r.output
+    assert r.stderr == f"kb: error: {two_legs} has a second dense leg for English queries (format 5), which a set cannot combine yet; search it alone\n"
+
+
+def test_a_forged_english_leg_is_corrupt(two_legs, tmp_path):
+    buf = two_legs.read_bytes()
+    _, secs = A.validate(memoryview(buf), "x")
+    sections = [A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
+    for drop, version, want in (
+        (L.VECTORS_EN, 5, "meta: the English leg needs meta.embedder_en, its vectors and model sections, and the main vectors"),
+        (L.MODEL_EMBED_EN, 5, "meta: the English leg needs meta.embedder_en, its vectors and model sections, and the main vectors"),
+        (None, 4, "an English leg needs format 5"),
+    ):
+        p = tmp_path / "forged.kb"
+        p.write_bytes(b"".join(A.serialize([s for s in sections if s.name != drop], version=version)))
+        r = CliRunner().invoke(kb, ["search", "observing planets", "-i", str(p), "--no-stale-check"])
+        assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: {want}\n")
