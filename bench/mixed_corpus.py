@@ -47,6 +47,8 @@ def bench(art: Path, bset, limit: int) -> dict:
     with Index(art) as ix:
         res = run_bench(Searcher(ix), bset, backends=BACKENDS)
         model = (ix.meta.embedder or {}).get("name")
+        if ix.meta.embedder_en is not None:  # format 5: queries in alphabetic scripts go to the English leg
+            model += f" + English leg {ix.meta.embedder_en.get('name')}"
     return {"model": model, **{b: v["ndcg@10"] for b, v in res["backends"].items()}}
 
 

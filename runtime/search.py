@@ -38,6 +38,7 @@ from .results import Candidate, Explain, Notice, PathContext, Response, Result
 from .snippets import snippet
 
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
+OTHER_STOPWORDS = 2  # another language's stopwords that take a query from the English leg (english_query)
 BM25_ALONE_DEPTH = 10  # a lone BM25 leg (--mode bm25) ranks top_k, and at least the 10 its confidence features read
 # Scripts an embedding model was trained on, by model name. A dense leg on a script the model
 # never saw ranks noise (all-MiniLM-L6-v2 on CMRC2018-zh: nDCG@10 0.10 against BM25's 0.98,
@@ -376,16 +377,18 @@ class Searcher:
 
 
 def english_query(text: str) -> bool:
-    """Whether a query is for the English leg: no CJK character, and no other language's
-    stopwords (formats/stopwords.py) outnumber English's in it. A query with none ("restic
-    backup") is taken as English; "wie sichere ich die Datenbank" goes to the multilingual leg."""
+    """Whether a query is for the English leg: no CJK character, and no other language has at
+    least ``OTHER_STOPWORDS`` of its stopwords (formats/stopwords.py) in it and more than
+    English has. A query with none ("restic backup") or one word another language shares by
+    chance (Italian "per" in "partialCached variant key per section") is taken as English;
+    "wie sichere ich die Datenbank" goes to the multilingual leg."""
     from kb.formats.analyzer import Analyzer, has_cjk
 
     if has_cjk(text):
         return False
     words = set(Analyzer().words(text))
     counts = {lang: len(words & stop) for lang, stop in _stop_sets().items()}
-    return all(n <= counts["en"] for n in counts.values())
+    return all(n <= counts["en"] or n < OTHER_STOPWORDS for n in counts.values())
 
 
 @lru_cache(maxsize=1)
