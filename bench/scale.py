@@ -474,6 +474,17 @@ def recall(art: Path, qvecs: np.ndarray, depth: int, expansion: int | None = Non
             by_ef[ef] = {"recall_at_10": hits / (10 * len(qvecs)), "ms": (time.perf_counter() - t) * 1000 / len(qvecs)}
         ix.vectors.expansion_search = searched
         res["recall_by_ef"] = by_ef
+    with Index(art) as ix:  # a one-shot search's dense leg: kb's checked walk of the same graph
+        ix.dense.walks = True
+        walk = ix.dense.graph
+        if ix.dense._walk is walk:  # else usearch (a stored kind numpy cannot view)
+            if expansion:
+                walk.expansion_search = expansion
+            hits, t = 0, time.perf_counter()
+            for i, qv in enumerate(qvecs):
+                hits += len(set(best_ids[i].tolist()) & set(top_vector(ix, qv, depth, allowed)[0][:10].tolist()))
+            res["walk_recall_at_10"] = hits / (10 * len(qvecs))
+            res["walk_ms"] = (time.perf_counter() - t) * 1000 / len(qvecs)
     return res
 
 

@@ -308,9 +308,11 @@ def build(
             analyzer=analyzer.params() | {"documents": rep.languages},
             file_types=tuple(sorted(SOURCE_EXTENSIONS)),
         )
-        sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files)
+        sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files, index.rows if index is not None else None)
         if vectors_en is not None:
             sections.append(SectionData(L.VECTORS_EN, (vectors_en,)))
+            if index_en.rows is not None:
+                sections.append(SectionData(L.VECTOR_ROWS_EN, index_en.rows))
             sections.append(SectionData(L.MODEL_EMBED_EN, R.pack_model_files(files_en)))
         if vectors_data is not None:
             with clock("query-model"):  # a --vectors build's model is loaded only for the self-check
@@ -700,7 +702,7 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
     return out, result.truncated, result.nodes
 
 
-def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: SpilledPostings, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files) -> list[SectionData]:
+def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: SpilledPostings, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files, rows: bytes | None = None) -> list[SectionData]:
     sections = [
         SectionData(L.META, R.pack_meta(meta)),
         R.manifest_section(manifest),
@@ -726,5 +728,7 @@ def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: Sp
     ]
     if vectors_data is not None:
         sections.append(SectionData(L.VECTORS, (vectors_data,)))
+        if rows is not None:
+            sections.append(SectionData(L.VECTOR_ROWS, rows))
         sections.append(SectionData(L.MODEL_EMBED, R.pack_model_files(model_files)))
     return sections

@@ -232,6 +232,7 @@ class VectorIndex:
         self.index = Index(ndim=dim, metric="cos", dtype=v.dtype, connectivity=v.connectivity, expansion_add=v.expansion_add, expansion_search=v.expansion_search)
         self.threads = v.threads  # 1 (the default): a deterministic graph
         self.count = 0
+        self.rows: bytes | None = None  # after save: the vectors.rows section, when needed
 
     def add(self, vecs: np.ndarray) -> None:
         """Vectors of the next ``len(vecs)`` chunks (keys are chunk ids)."""
@@ -240,9 +241,22 @@ class VectorIndex:
         self.count += len(vecs)
 
     def save(self, scratch: Scratch) -> FileRange:
-        """Write the index (usearch's ``save`` format) to ``scratch`` and free the graph."""
+        """Write the index (usearch's ``save`` format) to ``scratch`` and free the graph; then
+        ``rows`` is the ``vectors.rows`` section (the row of each key's vector) when the graph's
+        nodes are not in key order (several build threads add them as they arrive), else None."""
+        import mmap
         import os
+
+        from kb.formats.hnsw import check_hnsw
 
         self.index.save(scratch.path)
         self.index = None
-        return FileRange(scratch.path, 0, os.path.getsize(scratch.path))
+        size = os.path.getsize(scratch.path)
+        with open(scratch.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            view = memoryview(m)
+            try:
+                perm = check_hnsw(view, self.count, neighbours=False).row_of_key
+            finally:
+                view.release()
+        self.rows = None if perm is None else perm.astype("<u4").tobytes()
+        return FileRange(scratch.path, 0, size)

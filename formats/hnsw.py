@@ -70,11 +70,38 @@ def matrix_head(buf) -> tuple[int, int]:
     return _MATRIX.unpack(bytes(buf[: _MATRIX.size]))
 
 
-def check_hnsw(buf, count: int, neighbours: bool = True) -> HnswImage:
-    """Raise BadIndex unless ``buf`` is a well-formed single-key usearch index of ``count`` vectors
-    keyed 0..count-1 whose every neighbour slot points inside the graph. ``neighbours=False``
-    checks all but the slots: enough to read the vector matrix and which row holds which key,
-    not to hand the graph to usearch."""
+@dataclass(frozen=True)
+class GraphLayout:
+    """Where everything of a usearch image lies, from its headers and its levels array alone
+    (``graph_layout``): node i's record is bytes ``starts[i]`` to ``starts[i] + node_bytes[i]``,
+    its level-0 list at ``starts[i] + NODE_HEAD``, its level-l list (1 <= l <= levels[i]) at
+    ``starts[i] + NODE_HEAD + base_bytes + (l - 1) * upper_bytes``; a list is count(u32) then
+    that many slots(u32) of its capacity (``base`` at level 0, ``conn`` above)."""
+
+    image: HnswImage  # keys_in_order and row_of_key not yet known: True and None here
+    size: int
+    conn: int
+    base: int
+    max_level: int
+    entry: int
+    levels: np.ndarray  # int64 per node
+    starts: np.ndarray  # int64 per node
+    levels_at: int  # byte offset of the levels array (2 x size bytes)
+
+    @property
+    def base_bytes(self) -> int:
+        return 4 + 4 * self.base
+
+    @property
+    def upper_bytes(self) -> int:
+        return 4 + 4 * self.conn
+
+
+def graph_layout(buf, count: int) -> GraphLayout | HnswImage:
+    """The headers and levels of a single-key usearch index of ``count`` vectors, checked (sizes,
+    kinds, ranges, the levels against the image's length), without reading any node: enough to
+    find every record in O(1) after an O(count) sum over the 2-byte levels. An empty graph's
+    HnswImage when ``count`` is 0. BadIndex otherwise."""
     b = np.frombuffer(buf, dtype=np.uint8)
     n = len(b)
     rows, cols = matrix_head(b)
@@ -102,24 +129,37 @@ def check_hnsw(buf, count: int, neighbours: bool = True) -> HnswImage:
         raise BadIndex(f"graph has {size} nodes, expected {count}")
     if not (2 <= conn <= MAX_CONNECTIVITY and conn <= base <= 2 * MAX_CONNECTIVITY) or max_level > MAX_LEVEL:
         raise BadIndex("graph parameters out of range")
+    image = HnswImage(rows, cols, dims, scalar, graph_start, True)
     if size == 0:
         if pos != n:
             raise BadIndex("bytes after an empty graph")
-        return HnswImage(rows, cols, dims, scalar, graph_start, True)
+        return image
     if entry >= size:
         raise BadIndex("entry point outside the graph")
     if pos + 2 * size > n:
         raise BadIndex("node levels run past the end")
     levels = b[pos : pos + 2 * size].view("<i2").astype(np.int64)
+    levels_at = pos
     pos += 2 * size
     if levels.min() < 0 or levels.max() > max_level or levels[entry] != max_level:
         raise BadIndex("node levels out of range")
-    base_bytes, upper_bytes = 4 + 4 * base, 4 + 4 * conn
-    node_bytes = NODE_HEAD + base_bytes + levels * upper_bytes
+    node_bytes = NODE_HEAD + (4 + 4 * base) + levels * (4 + 4 * conn)
     offsets = pos + np.concatenate(([0], np.cumsum(node_bytes)))
     if int(offsets[-1]) != n:
         raise BadIndex(f"graph is {n - pos} bytes, its levels need {int(offsets[-1]) - pos}")
-    starts = offsets[:-1]
+    return GraphLayout(image, size, conn, base, max_level, entry, levels, offsets[:-1], levels_at)
+
+
+def check_hnsw(buf, count: int, neighbours: bool = True) -> HnswImage:
+    """Raise BadIndex unless ``buf`` is a well-formed single-key usearch index of ``count`` vectors
+    keyed 0..count-1 whose every neighbour slot points inside the graph. ``neighbours=False``
+    checks all but the slots: enough to read the vector matrix and which row holds which key,
+    not to hand the graph to usearch."""
+    g = graph_layout(buf, count)
+    if isinstance(g, HnswImage):
+        return g
+    b = np.frombuffer(buf, dtype=np.uint8)
+    levels, starts, size, base = g.levels, g.starts, g.size, g.base
     head = _rows(b, starts, NODE_HEAD)
     keys = head[:, :8].copy().view("<u8").ravel()
     if np.any(keys >= count) or np.any(head[:, 8:].copy().view("<i2").ravel() != levels):
@@ -132,13 +172,14 @@ def check_hnsw(buf, count: int, neighbours: bool = True) -> HnswImage:
         if np.any(row_of_key < 0):
             raise BadIndex("node keys repeat: not one node per vector")
     del head, keys
+    image = HnswImage(g.image.rows, g.image.cols, g.image.dims, g.image.scalar, g.image.graph_start, in_order, row_of_key)
     if not neighbours:
-        return HnswImage(rows, cols, dims, scalar, graph_start, in_order, row_of_key)
+        return image
     _check_neighbours(b, starts + NODE_HEAD, base, size)
-    for level in range(1, int(max_level) + 1):
+    for level in range(1, g.max_level + 1):
         at = np.flatnonzero(levels >= level)
-        _check_neighbours(b, starts[at] + NODE_HEAD + base_bytes + (level - 1) * upper_bytes, conn, size)
-    return HnswImage(rows, cols, dims, scalar, graph_start, in_order, row_of_key)
+        _check_neighbours(b, starts[at] + NODE_HEAD + g.base_bytes + (level - 1) * g.upper_bytes, g.conn, size)
+    return image
 
 
 ROWS_AT_ONCE = 1 << 16  # neighbour lists gathered at a time (8.6 MB for M = 16): bounded scratch memory

@@ -47,6 +47,7 @@ TEXT_DICT = "text.dict"  # raw zstd dictionary for text.blocks
 TEXT_BLOCKS = "text.blocks"  # blob table of zstd(msgpack list of chunk records), TEXT_BLOCK chunks each
 DOC_SOURCES = "docs.source"  # blob table of zstd(UTF-8 source text), one per document, with text.dict (optional)
 VECTORS = "vectors.hnsw"  # raw usearch index (Index.save bytes), keys = chunk ids
+VECTOR_ROWS = "vectors.rows"  # optional: raw u32 per chunk id, the matrix row of its vector, when the graph's nodes are not in key order
 MODEL_EMBED = "model.embed"  # blob table: kb_model.json first, then (name, bytes) pairs
 MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder
 MODEL_QUERY = "model.query"  # optional: the query encoder's directory into model.embed, and the tokenizer's vocabulary pages (formats/query_model.py)
@@ -54,6 +55,7 @@ MODEL_QUERY = "model.query"  # optional: the query encoder's directory into mode
 # card): the same three sections for the model that queries in alphabetic scripts are embedded
 # by (SPEC.md "The English leg"), over every chunk.
 VECTORS_EN = "vectors.en.hnsw"
+VECTOR_ROWS_EN = "vectors.en.rows"
 MODEL_EMBED_EN = "model.embed.en"
 MODEL_QUERY_EN = "model.query.en"
 

@@ -288,6 +288,9 @@ def check_optional_sections(m: Meta, names) -> None:
         if query in names and (embed not in names or not all(isinstance((card or {}).get(k), int) and not isinstance(card[k], bool) and 0 < card[k] < 1 << 16
                                                              for k in ("dim", "max_tokens"))):
             raise _corrupt("meta: a query-model section without its embedding model's card (dim, max_tokens)")
+    for rows, vectors in (("vectors.rows", "vectors.hnsw"), ("vectors.en.rows", "vectors.en.hnsw")):
+        if rows in names and vectors not in names:
+            raise _corrupt(f"meta: a {rows!r} section without {vectors!r}")
     english = [n for n in ("vectors.en.hnsw", "model.embed.en") if n in names]
     if english or m.embedder_en is not None:
         if len(english) < 2 or m.embedder_en is None or "vectors.hnsw" not in names:

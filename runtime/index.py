@@ -64,6 +64,7 @@ def required_sections(version: int) -> tuple[str, ...]:
     return REQUIRED + ROARING_POSTINGS + ((L.TERM_DOC_DF,) if version >= 2 else ())
 
 
+USEARCH_EXPANSION_SEARCH = 64  # usearch's own default, what a restored index searches with when meta keeps none
 EXACT_SCAN_MAX = 20_000  # up to this many chunks the dense leg scans every vector (scans_vectors)
 
 
@@ -142,6 +143,9 @@ class Index:
             raise self._corrupt("BM25 statistics per language need format 4, meta.bm25.languages and terms.doc_n together")
         if langs:
             expect[L.TERM_DOC_N] = n_terms * 4
+        for name in (L.VECTOR_ROWS, L.VECTOR_ROWS_EN):
+            if name in secs:
+                expect[name] = n_chunks * 4
         if self.meta.embedder_en is not None and self.version < 5:
             raise self._corrupt("an English leg needs format 5")
         if self.version >= 3:
@@ -505,6 +509,7 @@ class Index:
 
     # The main dense leg's accessors, as the Index's own (DenseSpace has their documentation).
     vectors = property(lambda self: self.dense.vectors)
+    graph = property(lambda self: self.dense.graph)
     scans_vectors = property(lambda self: self.dense.scans_vectors)
     vector_matrix = property(lambda self: self.dense.vector_matrix)
     vector_dims = property(lambda self: self.dense.vector_dims)
@@ -550,6 +555,12 @@ class DenseSpace:
         self._vector_state = None  # (usearch index, matrix view or None, HnswImage) once opened
         self._layout = None  # (matrix view or None, HnswImage) once read
         self._vector_lock = threading.Lock()
+        self.rows_section = section.replace(".hnsw", ".rows")  # vectors.rows: the row of each key, when not in key order
+        # A one-shot search (Searcher) sets walks: past EXACT_SCAN_MAX it then searches the graph by
+        # kb's checked walk (runtime/graph_walk.py), which reads only what it visits, instead of
+        # usearch, which needs every slot and page checked first (O(chunks) before a result).
+        self.walks = False
+        self._walk = None
 
     def _corrupt(self, why: str):
         return CorruptArtifact(f"{self.path}: corrupt artifact: {why}")
@@ -557,7 +568,7 @@ class DenseSpace:
     def close(self) -> None:
         if self._prefetch is not None:
             self._prefetch.join()
-        self._vector_state = self._layout = None  # views of the map: let them go before it closes
+        self._vector_state = self._layout = self._walk = None  # views of the map: let them go before it closes
         self.__dict__.pop("query_model", None)
 
     def model_files(self) -> dict[str, bytes]:
@@ -594,9 +605,38 @@ class DenseSpace:
     def vector_rows(self, ids: np.ndarray) -> np.ndarray:
         """The rows of ``vector_matrix`` that hold the vectors of chunks ``ids``: the ids
         themselves when the graph's nodes are in key order (one build thread), else through the
-        checked permutation of the keys (formats/hnsw.py ``HnswImage.row_of_key``)."""
+        checked permutation of the keys (formats/hnsw.py ``HnswImage.row_of_key``); for the walk,
+        which has not read every key, through ``vectors.rows`` (``_walk_rows``)."""
         perm = self._vector_layout()[1].row_of_key
+        if self._walk is not None:
+            return self._walk_rows(np.asarray(ids, dtype=np.int64))
         return ids if perm is None else perm[ids]
+
+    @property
+    def graph(self):
+        """What the dense leg searches past EXACT_SCAN_MAX chunks: kb's walk for a one-shot
+        search (``walks``), else the usearch index (``vectors``); both answer ``search(q, count)``."""
+        self._vector_layout()
+        return self._walk if self._walk is not None else self.vectors
+
+    def _walk_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of keys ``ids`` without reading every key: from ``vectors.rows`` (each row checked
+        to be inside the matrix), else the keys' own rows once their nodes are seen to hold them
+        (a graph built on one thread). A graph in another order without that section (an artifact
+        of a kb-build before it) is opened the long way, once: every node read, usearch's path."""
+        art = self.artifact
+        if self.rows_section in art.sections:
+            art.check_pages(self.rows_section, ids * 4, ids * 4 + 4)
+            rows = np.frombuffer(art.section(self.rows_section, paged=True), dtype="<u4")[ids].astype(np.int64)
+            if len(rows) and int(rows.max()) >= self.n_chunks:
+                raise self._corrupt(f"section {self.rows_section!r} names a row outside the vectors")
+            return rows
+        walk = self._walk
+        if walk is not None and np.array_equal(walk.keys_of(ids).astype(np.int64), ids):
+            return ids
+        with self._vector_lock:
+            self.walks, self._walk, self._layout = False, None, None
+        return self.vector_rows(ids)
 
     def prefetch_vectors(self) -> None:
         """Open and check the vectors in a background thread, once: what a search will need (the
@@ -624,7 +664,10 @@ class DenseSpace:
         if state is None:
             with self._vector_lock:  # one opening, whichever thread comes first; the other waits
                 if self._layout is None:
-                    if self.n_chunks > EXACT_SCAN_MAX:
+                    walk = self._open_walk() if self.walks and self.n_chunks > EXACT_SCAN_MAX else None
+                    if walk is not None:
+                        self._walk, self._layout = walk
+                    elif self.n_chunks > EXACT_SCAN_MAX:
                         self._vector_state = self._open_vectors()
                         self._layout = self._vector_state[1:]
                     else:
@@ -643,6 +686,39 @@ class DenseSpace:
                         self._layout = self._vector_state[1:]
                 state = self._vector_state
         return state
+
+    def _open_walk(self):
+        """(GraphWalk, (matrix view, HnswImage)) over the graph, having checked its headers and
+        levels only (formats/hnsw.py ``graph_layout``); None when numpy cannot view the stored
+        kind (the walk computes cosines over the rows in place), and usearch searches."""
+        from kb.formats.artifact import PAGE
+        from kb.formats.hnsw import _GRAPH, HEAD_SIZE, NODE_HEAD, NUMPY_SCALARS, BadIndex, GraphLayout, graph_layout, matrix_head
+
+        from .graph_walk import GraphWalk
+
+        if self.section not in self.artifact.sections:
+            raise self._corrupt("no vector section (built with --embedder none)")
+        view = self.artifact.section(self.section, paged=True)
+        art = self.artifact
+        try:
+            art.check_range(self.section, 0, 8)
+            rows, cols = matrix_head(view)
+            at = min(8 + rows * cols, len(view))
+            art.check_range(self.section, at, min(at + HEAD_SIZE + _GRAPH.size + 2 * self.n_chunks, len(view)))
+            g = graph_layout(view, self.n_chunks)
+        except BadIndex as e:
+            raise self._corrupt(f"vector index: {e}") from None
+        if not isinstance(g, GraphLayout) or g.image.scalar not in NUMPY_SCALARS:
+            return None
+        if max(NODE_HEAD + g.base_bytes + g.max_level * g.upper_bytes, g.image.cols) > PAGE:
+            return None  # a record or row over two pages: Artifact.check_pages verifies a range's first and last page
+        dim = (self.card or {}).get("dim", g.image.dims)
+        if dim != g.image.dims:
+            raise self._corrupt(f"vector index has {g.image.dims} dimensions, its embedder {dim}")
+        ef = (self.meta.vectors or {}).get("expansion_search") or USEARCH_EXPANSION_SEARCH
+        check = lambda starts, stops: art.check_pages(self.section, starts, stops)  # noqa: E731
+        walk = GraphWalk(view, g, _matrix_view(view, g.image), check, ef, corrupt=self._corrupt)
+        return walk, (walk.matrix, g.image)
 
     def _checked_image(self, neighbours: bool) -> tuple:
         from kb.formats.hnsw import BadIndex, check_hnsw, matrix_head

@@ -119,7 +119,7 @@ def exact_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarr
 def hnsw_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray, n_allowed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top ``k`` of ``allowed`` through the HNSW index: fetch enough neighbours that ``k`` of them
     are likely allowed, and widen the search until they are (or the index is exhausted)."""
-    index = ix.vectors
+    index = ix.graph  # usearch, or for a one-shot search kb's checked walk (runtime/graph_walk.py)
     n_allowed = int(allowed.sum()) if n_allowed is None else n_allowed
     count = overfetch_count(n_allowed, ix.n_chunks, k)
     while True:

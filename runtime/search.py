@@ -31,7 +31,7 @@ from .bm25 import analyzer_of, query_terms
 from .filters import allowed_mask, syntax_mask
 from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor, predict
 from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf
-from .index import cosines_of
+from .index import cosines_of, members_of
 from .rerank import rerank
 from .query_syntax import parse
 from .results import Candidate, Explain, Notice, PathContext, Response, Result
@@ -89,6 +89,10 @@ class Searcher:
         self.defaults = resolve(stored_search(index.meta))  # the artifact's [search] over its model's and kb's defaults
         self.main = index.dense  # the main dense leg (a set's: the set itself, its model shared)
         self.english = index.english  # the English leg (format 5), or None
+        if one_shot:  # past EXACT_SCAN_MAX chunks, search the graph without checking all of it first
+            for m in members_of(index):
+                for space in m.spaces():
+                    space.walks = True
 
     # --- models --------------------------------------------------------------------------------
     @property

@@ -1,0 +1,166 @@
+"""kb's own search of an HNSW graph, over the ``vectors.hnsw`` image in place: what a one-shot
+``kb search`` uses instead of usearch on an artifact too large to scan.
+
+usearch trusts the graph it is given, so before it may search, every neighbour slot of every
+node must be checked, and every page of the graph checksummed: O(chunks) work before the first
+result (at 1,000,000 chunks, about 300 ms of a one-shot search; bench/RESULTS.md "scale"). This
+walk reads only the nodes it visits, and checks each before it uses it: the pages under the
+node's record and its vector (their crc32s), the counts and slots of the lists it follows (each
+count within its list's capacity, each slot inside the graph), the keys of the nodes it returns.
+Opening costs the headers and the 2-byte levels array (formats/hnsw.py ``graph_layout``).
+
+The search is HNSW's (Malkov and Yashunin, algorithm 5): a greedy descent through the upper
+levels, then a beam search of width ``ef`` on level 0. The beam expands up to ``BATCH`` of its
+nearest unexpanded nodes at a time, so that numpy does the work of one step per batch rather
+than per node; it stops when no unexpanded node is nearer than the beam's farthest. Long-lived
+processes (kb serve, kb mcp, kb bench) check the graph once and search it with usearch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kb.formats.hnsw import NODE_HEAD, GraphLayout
+
+BATCH = 16  # nodes the beam expands per step (bench/RESULTS.md "scale": recall and time by BATCH)
+
+
+@dataclass(frozen=True)
+class Matches:
+    """What usearch's ``Index.search`` returns, as the dense leg reads it."""
+
+    keys: np.ndarray  # u64 chunk ids, nearest first
+    distances: np.ndarray  # cosine distance, 1 - cosine
+
+
+class GraphWalk:
+    """Searches a checked ``GraphLayout`` over ``buf`` (the section's bytes). ``matrix``: the
+    vectors as a (rows, dims) numpy view (row r is node r's vector); ``check(starts, stops)``:
+    verifies those byte ranges of the section before they are read (Artifact.check_pages);
+    ``corrupt(why)``: the exception to raise for a node that breaks the graph's rules."""
+
+    def __init__(self, buf, layout: GraphLayout, matrix: np.ndarray, check, expansion_search: int, corrupt=ValueError):
+        self.b = np.frombuffer(buf, dtype=np.uint8)
+        self.g = layout
+        self.matrix = matrix
+        self.row_bytes = matrix.strides[0]
+        self.matrix_at = layout.image.graph_start - layout.image.rows * self.row_bytes
+        self.node_bytes = NODE_HEAD + layout.base_bytes + layout.levels * layout.upper_bytes
+        self._check = check
+        self.expansion_search = expansion_search
+        self._corrupt = corrupt  # why -> the exception a node that breaks the graph's rules raises
+        self._windows: dict[int, np.ndarray] = {}  # width -> sliding-window view of the section (rows by start)
+
+    def _rows(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """The ``width`` bytes at each of ``starts``, one row each (a copy; formats/hnsw.py ``_rows``)."""
+        view = self._windows.get(width)
+        if view is None:
+            view = self._windows[width] = np.lib.stride_tricks.sliding_window_view(self.b, width)
+        return view[starts]
+
+    # --- reading, checked ----------------------------------------------------------------------
+    def _records(self, slots: np.ndarray) -> None:
+        starts = self.g.starts[slots]
+        self._check(starts, starts + self.node_bytes[slots])
+
+    def _lists(self, slots: np.ndarray, level: int) -> np.ndarray:
+        """The neighbours (slots) of ``slots`` at ``level``, concatenated."""
+        g = self.g
+        if level:
+            slots = slots[g.levels[slots] >= level]  # a node has lists up to its own level
+        if not len(slots):
+            return np.zeros(0, np.int64)
+        self._records(slots)
+        width = g.base_bytes if level == 0 else g.upper_bytes
+        at = g.starts[slots] + NODE_HEAD + (0 if level == 0 else g.base_bytes + (level - 1) * g.upper_bytes)
+        lists = self._rows(at, width).view("<u4")
+        counts, cap = lists[:, 0], width // 4 - 1
+        if np.any(counts > cap):
+            raise self._corrupt("vector index: a neighbour list is longer than its capacity")
+        found = lists[:, 1:][np.arange(cap) < counts[:, None]].astype(np.int64)
+        if np.any(found >= g.size):
+            raise self._corrupt("vector index: a neighbour slot points outside the graph")
+        return found
+
+    def _distances(self, slots: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """1 - cosine of ``q`` (unit length, in the stored kind) with the vectors of ``slots``:
+        numkong's SIMD kernel over the rows as stored, as usearch computes it; numpy without it."""
+        at = self.matrix_at + slots * self.row_bytes
+        self._check(at, at + self.row_bytes)
+        rows = self.matrix[slots]
+        try:
+            import numkong
+
+            d = np.asarray(numkong.cdist(q.reshape(1, -1), rows, metric="angular"), dtype=np.float64).ravel()
+        except (ImportError, AttributeError, TypeError, ValueError):  # no numkong, or one without this kind
+            wide = rows.astype(np.float32)
+            d = 1.0 - (wide @ q.astype(np.float32) / np.maximum(np.linalg.norm(wide, axis=1), 1e-12)).astype(np.float64)
+        bad = ~np.isfinite(d)
+        if bad.any():
+            if not np.isfinite(rows[bad].astype(np.float32)).all():
+                raise self._corrupt("a stored vector is not finite")
+            d[bad] = 1.0  # a zero vector: no direction, no similarity
+        return d
+
+    def keys_of(self, slots: np.ndarray) -> np.ndarray:
+        """The keys (chunk ids) of nodes ``slots``, each checked to be inside the graph."""
+        self._records(slots)
+        keys = self._rows(self.g.starts[slots], 8).view("<u8").ravel()
+        if np.any(keys >= self.g.size):
+            raise self._corrupt("vector index: a node's key is outside the graph")
+        return keys
+
+    # --- the search ----------------------------------------------------------------------------
+    def search(self, query: np.ndarray, count: int) -> Matches:
+        """The ``count`` nearest nodes found by a beam of width max(count, expansion_search)."""
+        g = self.g
+        ef = max(count, self.expansion_search)
+        q = np.asarray(query, dtype=np.float32).ravel()
+        q = (q / max(float(np.linalg.norm(q)), 1e-12)).astype(self.matrix.dtype)
+        cur = np.array([g.entry], dtype=np.int64)
+        cur_d = self._distances(cur, q)[0]
+        for level in range(g.max_level, 0, -1):  # greedy: move to the nearest neighbour while it is nearer
+            while True:
+                nb = self._lists(cur, level)
+                if not len(nb):
+                    break
+                d = self._distances(nb, q)
+                j = int(np.argmin(d))
+                if d[j] >= cur_d:
+                    break
+                cur, cur_d = nb[j : j + 1], d[j]
+        seen = np.zeros(g.size, dtype=bool)
+        seen[cur] = True
+        found, found_d = cur, np.array([cur_d])  # the beam: at most ef nearest so far
+        todo, todo_d = cur, found_d  # found but not expanded
+        while len(todo):
+            if len(found) >= ef:
+                near = todo_d < found_d.max()
+                todo, todo_d = todo[near], todo_d[near]
+                if not len(todo):
+                    break
+            if len(todo) > BATCH:
+                pick = np.argpartition(todo_d, BATCH - 1)[:BATCH]
+                rest = np.ones(len(todo), dtype=bool)
+                rest[pick] = False
+                expand, todo, todo_d = todo[pick], todo[rest], todo_d[rest]
+            else:
+                expand, todo, todo_d = todo, todo[:0], todo_d[:0]
+            nb = np.unique(self._lists(expand, 0))
+            nb = nb[~seen[nb]]
+            if not len(nb):
+                continue
+            seen[nb] = True
+            d = self._distances(nb, q)
+            if len(found) >= ef:
+                near = d < found_d.max()
+                nb, d = nb[near], d[near]
+            found, found_d = np.concatenate([found, nb]), np.concatenate([found_d, d])
+            if len(found) > ef:
+                keep = np.argpartition(found_d, ef - 1)[:ef]
+                found, found_d = found[keep], found_d[keep]
+            todo, todo_d = np.concatenate([todo, nb]), np.concatenate([todo_d, d])
+        order = np.argsort(found_d, kind="stable")[:count]
+        return Matches(self.keys_of(found[order]), found_d[order])
