@@ -526,6 +526,8 @@ class Artifact:
         """``check_range`` for many ranges at once (rows of a table)."""
         import numpy as np
 
+        from .layout import sorted_unique
+
         if name in self._checked:
             return
         crcs = self._page_crcs(name)
@@ -535,7 +537,7 @@ class Artifact:
         starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
         pages = np.concatenate([starts // PAGE, (np.maximum(stops, starts + 1) - 1) // PAGE])
         ok = self._pages_ok[name]
-        for p in np.unique(pages[~ok[pages]]).tolist():  # nothing to sort once the pages were seen
+        for p in sorted_unique(pages[~ok[pages]]).tolist():  # nothing to sort once the pages were seen
             self._check_page(name, p, crcs)
 
     def _check_page(self, name: str, p: int, crcs) -> None:

@@ -192,6 +192,10 @@ def _phase_timers() -> None:
     timed(index.DenseSpace, "model_files", "model section -> bytes")
     timed(index.DenseSpace, "_checked_image", "vectors: crc32, layout check (and every slot for the graph)")
     timed(index.DenseSpace, "_open_vectors", "vector index for HNSW: the above, import usearch, restore")
+    timed(index.DenseSpace, "_open_walk", "vectors: headers and levels for kb's walk of the graph")
+    from kb.runtime import graph_walk
+
+    timed(graph_walk.GraphWalk, "search", "kb's walk of the graph (one search)")
     timed(index.DenseSpace, "cosines", "vectors: exact cosines (scan)")
     timed_property(index.DenseSpace, "query_model", "query model: validate directory")
     timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kb.formats.hnsw import NODE_HEAD, GraphLayout
+from kb.formats.layout import sorted_unique
 
 BATCH = 16  # nodes the beam expands per step (bench/RESULTS.md "scale": recall and time by BATCH)
 
@@ -148,7 +149,7 @@ class GraphWalk:
                 expand, todo, todo_d = todo[pick], todo[rest], todo_d[rest]
             else:
                 expand, todo, todo_d = todo, todo[:0], todo_d[:0]
-            nb = np.unique(self._lists(expand, 0))
+            nb = sorted_unique(self._lists(expand, 0))
             nb = nb[~seen[nb]]
             if not len(nb):
                 continue

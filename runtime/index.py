@@ -173,7 +173,7 @@ class Index:
     @cached_property
     def has_statuses(self) -> bool:
         """Whether the chunks carry more than one status (else a status says nothing)."""
-        return len(np.unique(self.chunks["status"])) > 1
+        return len(L.sorted_unique(self.chunks["status"])) > 1
 
     @cached_property
     def lengths(self) -> np.ndarray:
