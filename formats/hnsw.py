@@ -86,6 +86,7 @@ class GraphLayout:
     entry: int
     levels: np.ndarray  # int64 per node
     starts: np.ndarray  # int64 per node
+    node_bytes: np.ndarray  # int64 per node: its record's length
     levels_at: int  # byte offset of the levels array (2 x size bytes)
 
     @property
@@ -147,7 +148,7 @@ def graph_layout(buf, count: int) -> GraphLayout | HnswImage:
     offsets = pos + np.concatenate(([0], np.cumsum(node_bytes)))
     if int(offsets[-1]) != n:
         raise BadIndex(f"graph is {n - pos} bytes, its levels need {int(offsets[-1]) - pos}")
-    return GraphLayout(image, size, conn, base, max_level, entry, levels, offsets[:-1], levels_at)
+    return GraphLayout(image, size, conn, base, max_level, entry, levels, offsets[:-1], node_bytes, levels_at)
 
 
 def check_hnsw(buf, count: int, neighbours: bool = True) -> HnswImage:

@@ -138,13 +138,6 @@ class BlobTable:
         return self._buf[a:b]
 
 
-def sorted_unique(a: np.ndarray) -> np.ndarray:
-    """``np.unique(a)`` without its cost to a one-shot process: numpy 2 imports numpy.ma for
-    np.unique (8-20 ms, once)."""
-    a = np.sort(a)
-    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
-
-
 def term_hash(term: str) -> int:
     """Stable 64-bit term hash (BLAKE2b, 8 bytes, little-endian): the term dictionary's key."""
     return int.from_bytes(hashlib.blake2b(term.encode("utf-8"), digest_size=8).digest(), "little")

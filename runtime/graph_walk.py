@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kb.formats.hnsw import NODE_HEAD, GraphLayout
-from kb.formats.layout import sorted_unique
+from kb.formats.artifact import sorted_unique
 
 BATCH = 16  # nodes the beam expands per step (bench/RESULTS.md "scale": recall and time by BATCH)
 
@@ -48,7 +48,7 @@ class GraphWalk:
         self.matrix = matrix
         self.row_bytes = matrix.strides[0]
         self.matrix_at = layout.image.graph_start - layout.image.rows * self.row_bytes
-        self.node_bytes = NODE_HEAD + layout.base_bytes + layout.levels * layout.upper_bytes
+        self.node_bytes = layout.node_bytes
         self._check = check
         self.expansion_search = expansion_search
         self._corrupt = corrupt  # why -> the exception a node that breaks the graph's rules raises

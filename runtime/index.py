@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.artifact import MAX_ZSTD_RATIO, Artifact, CorruptArtifact
+from kb.formats.artifact import MAX_ZSTD_RATIO, Artifact, CorruptArtifact, sorted_unique
 
 BLOCK_CACHE = 1024  # decoded text blocks kept (meta.text_block chunks each: 4 from kb-build)
 TERM_CACHE = 65536  # term -> term id lookups kept
@@ -65,6 +65,7 @@ def required_sections(version: int) -> tuple[str, ...]:
 
 
 USEARCH_EXPANSION_SEARCH = 64  # usearch's own default, what a restored index searches with when meta keeps none
+POSTING_SECTIONS = ((L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS), (L.DOC_POSTING_OFFSETS, L.DOC_POSTING_IDS, L.DOC_POSTING_IMPACTS))  # chunk, document
 EXACT_SCAN_MAX = 20_000  # up to this many chunks the dense leg scans every vector (scans_vectors)
 
 
@@ -173,7 +174,7 @@ class Index:
     @cached_property
     def has_statuses(self) -> bool:
         """Whether the chunks carry more than one status (else a status says nothing)."""
-        return len(L.sorted_unique(self.chunks["status"])) > 1
+        return len(sorted_unique(self.chunks["status"])) > 1
 
     @cached_property
     def lengths(self) -> np.ndarray:
@@ -273,14 +274,19 @@ class Index:
     @cached_property
     def _impact_postings(self) -> tuple[np.ndarray, ...]:
         """(offsets, chunk ids, impacts, doc offsets, doc ids, doc impacts) of a format 3
-        artifact, viewed in place; the offsets' ends are checked here, each term's slice when used."""
+        artifact, viewed in place and verified page by page as a term's slices are read (a
+        one-shot search reads a few terms' postings, not all of them: at 1,000,000 chunks the
+        whole sections' crc32 cost 250 ms); the offsets' ends are checked here."""
         out = []
-        for offs, ids, imps in ((L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS), (L.DOC_POSTING_OFFSETS, L.DOC_POSTING_IDS, L.DOC_POSTING_IMPACTS)):
-            o = np.frombuffer(self.artifact.section(offs), dtype="<u8")
-            i = np.frombuffer(self.artifact.section(ids), dtype="<u4")
+        art = self.artifact
+        for offs, ids, imps in POSTING_SECTIONS:
+            o = np.frombuffer(art.section(offs, paged=True), dtype="<u8")
+            i = np.frombuffer(art.section(ids, paged=True), dtype="<u4")
+            art.check_range(offs, 0, 8)
+            art.check_range(offs, 8 * (len(o) - 1), 8 * len(o))
             if int(o[0]) != 0 or int(o[-1]) != len(i):
                 raise self._corrupt(f"section {offs!r} does not cover {ids!r}")
-            out += [o, i, np.frombuffer(self.artifact.section(imps), dtype="u1")]
+            out += [o, i, np.frombuffer(art.section(imps, paged=True), dtype="u1")]
         return tuple(out)
 
     def impact_posting(self, tid: int, document: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -288,9 +294,14 @@ class Index:
         document impacts); format 3. The ids are not checked against the tables here: an id
         past them makes the scatter that uses it fail, which runtime/bm25.py reports as corrupt."""
         o, ids, imps = self._impact_postings[3:] if document else self._impact_postings[:3]
+        names = POSTING_SECTIONS[document]
+        art = self.artifact
+        art.check_range(names[0], 8 * tid, 8 * tid + 16)
         a, b = int(o[tid]), int(o[tid + 1])
         if not a <= b <= len(ids):
             raise self._corrupt(f"posting offsets of term {tid} are out of order")
+        art.check_range(names[1], 4 * a, 4 * b)
+        art.check_range(names[2], a, b)
         return ids[a:b], imps[a:b]
 
     def posting_ids(self, tid: int) -> np.ndarray:
