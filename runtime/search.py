@@ -105,8 +105,7 @@ class Searcher:
         kb's in-place encoder (common/query_encoder.py) when the artifact has its section and no
         CTranslate2 setting was asked for (``--device cuda`` or a ``--compute-type``); else the
         CTranslate2 embedder the passages were embedded with."""
-        key = getattr(space, "section", "main")
-        embedder = self._embedders.get(key)
+        embedder = self._embedders.get(getattr(space, "section", "main"))
         if embedder is None:
             if self.one_shot and space.has_query_model and self.device != "cuda" and self.compute_type == "auto":
                 from kb.common.query_encoder import QueryEncoder
@@ -124,8 +123,12 @@ class Searcher:
                     from kb.formats.artifact import CorruptArtifact
 
                     raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {space.vector_dims} dimensions, its embedder {embedder.dim}")
-            self._embedders[key] = embedder
+            self.set_embedder(space, embedder)
         return embedder
+
+    def set_embedder(self, space, embedder) -> None:
+        """Embed ``space``'s queries with ``embedder`` (a benchmark's precomputed vectors)."""
+        self._embedders[getattr(space, "section", "main")] = embedder
 
     def space_for(self, text: str):
         """The dense leg a query's text is embedded for: the English leg, when the artifact has
