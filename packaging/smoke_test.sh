@@ -15,7 +15,8 @@
 # entities, rewrites, a CJK query, explain, rerank, an MCP stdio session, the HTTP server (curl);
 # tests/golden/tiny-v1.kb (a golden artifact of format 1, built with the tests' hash stand-in
 # embedder, which only the tests can load): BM25 search, info, list, status, bench, error exits;
-# bench/out/hugo.kb when present: hybrid, BM25-only and vector searches, info; a multilingual
+# bench/out/hugo.kb when present: hybrid, BM25-only and vector searches, info; bench/out/scale-100k
+# when present: searches that walk the graph; a multilingual
 # artifact (tests/data/mixed, multilingual-e5-small; and as "auto" builds it, with the English
 # leg) and a set of two artifacts. Also: HOME unset
 # (falls back to /tmp/kb-$UID).
@@ -194,6 +195,15 @@ if [ -f "$HUGO" ]; then
     check hugo-info info -i "$HUGO" --json
 else
     echo "skip hugo cases ($HUGO not built)"
+fi
+
+# --- past 20,000 chunks a one-shot search walks the HNSW graph itself (runtime/graph_walk.py)
+SCALE="$ROOT/bench/out/scale-100k/scale.kb"
+if [ -f "$SCALE" ]; then
+    check scale-hybrid search "how to rotate database credentials safely" -i "$SCALE" --json --no-stale-check
+    check scale-filtered search "backup retention" -i "$SCALE" --mode vector --status live --json --no-stale-check
+else
+    echo "skip scale cases ($SCALE not built: python bench/scale.py --chunks 100000 --out bench/out/scale-100k)"
 fi
 
 # --- a multilingual artifact (multilingual-e5-small, issue 17) and a set of two artifacts (issue 19)
