@@ -198,7 +198,8 @@ def build(
             model_files = embedder.files()
         # The English leg: MiniLM over every chunk beside e5, for queries in alphabetic scripts
         # (runtime/search.py english_query), when "auto" picked e5 for a corpus with English in it.
-        rep.embedder_en = english_leg(rep.languages, model) if config.embedding_model == AUTO_MODEL and given is None else ""
+        # Not for a --shard build: a set cannot combine English legs yet (runtime/collection.py).
+        rep.embedder_en = english_leg(rep.languages, model) if config.embedding_model == AUTO_MODEL and given is None and shard is None else ""
         embedder_en = make_embedder(rep.embedder_en, config.quantization) if rep.embedder_en else None
         analyzer = Analyzer.for_languages(rep.languages).prepare()
         loaded = given is None and embedder is not None  # a model runs in this process

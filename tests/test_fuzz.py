@@ -24,9 +24,10 @@ def seed_artifacts(tmp_path_factory):
 def test_the_seed_artifacts_are_read_whole(seed_artifacts):
     folder, seeds = seed_artifacts
     reader = T.ArtifactReader(folder)
-    assert [reader(s) for s in seeds] == ["ok"] * len(seeds)  # current format (vectors, BM25 only), golden v1 and v2, tiny model, format 4
-    assert len(seeds) in (5, 6) and (len(seeds) == 5 or b"KBQMOD1" in seeds[4])  # the tiny real model's seed carries model.query
-    assert struct.unpack_from("<I", seeds[-1], 8)[0] == 4  # the last seed keeps BM25 statistics per language
+    assert [reader(s) for s in seeds] == ["ok"] * len(seeds)  # current format (vectors, BM25 only), golden v1 and v2, tiny model, formats 4 and 5
+    assert len(seeds) in (6, 7) and (len(seeds) == 6 or b"KBQMOD1" in seeds[4])  # the tiny real model's seed carries model.query
+    assert struct.unpack_from("<I", seeds[-2], 8)[0] == 4  # BM25 statistics per language
+    assert struct.unpack_from("<I", seeds[-1], 8)[0] == 5 and b"vectors.en.rows" in seeds[-1]  # the English leg, with vectors.rows
 
 
 @BRIEF

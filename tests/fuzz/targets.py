@@ -103,7 +103,8 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
     """Artifacts of the seed corpus in the current format: with (hash) vectors, BM25 only; the
     golden artifacts of the older formats (their readers are fuzzed too); then (when ctranslate2
     and safetensors are installed) the seed corpus with a tiny real model and its model.query
-    section; and a format 4 artifact (the seed corpus with two German pages)."""
+    section; a format 4 artifact (the seed corpus with two German pages); and a format 5 one (the
+    same, with an English leg beside a main one, and vectors.rows)."""
     from kb.builder.build import build
     from kb.builder.config import BuildConfig
 
@@ -119,7 +120,7 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
         out.append(path.read_bytes())
     old = [(GOLDEN / f"tiny-v{v}.kb").read_bytes() for v in (1, 2)]
     tiny = _tiny_model_seed(corpus, folder / "seed-tiny-ct2.kb")
-    return out + old + ([tiny] if tiny is not None else []) + [_format_4_seed(corpus, folder / "seed-v4.kb")]
+    return out + old + ([tiny] if tiny is not None else []) + [_format_4_seed(corpus, folder / "seed-v4.kb"), _format_5_seed(corpus, folder / "seed-v5.kb")]
 
 
 GERMAN = {  # with the seed corpus: two languages, so format 4's statistics per language
@@ -146,6 +147,46 @@ def _format_4_seed(corpus: Path, out: Path) -> bytes:
         postings.STATS_MIN_DOCS = saved
         for name in GERMAN:
             (corpus / name).unlink()
+    return out.read_bytes()
+
+
+def _format_5_seed(corpus: Path, out: Path) -> bytes:
+    """The seed corpus with the two German pages, as "auto" builds a corpus of several languages
+    with English in it: a main dense leg and the English leg (stand-ins of 32 and 64 dimensions),
+    their graphs built by several threads, with vectors.rows written for both (a graph of a few
+    nodes is in key order whatever the threads, so the section is added as the builder writes it)."""
+    import numpy as np
+
+    from kb.builder import build as build_module
+    from kb.builder import embedders
+    from kb.builder.build import build
+    from kb.builder.config import BuildConfig
+    from kb.formats import layout as L
+    from kb.formats.artifact import SectionData, serialize
+
+    try:
+        from tests import fakes
+    except ImportError:  # under pytest, tests/ itself is on sys.path
+        import fakes
+
+    for name, text in GERMAN.items():
+        p = corpus / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    saved = build_module.choose_embedder, build_module.english_leg
+    build_module.choose_embedder, build_module.english_leg = (lambda languages: "hash-multi"), (lambda languages, model: "hash")
+    embedders.register_embedder("hash-multi", lambda quantization: fakes.HashEmbedder(32, "hash-multi"))  # the main leg's stand-in
+    try:
+        build([corpus], out, replace(BuildConfig(), reranker="none"), jobs=1)
+    finally:
+        build_module.choose_embedder, build_module.english_leg = saved
+        embedders.EMBEDDERS.pop("hash-multi", None)  # kb-build's list of models stays the tests' usual one
+        for name in GERMAN:
+            (corpus / name).unlink()
+    version, sections = _sections_of(out.read_bytes())
+    n = len(next(s for s in sections if s.name == L.CHUNKS).data) // L.CHUNK_DTYPE.itemsize
+    rows = [SectionData(name, np.arange(n, dtype="<u4").tobytes()) for name in (L.VECTOR_ROWS, L.VECTOR_ROWS_EN) if name not in {s.name for s in sections}]
+    out.write_bytes(b"".join(serialize(sections + rows, version=version)))
     return out.read_bytes()
 
 
@@ -426,6 +467,7 @@ class ArtifactReader:
             resp = searcher.search(Query(text="nightly backup", full=True, all_statuses=True))
             render_human(resp), render_json(resp, {"id": ix.artifact.id, "path": str(ix.path)})
             Searcher(ix, "cpu", "auto", one_shot=True).search(Query(text="restic restore <mask> [CLS]", all_statuses=True))  # kb search
+            svc.search(parse_search({"query": "die Sicherung läuft jede Nacht"}))  # another language: the main leg of a format 5 artifact
             mask = allowed_mask(ix, all_statuses=True)  # kb list
             for c in np.flatnonzero(mask)[:40].tolist():
                 ix.chunk(c)
@@ -436,6 +478,14 @@ class ArtifactReader:
                 svc.get(parse_get({"path": path}))
                 if ix.has_sources:  # kb get PATH:FROM:COUNT (older artifacts refuse it: rebuild)
                     svc.get(parse_get({"targets": [f"{path}:2:3", path], "max_bytes": 4096}))
+        from kb.runtime import index as index_module
+
+        saved, index_module.EXACT_SCAN_MAX = index_module.EXACT_SCAN_MAX, 0  # a one-shot search past 20,000 chunks: the walk
+        try:
+            with Index(self.path) as ix:
+                Searcher(ix, "cpu", "auto", one_shot=True).search(Query(text="restic restore backup", all_statuses=True))
+        finally:
+            index_module.EXACT_SCAN_MAX = saved
 
 
 def _one_line(e: Exception) -> None:

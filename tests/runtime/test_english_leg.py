@@ -30,8 +30,8 @@ MAIN, ENGLISH = "hash-multi", "hash"  # stand-ins for multilingual-e5-small and 
 @pytest.fixture(scope="module")
 def two_legs(tmp_path_factory):
     out = tmp_path_factory.mktemp("english") / "mixed.kb"
-    embedders.register_embedder(MAIN, lambda quantization: fakes.HashEmbedder(32, MAIN))
     with pytest.MonkeyPatch.context() as m:
+        m.setitem(embedders.EMBEDDERS, MAIN, lambda quantization: fakes.HashEmbedder(32, MAIN))
         m.setattr(build_module, "choose_embedder", lambda languages: MAIN)
         m.setattr(build_module, "english_leg", lambda languages, model: ENGLISH if languages.get("en") else "")
         rep = build([MIXED], out, replace(BuildConfig(), reranker="none"))
@@ -108,6 +108,17 @@ def test_a_routed_search_takes_its_models_defaults_unless_the_request_or_the_art
         ix.meta = replace(ix.meta, search={"semantic_weight": 0.4})  # as kb.toml [search] would have stored it
         s = Searcher(ix)
         assert s.options_for(s.defaults, ix.english).semantic_weight == 0.4
+
+
+def test_a_shard_build_keeps_one_dense_leg(tmp_path, monkeypatch):
+    """Shards are searched as a set, which cannot combine English legs yet."""
+    monkeypatch.setitem(embedders.EMBEDDERS, MAIN, lambda quantization: fakes.HashEmbedder(32, MAIN))
+    monkeypatch.setattr(build_module, "choose_embedder", lambda languages: MAIN)
+    monkeypatch.setattr(build_module, "english_leg", lambda languages, model: ENGLISH)
+    rep = build([MIXED], tmp_path / "shard.kb", replace(BuildConfig(), reranker="none"), shard=(0, 1))
+    assert (rep.embedder, rep.embedder_en) == (MAIN, "")
+    with Index(tmp_path / "shard.kb") as ix:
+        assert ix.english is None and ix.version < 5
 
 
 def test_a_set_refuses_an_artifact_with_an_english_leg(two_legs, tiny_artifact):
