@@ -143,3 +143,47 @@ def test_vectors_rows_are_read_for_the_walk_and_checked(tmp_path, monkeypatch):
     assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section 'vectors.rows' names a row outside the vectors\n")
     p, r = search(np.arange(n + 1))
     assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section 'vectors.rows' is {4 * (n + 1)} bytes, expected {4 * n}\n")
+
+
+def _reversed_graph(ix) -> bytes:
+    """The artifact's vectors in a graph whose nodes are in reverse key order (node i holds key
+    n-1-i): what several build threads make, deterministically."""
+    from usearch.index import Index as UIndex
+
+    n = ix.n_chunks
+    vecs = ix.vectors_of(np.arange(n))
+    u = UIndex(ndim=vecs.shape[1], metric="cos", dtype="f16", connectivity=16, expansion_add=128, expansion_search=64)
+    u.add(np.arange(n, dtype=np.uint64)[::-1].copy(), vecs[::-1].copy(), threads=1)
+    return bytes(u.save())
+
+
+@pytest.mark.parametrize("with_rows", [False, True])
+def test_a_graph_out_of_key_order_is_walked_through_vectors_rows_or_opened_the_long_way(tmp_path, monkeypatch, with_rows):
+    """Without ``vectors.rows`` (an artifact of an earlier kb-build) the walk sees that a node
+    does not hold its row's key and the search opens the graph the long way, once; with it, the
+    walk reads each key's row there. Either way the one-shot search ranks as usearch does."""
+    from kb.formats import artifact as A
+    from kb.formats import layout as L
+    from kb.runtime.search import Query, Searcher
+
+    good = tmp_path / "tiny.kb"
+    build_hash(TINY, good)
+    with Index(good) as ix:
+        image, n, version = _reversed_graph(ix), ix.n_chunks, ix.version
+    perm = check_hnsw(image, n, neighbours=False).row_of_key
+    assert perm is not None  # not in key order
+    buf = good.read_bytes()
+    _, secs = A.validate(memoryview(buf), "x")
+    sections = [A.SectionData(s.name, image if s.name == L.VECTORS else buf[s.offset : s.offset + s.length], s.codec if s.name != L.VECTORS else A.CODEC_RAW, len(image) if s.name == L.VECTORS else s.raw_length) for s in secs.values()]
+    if with_rows:
+        sections.append(A.SectionData(L.VECTOR_ROWS, perm.astype("<u4").tobytes()))
+    out = tmp_path / "reversed.kb"
+    out.write_bytes(b"".join(A.serialize(sections, version=version)))
+    monkeypatch.setattr(index_module, "EXACT_SCAN_MAX", 0)
+    for text in ("restore the snapshot", "gateway firewall"):
+        with Index(out) as ix:
+            expected = [(r.chunk_id, round(r.score, 4)) for r in Searcher(ix).search(Query(text, mode="vector", all_statuses=True)).results]
+        with Index(out) as ix:
+            got = [(r.chunk_id, round(r.score, 4)) for r in Searcher(ix, one_shot=True).search(Query(text, mode="vector", all_statuses=True)).results]
+            walked = ix.dense._walk is not None
+        assert got == expected and walked is with_rows
