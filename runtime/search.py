@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from functools import lru_cache
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
