@@ -703,9 +703,33 @@ class DenseSpace:
         levels only (formats/hnsw.py ``graph_layout``); None when numpy cannot view the stored
         kind (the walk computes cosines over the rows in place), and usearch searches."""
         from kb.formats.artifact import PAGE
-        from kb.formats.hnsw import _GRAPH, HEAD_SIZE, NODE_HEAD, NUMPY_SCALARS, BadIndex, GraphLayout, graph_layout, matrix_head
+        from kb.formats.hnsw import NODE_HEAD, NUMPY_SCALARS, GraphLayout, graph_layout
 
         from .graph_walk import GraphWalk
+
+        view, g = self._checked(lambda v: graph_layout(v, self.n_chunks), graph_head_only=True)
+        if not isinstance(g, GraphLayout) or g.image.scalar not in NUMPY_SCALARS:
+            return None
+        if max(NODE_HEAD + g.base_bytes + g.max_level * g.upper_bytes, g.image.cols) > PAGE:
+            return None  # a record or row over two pages: Artifact.check_pages verifies a range's first and last page
+        ef = (self.meta.vectors or {}).get("expansion_search") or USEARCH_EXPANSION_SEARCH
+        art = self.artifact
+        check = lambda starts, stops: art.check_pages(self.section, starts, stops)  # noqa: E731
+        walk = GraphWalk(view, g, _matrix_view(view, g.image), check, ef, corrupt=self._corrupt)
+        return walk, (walk.matrix, g.image)
+
+    def _checked_image(self, neighbours: bool) -> tuple:
+        from kb.formats.hnsw import check_hnsw
+
+        # usearch trusts the graph it is given: a bad slot would crash the process
+        return self._checked(lambda v: check_hnsw(v, self.n_chunks, neighbours=neighbours), graph_head_only=False)
+
+    def _checked(self, parse, graph_head_only: bool) -> tuple:
+        """(view, ``parse(view)``) of the vector section: the crc32s of its matrix head and of
+        the graph after the matrix (its headers and levels array only, ``graph_head_only``)
+        verified first, a BadIndex made a corrupt artifact, and the image's width checked
+        against the card of the model that made the vectors."""
+        from kb.formats.hnsw import _GRAPH, HEAD_SIZE, BadIndex, HnswImage, matrix_head
 
         if self.section not in self.artifact.sections:
             raise self._corrupt("no vector section (built with --embedder none)")
@@ -715,40 +739,15 @@ class DenseSpace:
             art.check_range(self.section, 0, 8)
             rows, cols = matrix_head(view)
             at = min(8 + rows * cols, len(view))
-            art.check_range(self.section, at, min(at + HEAD_SIZE + _GRAPH.size + 2 * self.n_chunks, len(view)))
-            g = graph_layout(view, self.n_chunks)
+            art.check_range(self.section, at, min(at + HEAD_SIZE + _GRAPH.size + 2 * self.n_chunks, len(view)) if graph_head_only else len(view))
+            got = parse(view)
         except BadIndex as e:
             raise self._corrupt(f"vector index: {e}") from None
-        if not isinstance(g, GraphLayout) or g.image.scalar not in NUMPY_SCALARS:
-            return None
-        if max(NODE_HEAD + g.base_bytes + g.max_level * g.upper_bytes, g.image.cols) > PAGE:
-            return None  # a record or row over two pages: Artifact.check_pages verifies a range's first and last page
-        dim = (self.card or {}).get("dim", g.image.dims)
-        if dim != g.image.dims:
-            raise self._corrupt(f"vector index has {g.image.dims} dimensions, its embedder {dim}")
-        ef = (self.meta.vectors or {}).get("expansion_search") or USEARCH_EXPANSION_SEARCH
-        check = lambda starts, stops: art.check_pages(self.section, starts, stops)  # noqa: E731
-        walk = GraphWalk(view, g, _matrix_view(view, g.image), check, ef, corrupt=self._corrupt)
-        return walk, (walk.matrix, g.image)
-
-    def _checked_image(self, neighbours: bool) -> tuple:
-        from kb.formats.hnsw import BadIndex, check_hnsw, matrix_head
-
-        if self.section not in self.artifact.sections:
-            raise self._corrupt("no vector section (built with --embedder none)")
-        view = self.artifact.section(self.section, paged=True)
-        art = self.artifact
-        try:  # usearch trusts the graph it is given: a bad slot would crash the process
-            art.check_range(self.section, 0, 8)
-            rows, cols = matrix_head(view)
-            art.check_range(self.section, min(8 + rows * cols, len(view)), len(view))
-            image = check_hnsw(view, self.n_chunks, neighbours=neighbours)
-        except BadIndex as e:
-            raise self._corrupt(f"vector index: {e}") from None
-        dim = (self.card or {}).get("dim", image.dims)  # the card of the model that made the vectors
+        image = got if isinstance(got, HnswImage) else got.image
+        dim = (self.card or {}).get("dim", image.dims)
         if dim != image.dims:
             raise self._corrupt(f"vector index has {image.dims} dimensions, its embedder {dim}")
-        return view, image
+        return view, got
 
     def _open_vectors(self) -> tuple:
         from usearch.index import Index as UIndex
