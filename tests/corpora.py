@@ -21,6 +21,24 @@ KB_CLI = SERVE_CLI = (sys.executable, str(Path(__file__).resolve().parent / "fak
 fakes.register()
 
 
+def artifact_parts(path: Path) -> tuple[int, list]:
+    """(format version, sections) of an artifact file: SectionData a test changes and writes back
+    with ``rewrite`` to forge a variant."""
+    from kb.formats import artifact as A
+
+    buf = Path(path).read_bytes()
+    version, secs = A.validate(memoryview(buf), str(path))
+    return version, [A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
+
+
+def rewrite(path: Path, sections: list, version: int | None = None) -> None:
+    """Write ``sections`` to ``path`` with every checksum recomputed, as an attacker would
+    (``version``: the header's; the current format's by default)."""
+    from kb.formats import artifact as A
+
+    Path(path).write_bytes(b"".join(A.serialize(sections, A.FORMAT_VERSION if version is None else version)))
+
+
 def build_hash(corpus: Path, out: Path, **kw):
     """Build ``corpus`` with its kb.toml (if any), the hash stand-in embedder and no reranker."""
     cfg_path = corpus / "kb.toml" if (corpus / "kb.toml").is_file() else None

@@ -14,7 +14,7 @@ from kb.builder.ingest import Document
 from kb.runtime.cli import main as kb
 from kb.runtime.index import Index
 
-from corpora import TINY
+from corpora import TINY, artifact_parts, rewrite
 
 MIXED = TINY.parent / "mixed"
 # (query in the document's language, the document it must find first)
@@ -193,15 +193,13 @@ def test_forged_statistics_per_language_are_corrupt_not_a_wrong_score(mixed_v4, 
     from kb.formats import artifact as A
     from kb.formats import layout as L
 
-    buf = mixed_v4.read_bytes()
-    _, secs = A.validate(memoryview(buf), "x")
-    sections = [A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
-    n_terms = secs[L.TERM_DOC_N].length // 4
+    _, sections = artifact_parts(mixed_v4)
+    n_terms = len(next(s for s in sections if s.name == L.TERM_DOC_N).data) // 4
     for name, data, version, want in (
         (L.TERM_DOC_N, np.zeros(n_terms, "<u4").tobytes(), 4, "documents for BM25 (0) lie outside"),  # below its df
         (L.TERM_DOC_N, None, 3, "BM25 statistics per language need format 4"),
     ):
         p = tmp_path / "forged.kb"
-        p.write_bytes(b"".join(A.serialize([A.SectionData(s.name, data) if s.name == name and data is not None else s for s in sections], version=version)))
+        rewrite(p, [A.SectionData(s.name, data) if s.name == name and data is not None else s for s in sections], version)
         r = CliRunner().invoke(kb, ["search", "observing planets", "-i", str(p), "--mode", "bm25", "--no-stale-check"])
         assert r.exit_code == 3 and r.stderr.startswith(f"kb: error: {p}: corrupt artifact: ") and want in r.stderr, r.stderr

@@ -19,7 +19,7 @@ from kb.formats import artifact as A
 from kb.formats import layout as L
 from kb.runtime.cli import main as kb
 
-from corpora import REPO, TINY, build_hash
+from corpora import REPO, TINY, artifact_parts, build_hash, rewrite
 
 
 def kb_run(*args):
@@ -27,14 +27,7 @@ def kb_run(*args):
 
 
 def sections_of(path):
-    buf = path.read_bytes()
-    _, secs = A.validate(memoryview(buf), "x")
-    return [A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
-
-
-def rewrite(path, sections):
-    """Write ``sections`` back with every checksum recomputed, as an attacker would."""
-    path.write_bytes(b"".join(A.serialize(sections)))
+    return artifact_parts(path)[1]
 
 
 def replace_section(path, name, data):
@@ -285,11 +278,10 @@ def test_chunk_lengths_that_are_not_finite_are_corrupt_in_the_formats_that_score
     from corpora import GOLDEN
 
     p = copy_of(tmp_path, GOLDEN / "tiny-v2.kb")
-    version = A.validate(memoryview(p.read_bytes()), "x")[0]
-    secs = sections_of(p)
+    version, secs = artifact_parts(p)
     lengths = np.frombuffer(bytes(next(s for s in secs if s.name == L.CHUNK_LENGTHS).data), dtype="<f4").copy()
     lengths[0] = np.nan
-    p.write_bytes(b"".join(A.serialize([A.SectionData(s.name, lengths.tobytes()) if s.name == L.CHUNK_LENGTHS else s for s in secs], version)))
+    rewrite(p, [A.SectionData(s.name, lengths.tobytes()) if s.name == L.CHUNK_LENGTHS else s for s in secs], version)
     r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
     assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: chunk lengths must be finite and not negative\n")
 

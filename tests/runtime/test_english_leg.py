@@ -15,13 +15,12 @@ from kb.builder import embedders
 from kb.builder.build import build
 from kb.builder.config import BuildConfig
 from kb.common import options
-from kb.formats import artifact as A
 from kb.formats import layout as L
 from kb.runtime.cli import main as kb
 from kb.runtime.index import Index
 from kb.runtime.search import Query, Searcher, english_query
 
-from corpora import TINY
+from corpora import TINY, artifact_parts, rewrite
 
 MIXED = TINY.parent / "mixed"
 MAIN, ENGLISH = "hash-multi", "hash"  # stand-ins for multilingual-e5-small and all-MiniLM-L6-v2
@@ -128,15 +127,13 @@ def test_a_set_refuses_an_artifact_with_an_english_leg(two_legs, tiny_artifact):
 
 
 def test_a_forged_english_leg_is_corrupt(two_legs, tmp_path):
-    buf = two_legs.read_bytes()
-    _, secs = A.validate(memoryview(buf), "x")
-    sections = [A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
+    _, sections = artifact_parts(two_legs)
     for drop, version, want in (
         (L.VECTORS_EN, 5, "meta: the English leg needs meta.embedder_en, its vectors and model sections, and the main vectors"),
         (L.MODEL_EMBED_EN, 5, "meta: the English leg needs meta.embedder_en, its vectors and model sections, and the main vectors"),
         (None, 4, "an English leg needs format 5"),
     ):
         p = tmp_path / "forged.kb"
-        p.write_bytes(b"".join(A.serialize([s for s in sections if s.name != drop], version=version)))
+        rewrite(p, [s for s in sections if s.name != drop], version)
         r = CliRunner().invoke(kb, ["search", "observing planets", "-i", str(p), "--no-stale-check"])
         assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: {want}\n")

@@ -15,7 +15,7 @@ from kb.runtime import index as index_module
 from kb.runtime.graph_walk import GraphWalk
 from kb.runtime.index import Index, _matrix_view
 
-from corpora import TINY, build_hash
+from corpora import TINY, artifact_parts, build_hash, rewrite
 
 
 class Forged(Exception):
@@ -126,15 +126,13 @@ def test_vectors_rows_are_read_for_the_walk_and_checked(tmp_path, monkeypatch):
     good = tmp_path / "tiny.kb"
     build_hash(TINY, good)
     monkeypatch.setattr(index_module, "EXACT_SCAN_MAX", 0)
-    buf = good.read_bytes()
-    _, secs = A.validate(memoryview(buf), "x")
-    sections = [A.SectionData(s.name, buf[s.offset : s.offset + s.length], s.codec, s.raw_length) for s in secs.values()]
+    version, sections = artifact_parts(good)
     with Index(good) as ix:
-        n, version = ix.n_chunks, ix.version
+        n = ix.n_chunks
 
     def search(rows: np.ndarray):
         p = tmp_path / "forged.kb"
-        p.write_bytes(b"".join(A.serialize(sections + [A.SectionData(L.VECTOR_ROWS, rows.astype("<u4").tobytes())], version=version)))
+        rewrite(p, sections + [A.SectionData(L.VECTOR_ROWS, rows.astype("<u4").tobytes())], version)
         return p, CliRunner().invoke(kb, ["search", "restore the snapshot", "-i", str(p), "--json", "--no-stale-check", "--all-statuses"])
 
     _, r = search(np.arange(n))
@@ -172,13 +170,11 @@ def test_a_graph_out_of_key_order_is_walked_through_vectors_rows_or_opened_the_l
         image, n, version = _reversed_graph(ix), ix.n_chunks, ix.version
     perm = check_hnsw(image, n, neighbours=False).row_of_key
     assert perm is not None  # not in key order
-    buf = good.read_bytes()
-    _, secs = A.validate(memoryview(buf), "x")
-    sections = [A.SectionData(s.name, image if s.name == L.VECTORS else buf[s.offset : s.offset + s.length], s.codec if s.name != L.VECTORS else A.CODEC_RAW, len(image) if s.name == L.VECTORS else s.raw_length) for s in secs.values()]
+    sections = [A.SectionData(L.VECTORS, image) if s.name == L.VECTORS else s for s in artifact_parts(good)[1]]
     if with_rows:
         sections.append(A.SectionData(L.VECTOR_ROWS, perm.astype("<u4").tobytes()))
     out = tmp_path / "reversed.kb"
-    out.write_bytes(b"".join(A.serialize(sections, version=version)))
+    rewrite(out, sections, version)
     monkeypatch.setattr(index_module, "EXACT_SCAN_MAX", 0)
     for text in ("restore the snapshot", "gateway firewall"):
         with Index(out) as ix:
