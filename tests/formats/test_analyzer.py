@@ -135,3 +135,42 @@ def test_blanked_lines_split_into_each_lines_words(text):
     a = Analyzer.for_languages(["en"])
     assert [line.split() for line in a.blanked_lines(text)] == [a.words(line) for line in text.split("\n")]
     assert a.blanked_lines(text + "é") is None
+
+
+def test_has_cjk_agrees_with_the_cjk_pattern_on_every_bmp_code_point_and_every_range_edge(monkeypatch):
+    import re
+
+    from kb.formats import analyzer
+
+    monkeypatch.setattr(analyzer, "SCANS_BEFORE_PATTERN", 1 << 62)  # the scan, not the pattern
+
+    from kb.formats.analyzer import _CJK_EDGES, CJK_RANGES, _cjk_patterns, has_cjk
+
+    pattern = _cjk_patterns()[0]
+    bmp = "".join(map(chr, range(0x80, 0x10000)))
+    cjk = set(pattern.findall(bmp))
+    assert [c for c in bmp if has_cjk(c) != (c in cjk)] == []
+    edges = {e + d for e in _CJK_EDGES for d in (-1, 0, 1)}
+    assert all(has_cjk(chr(o)) == bool(pattern.search(chr(o))) for o in edges)
+    assert len(_CJK_EDGES) == 2 * len(re.findall("(.)-(.)", CJK_RANGES))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_has_cjk_agrees_with_the_cjk_pattern_on_any_text(text):
+    from kb.formats import analyzer
+    from kb.formats.analyzer import _cjk_patterns, has_cjk
+
+    analyzer._scans = 0  # the scan (hypothesis runs fewer examples than SCANS_BEFORE_PATTERN)
+
+    assert has_cjk(text) == bool(_cjk_patterns()[0].search(text))
+
+
+def test_has_cjk_switches_to_the_pattern_after_its_scans_and_answers_the_same(monkeypatch):
+    from kb.formats import analyzer
+
+    texts = ["naïve — café", "日本語", "abc한", "Привет", "x\U00020000"]
+    monkeypatch.setattr(analyzer, "_scans", 0)
+    scanned = [analyzer.has_cjk(t) for t in texts]
+    monkeypatch.setattr(analyzer, "_scans", analyzer.SCANS_BEFORE_PATTERN)
+    assert [analyzer.has_cjk(t) for t in texts] == scanned == [False, True, True, False, True]
