@@ -651,9 +651,10 @@ class DenseSpace:
 
     def prefetch_vectors(self) -> None:
         """Open and check the vectors in a background thread, once: what a search will need (the
-        matrix and its layout for a scanned artifact, the whole graph otherwise) is read in
-        O(chunks), and a one-shot search loads its embedder and runs BM25 meanwhile. The
-        accessors wait for it; a failure is raised there, in the caller's thread."""
+        matrix and its layout for a scanned artifact, and the crc32s of every row the scan will
+        read; the whole graph otherwise) is read in O(chunks), and a one-shot search loads its
+        embedder and runs BM25 meanwhile. The accessors wait for it; a failure is raised there,
+        in the caller's thread, when it reads the bad bytes itself."""
         import threading
 
         if self._layout is not None or self._prefetch is not None:
@@ -661,7 +662,11 @@ class DenseSpace:
 
         def run():
             try:
-                self._vector_layout()
+                matrix = self._vector_layout()[0]
+                if matrix is not None and self.scans_vectors:  # the scan reads every row: verify them here, off the caller's path
+                    from kb.formats.hnsw import MATRIX_START
+
+                    self.artifact.check_range(self.section, MATRIX_START, MATRIX_START + matrix.nbytes)
             except Exception:  # noqa: BLE001 - the caller's own access opens again and raises it
                 pass
 

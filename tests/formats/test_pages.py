@@ -104,6 +104,22 @@ def test_a_flipped_byte_in_a_stored_vector_is_caught_when_it_is_read(paged):
             ix.vectors_of(np.array([mid]))
 
 
+def test_a_search_verifies_the_rows_its_scan_reads_on_the_prefetch_thread_and_reports_a_bad_one_itself(paged):
+    from kb.runtime.search import Query, Searcher
+
+    with Index(paged) as ix:
+        d = ix.dense
+        d.prefetch_vectors()
+        d._prefetch.join()
+        row, n = ix.vector_matrix.strides[0], ix.n_chunks
+        assert d.scans_vectors and ix.artifact._pages_ok[L.VECTORS][: (8 + n * row) // A.PAGE].all()
+        mid = 2 * A.PAGE // row + 1
+    flip(paged, L.VECTORS, 8 + mid * row + 1)
+    with Index(paged) as ix:
+        with pytest.raises(A.CorruptArtifact, match=rf"crc mismatch in section 'vectors.hnsw' \(page {(8 + mid * row) // A.PAGE}\)$"):
+            Searcher(ix, one_shot=True).search(Query("disk full", mode="vector"))
+
+
 def test_a_page_table_that_does_not_match_its_sections_is_corrupt(paged):
     buf = paged.read_bytes()
     _, secs = A.validate(memoryview(buf), "x")
