@@ -2,9 +2,10 @@
 peers, and write the tables into bench/RESULTS.md (its "quality" region).
 
     python bench/run_all.py --data ../shared/data --fixtures ../shared/fixtures [--out bench/out]
-        [--sets hugo,scifact,cranfield,cisi,cmrc2018-zh,jsquad-ja] [--rebuild] [--no-peers]
+        [--sets hugo,scifact,cranfield,cisi,cmrc2018-zh,jsquad-ja] [--rebuild] [--no-peers] [--kb-results OUT/run_all.json]
 
-Artifacts are built once into OUT/<set>.kb (reused unless --rebuild). Every number comes from
+Artifacts are built once into OUT/<set>.kb (reused unless --rebuild). --kb-results takes kb's
+tables from an earlier run's run_all.json instead of benching again (to run the peers alone). Every number comes from
 kb.runtime.bench (the same code as `kb bench`); peers from bench/peers.py with the same metrics.
 """
 
@@ -80,6 +81,7 @@ def main(argv=None):
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--reranker", type=Path, help="rerank with this model folder instead of the artifact's own")
+    ap.add_argument("--kb-results", type=Path, help="kb's results from an earlier run's run_all.json: bench the peers only")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
@@ -92,7 +94,11 @@ def main(argv=None):
 
         reranker = load_reranker_path(a.reranker)
     results, builds = {}, {}
+    earlier = json.loads(a.kb_results.read_text()) if a.kb_results else None
     for name in names:
+        if earlier is not None:
+            results[name], builds = earlier["results"][name], earlier.get("builds", {})
+            continue
         art, rep = build_set(name, a.data, a.out, a.rebuild)
         if rep:
             builds[name] = rep
