@@ -1,0 +1,135 @@
+"""Would adding vectors to the HNSW graph in a locality order cut the pages a one-shot search's
+walk of the graph reads (issue 18's open_ms)? An experiment, not kb's build: kb adds vectors in
+chunk-id order.
+
+    python bench/walk_locality.py --vectors bench/out/scale-1m/vectors.npy --queries bench/out/scale-1m/queries.npz \
+        --chunks 300000 --ef 2048 [--orders natural,two-32] [--threads 2] [--queries-used 100]
+
+For each order, the first ``--chunks`` vectors of a bench/scale.py corpus are added to a usearch
+graph as kb-build makes it (cos, f16, M 16, ef_add 128, ``--threads``), with the vector of chunk
+i under key i, in that order:
+
+- natural: chunk-id order (what kb-build does);
+- two-K: a two-level k-means order (K clusters of the vectors, then K within each; 8 Lloyd
+  iterations on a sample of 50 K vectors, seeded), so that near vectors get near slots, and so
+  near rows of the matrix and near records of the graph.
+
+The saved graph is then searched by kb's own walk (runtime/graph_walk.py, the one-shot search past
+20,000 chunks) for each query vector, and every 4 KiB page the walk verifies (node records and
+vector rows) is counted, from nothing for each query, as a one-shot process would read them.
+Reports pages per query, recall@10 against an exact scan, and the graph's build time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+PAGE = 4096
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def kmeans(x: np.ndarray, k: int, rng, iters: int = 8) -> np.ndarray:
+    """k unit centroids of unit rows ``x`` (spherical Lloyd iterations)."""
+    c = x[rng.choice(len(x), k, replace=False)].copy()
+    for _ in range(iters):
+        a = np.argmax(x @ c.T, axis=1)
+        for j in range(k):
+            m = a == j
+            if m.any():
+                c[j] = _unit(x[m].mean(0))
+    return c
+
+
+def order_of(kind: str, v: np.ndarray) -> np.ndarray:
+    n = len(v)
+    if kind == "natural":
+        return np.arange(n)
+    k = int(kind.split("-")[1])
+    rng = np.random.default_rng(0)
+    vf = _unit(v)
+    top = kmeans(vf[rng.choice(n, min(n, 50 * k), replace=False)], k, rng)
+    a1 = np.concatenate([np.argmax(vf[i : i + 50_000] @ top.T, axis=1) for i in range(0, n, 50_000)])
+    a2 = np.zeros(n, np.int64)
+    for j in range(k):
+        idx = np.flatnonzero(a1 == j)
+        if len(idx) > k:
+            sub = vf[idx]
+            a2[idx] = np.argmax(sub @ kmeans(sub[rng.choice(len(idx), min(len(idx), 50 * k), replace=False)], k, rng).T, axis=1)
+    return np.lexsort((np.arange(n), a2, a1))
+
+
+def run(kind: str, v: np.ndarray, queries: np.ndarray, exact: list[set], ef: int, threads: int, folder: Path) -> dict:
+    from usearch.index import Index as UIndex
+
+    from kb.formats.hnsw import graph_layout
+    from kb.runtime.graph_walk import GraphWalk
+
+    t = time.perf_counter()
+    order = order_of(kind, v)
+    order_s = time.perf_counter() - t
+    t = time.perf_counter()
+    index = UIndex(ndim=v.shape[1], metric="cos", dtype="f16", connectivity=16, expansion_add=128, expansion_search=ef)
+    index.add(order.astype(np.uint64), v[order], threads=threads)
+    build_s = time.perf_counter() - t
+    path = folder / f"{kind}.usearch"
+    index.save(str(path))
+    del index
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        buf = memoryview(m)
+        g = graph_layout(buf, len(v))
+        row = v.shape[1] * 2
+        matrix = np.frombuffer(buf, dtype=np.float16, count=g.image.rows * v.shape[1], offset=g.image.graph_start - g.image.rows * row).reshape(g.image.rows, v.shape[1])
+        pages: set[int] = set()
+
+        def check(starts, stops):
+            for a, b in zip(np.asarray(starts).tolist(), np.asarray(stops).tolist()):
+                pages.update(range(a // PAGE, (b - 1) // PAGE + 1))
+
+        walk = GraphWalk(buf, g, matrix, check, ef)
+        per, recall = [], []
+        for q, want in zip(queries, exact):
+            pages.clear()
+            got = walk.search(q.astype(np.float16), 10)
+            per.append(len(pages))
+            recall.append(len(want & set(np.asarray(got.keys).tolist())) / 10)
+        del walk, matrix, g, buf
+    path.unlink()
+    return {"order": kind, "order_s": order_s, "build_s": build_s, "pages_mean": float(np.mean(per)), "pages_p50": float(np.median(per)), "recall_at_10": float(np.mean(recall))}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vectors", type=Path, required=True, help="a bench/scale.py corpus's vectors.npy")
+    ap.add_argument("--queries", type=Path, required=True, help="its queries.npz")
+    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--ef", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--orders", default="natural,two-32")
+    ap.add_argument("--queries-used", type=int, default=100)
+    a = ap.parse_args(argv)
+    v = np.ascontiguousarray(np.load(a.vectors, mmap_mode="r")[: a.chunks])
+    queries = _unit(np.load(a.queries)["vectors"][: a.queries_used])
+    vf = _unit(v)
+    exact = [set(np.argsort(-(vf @ q))[:10].tolist()) for q in queries]
+    del vf
+    print(f"{a.chunks} chunks, ef {a.ef}, {len(queries)} queries, {a.threads} build threads")
+    print("| order | pages a query's walk reads (mean / p50) | recall@10 | graph build s | order s |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as d:
+        for kind in a.orders.split(","):
+            r = run(kind, v, queries, exact, a.ef, a.threads, Path(d))
+            print(f"| {r['order']} | {r['pages_mean']:.0f} / {r['pages_p50']:.0f} | {r['recall_at_10']:.4f} | {r['build_s']:.0f} | {r['order_s']:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
