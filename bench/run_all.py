@@ -95,9 +95,11 @@ def main(argv=None):
         reranker = load_reranker_path(a.reranker)
     results, builds = {}, {}
     earlier = json.loads(a.kb_results.read_text()) if a.kb_results else None
+    if earlier is not None:
+        builds = earlier.get("builds", {})
     for name in names:
         if earlier is not None:
-            results[name], builds = earlier["results"][name], earlier.get("builds", {})
+            results[name] = earlier["results"][name]
             continue
         art, rep = build_set(name, a.data, a.out, a.rebuild)
         if rep:

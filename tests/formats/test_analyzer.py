@@ -142,9 +142,9 @@ def test_has_cjk_agrees_with_the_cjk_pattern_on_every_bmp_code_point_and_every_r
 
     from kb.formats import analyzer
 
-    monkeypatch.setattr(analyzer, "SCANS_BEFORE_PATTERN", 1 << 62)  # the scan, not the pattern
-
     from kb.formats.analyzer import _CJK_EDGES, CJK_RANGES, _cjk_patterns, has_cjk
+
+    monkeypatch.setattr(analyzer, "SCANS_BEFORE_PATTERN", 1 << 62)  # the scan, not the pattern
 
     pattern = _cjk_patterns()[0]
     bmp = "".join(map(chr, range(0x80, 0x10000)))
