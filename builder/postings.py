@@ -77,7 +77,7 @@ def chunk_postings(ids: np.ndarray, offsets, use_chunk, use_piece, use_field, ch
     ``ids[offsets[q]:offsets[q + 1]]``: the term ids of piece q (-1: a dropped stopword);
     ``use_*``: piece ``use_piece[i]`` counts in chunk ``use_chunk[i]`` (ascending, 0-based) as
     field ``use_field[i]``; ``stop[t]``: term t is a stopword term; ``p``: BM25Params."""
-    n = max(chunks, 1)
+    shift = max(chunks, 1).bit_length()  # (term, chunk) packed as term << shift | chunk: shifts, not a division
     kept = np.zeros(len(ids) + 1, dtype=np.int64)  # running count of the tokens lengths count (not stopwords)
     np.cumsum(~np.append(stop, True)[ids], out=kept[1:])
     field_weight = np.array([1.0, p.section_weight, p.title_weight])
@@ -94,14 +94,14 @@ def chunk_postings(ids: np.ndarray, offsets, use_chunk, use_piece, use_field, ch
     first = np.cumsum(size) - size
     occ_term = ids[np.repeat(start - first, size) + np.arange(int(size.sum()))]
     live = occ_term >= 0
-    packed = np.sort(((occ_term * n + np.repeat(chunk, size)) * 4 + np.repeat(field, size))[live])
+    packed = np.sort((((occ_term << shift) | np.repeat(chunk, size)) << 2 | np.repeat(field, size))[live])
     del occ_term, live
     key, w = packed >> 2, field_weight[packed & 3]
     del packed
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
     tf = np.add.reduceat(w, starts).astype("<f4") if len(key) else np.zeros(0, "<f4")
     ukey = key[starts]
-    return ukey // n, ukey % n, tf, lengths
+    return ukey >> shift, ukey & ((1 << shift) - 1), tf, lengths
 
 
 def doc_postings(post_term: np.ndarray, post_doc: np.ndarray, tf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -212,12 +212,17 @@ class PostingsSpill:
         counts from ``first``)."""
         post_term, post_chunk, tf, lengths = chunk_postings(ids, offsets, use_chunk, use_piece, use_field, len(chunk_doc), self._stop, self._p)
         self._lengths.append(lengths)
-        # the block's terms in dictionary order; a stable sort keeps each term's chunks ascending
-        terms = np.unique(post_term)
+        # the block's terms in dictionary order; a stable sort keeps each term's chunks ascending.
+        # post_term ascends (chunk_postings sorts by term, then chunk): its runs are the terms.
+        new_term = np.empty(len(post_term), dtype=bool)
+        new_term[:1] = True
+        np.not_equal(post_term[1:], post_term[:-1], out=new_term[1:])
+        terms = post_term[new_term]
         _, _, order = sorted_vocabulary([self._terms[t] for t in terms], self._hashes[terms])
         rank = np.empty(len(terms), dtype=np.int64)
         rank[order] = np.arange(len(terms))
-        local = rank[np.searchsorted(terms, post_term)]
+        local = rank[np.cumsum(new_term) - 1]
+        del new_term
         by_dict = np.argsort(local, kind="stable")
         local, post_chunk, tf = local[by_dict], post_chunk[by_dict], tf[by_dict]
         del by_dict, post_term
@@ -311,6 +316,8 @@ class PostingsSpill:
             got[3].append(_read(fd, at + 8 * n + 4 * int(d[i0]), int(d[i1] - d[i0]), "<u4"))
             got[4].append(_read(fd, at + 8 * n + 4 * nd + 8 * int(d[i0]), int(d[i1] - d[i0]), "<f8"))
             got[5].append(np.repeat(pos[i0:i1], np.diff(d[i0 : i1 + 1])))
+        if len(got[0]) == 1:  # one block holds these terms: its runs are in term order already
+            return got[0][0].astype(np.int64), got[1][0], got[3][0].astype(np.int64), got[4][0]
         ids, tf, term, doc_ids, doc_tf, doc_term = (np.concatenate(g) if g else np.zeros(0) for g in got)
         by_term, doc_by_term = np.argsort(term, kind="stable"), np.argsort(doc_term, kind="stable")
         return ids[by_term].astype(np.int64), tf[by_term], doc_ids[doc_by_term].astype(np.int64), doc_tf[doc_by_term]
