@@ -128,8 +128,9 @@ class _Voter:
 
     def _script(self, sample: str) -> str | None:
         cjk = _cjk_patterns()[0].findall(sample)
-        letters = sum(c.isalnum() for c in sample)
-        if not cjk or len(cjk) < CJK_SHARE * letters:
+        if not cjk:  # most non-ASCII samples (an accent, a Greek letter): no letters to count
+            return None
+        if len(cjk) < CJK_SHARE * sum(c.isalnum() for c in sample):
             return None
         text = "".join(cjk)
         if "ja" in self.cjk and any("\u3040" <= c <= "\u30ff" or "\u31f0" <= c <= "\u31ff" for c in text):
