@@ -5,8 +5,9 @@ peers, and write the tables into bench/RESULTS.md (its "quality" region).
         [--sets hugo,scifact,cranfield,cisi,cmrc2018-zh,jsquad-ja] [--rebuild] [--no-peers] [--kb-results OUT/run_all.json]
 
 Artifacts are built once into OUT/<set>.kb (reused unless --rebuild). --kb-results takes kb's
-tables from an earlier run's run_all.json instead of benching again (to run the peers alone). Every number comes from
-kb.runtime.bench (the same code as `kb bench`); peers from bench/peers.py with the same metrics.
+tables from an earlier run's run_all.json instead of benching again (to run the peers alone).
+Every number comes from kb.runtime.bench (the same code as `kb bench`); peers from
+bench/peers.py with the same metrics.
 """
 
 from __future__ import annotations
@@ -94,13 +95,10 @@ def main(argv=None):
 
         reranker = load_reranker_path(a.reranker)
     results, builds = {}, {}
-    earlier = json.loads(a.kb_results.read_text()) if a.kb_results else None
-    if earlier is not None:
-        builds = earlier.get("builds", {})
-    for name in names:
-        if earlier is not None:
-            results[name] = earlier["results"][name]
-            continue
+    if a.kb_results:
+        earlier = json.loads(a.kb_results.read_text())
+        results, builds = {name: earlier["results"][name] for name in names}, earlier.get("builds", {})
+    for name in [n for n in names if n not in results]:
         art, rep = build_set(name, a.data, a.out, a.rebuild)
         if rep:
             builds[name] = rep

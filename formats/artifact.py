@@ -560,15 +560,18 @@ class Artifact:
         at = np.asarray(pages, dtype=np.int64)
         bad = np.flatnonzero(got != crcs[at])
         if len(bad):
-            raise CorruptArtifact(f"{self.path}: corrupt artifact: crc mismatch in section {name!r} (page {pages[int(bad[0])]})")
+            raise self._page_mismatch(name, pages[int(bad[0])])
         self._pages_ok[name][at] = True
 
     def _check_page(self, name: str, p: int, crcs) -> None:
         s = self.sections[name]
         lo = s.offset + p * PAGE
         if zlib.crc32(self._buf[lo : min(lo + PAGE, s.offset + s.length)]) != crcs[p]:
-            raise CorruptArtifact(f"{self.path}: corrupt artifact: crc mismatch in section {name!r} (page {p})")
+            raise self._page_mismatch(name, p)
         self._pages_ok[name][p] = True
+
+    def _page_mismatch(self, name: str, p: int) -> CorruptArtifact:
+        return CorruptArtifact(f"{self.path}: corrupt artifact: crc mismatch in section {name!r} (page {p})")
 
     def _page_crcs(self, name: str):
         """The page checksums of ``name`` (a numpy u32 array), or None (no ``pages.crc32``, or the
