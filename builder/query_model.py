@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 
 import numpy as np
 
 from kb.formats import records as R
+from kb.formats.checksum import crc32
 from kb.formats.query_model import ROWS_PER_CRC, QueryModel, TensorRef, ct2_variables, encoder_tensors, pack_query_model, row_group_crcs
 
 __all__ = ["PackedEmbedder", "query_model_section", "compile_tokenizer", "SELF_CHECK_TEXTS"]
@@ -226,7 +226,7 @@ def query_model_section(embedder, embed: bytes) -> tuple[bytes | None, str | Non
         tok_params, vocab = compile_tokenizer(bytes(files["tokenizer.json"]).decode("utf-8"))
     except (Unsupported, KeyError, ValueError):
         return None, None
-    data = pack_query_model(zlib.crc32(embed), encoder, tensors, tok_params, vocab)
+    data = pack_query_model(crc32(embed), encoder, tensors, tok_params, vocab)
     why = self_check(data, embed, embedder)
     return (None, why) if why else (data, None)
 
@@ -240,7 +240,7 @@ def self_check(data: bytes, embed: bytes, embedder) -> str | None:
 
     files = embedder.files()
     card = json.loads(files[R.CARD_FILE])
-    enc = QueryEncoder(QueryModel(data, embed, zlib.crc32(embed)), card)
+    enc = QueryEncoder(QueryModel(data, embed, crc32(embed)), card)
     ref = Tokenizer.from_str(bytes(files["tokenizer.json"]).decode("utf-8"))
     ref.no_padding()
     ref.no_truncation()

@@ -22,7 +22,6 @@ import os
 import stat
 import struct
 import sys
-import zlib
 from array import array
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Iterable
 
 from kb.common.errors import ArtifactError, UnsupportedVersion
+
+from .checksum import crc32, summer
 
 __all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "FileRange", "NotAnArtifact", "Scratch", "SectionData", "UnsupportedVersion", "write_artifact"]
 
@@ -141,7 +142,7 @@ def _blocks(data) -> Iterable:
 def _crc(data) -> int:
     crc = 0
     for block in _blocks(data):
-        crc = zlib.crc32(block, crc)
+        crc = crc32(block, crc)
     return crc
 
 
@@ -157,7 +158,7 @@ assert _HEADER.size == HEADER_SIZE
 
 def pack_header(section_count: int, file_length: int, version: int = FORMAT_VERSION) -> bytes:
     body = _HEADER.pack(MAGIC, version, 0, section_count, ENTRY_SIZE, HEADER_SIZE, file_length, 0, b"", 0)
-    crc = zlib.crc32(body[:-4])
+    crc = crc32(body[:-4])
     return body[:-4] + struct.pack("<I", crc)
 
 
@@ -207,7 +208,7 @@ def _checksums(data, paged: bool) -> tuple[int, bytes]:
     """(crc32 of ``data``, and when ``paged`` the crc32 of each PAGE bytes of it as u32s, else b"")."""
     crc, pages, carry = 0, array("I"), b""
     for block in _blocks(data):
-        crc = zlib.crc32(block, crc)
+        crc = crc32(block, crc)
         if not paged:
             continue
         mv = memoryview(block)
@@ -217,13 +218,14 @@ def _checksums(data, paged: bool) -> tuple[int, bytes]:
             mv = mv[take:]
             if len(carry) < PAGE:
                 continue
-            pages.append(zlib.crc32(carry))
+            pages.append(crc32(carry))
             carry = b""
         whole = len(mv) - len(mv) % PAGE
-        pages.extend(zlib.crc32(mv[o : o + PAGE]) for o in range(0, whole, PAGE))
+        page_crc = summer(whole)
+        pages.extend(page_crc(mv[o : o + PAGE]) for o in range(0, whole, PAGE))
         carry = bytes(mv[whole:])
     if carry:
-        pages.append(zlib.crc32(carry))
+        pages.append(crc32(carry))
     return crc, pages.tobytes() if sys.byteorder == "little" else _swapped(pages)
 
 
@@ -243,7 +245,7 @@ def checksummed(sections: list[SectionData]) -> tuple[list[SectionData], list[in
     if not any(pages):
         return list(sections), crcs
     table = SectionData(PAGES, b"".join(pages))
-    return list(sections) + [table], crcs + [zlib.crc32(table.data)]
+    return list(sections) + [table], crcs + [crc32(table.data)]
 
 
 def serialize(sections: list[SectionData], version: int = FORMAT_VERSION) -> Iterable[bytes]:
@@ -263,7 +265,7 @@ def serialize(sections: list[SectionData], version: int = FORMAT_VERSION) -> Ite
         yield b"\0" * (s.offset - pos)
         yield from _blocks(sd.data)
         pos = s.offset + s.length
-    yield FOOTER.pack(zlib.crc32(table), len(placed), FOOTER_MAGIC)
+    yield FOOTER.pack(crc32(table), len(placed), FOOTER_MAGIC)
 
 
 def write_artifact(path: str | os.PathLike, sections: list[SectionData], version: int = FORMAT_VERSION) -> int:
@@ -506,7 +508,7 @@ class Artifact:
             raise CorruptArtifact(f"{self.path}: corrupt artifact: section {name!r} is missing")
         view = self._buf[s.offset : s.offset + s.length]
         if name not in self._checked and not (paged and self._page_crcs(name) is not None):
-            if zlib.crc32(view) != s.crc32:
+            if crc32(view) != s.crc32:
                 raise CorruptArtifact(f"{self.path}: corrupt artifact: crc mismatch in section {name!r}")
             self._checked.add(name)
         return view
@@ -555,7 +557,7 @@ class Artifact:
         import numpy as np
 
         s = self.sections[name]
-        end, buf, crc32 = s.offset + s.length, self._buf, zlib.crc32
+        end, buf, crc32 = s.offset + s.length, self._buf, summer(len(pages) * PAGE)
         got = np.array([crc32(buf[lo : min(lo + PAGE, end)]) for lo in [s.offset + p * PAGE for p in pages]], dtype=np.uint32)
         at = np.asarray(pages, dtype=np.int64)
         bad = np.flatnonzero(got != crcs[at])
@@ -566,7 +568,7 @@ class Artifact:
     def _check_page(self, name: str, p: int, crcs) -> None:
         s = self.sections[name]
         lo = s.offset + p * PAGE
-        if zlib.crc32(self._buf[lo : min(lo + PAGE, s.offset + s.length)]) != crcs[p]:
+        if crc32(self._buf[lo : min(lo + PAGE, s.offset + s.length)]) != crcs[p]:
             raise self._page_mismatch(name, p)
         self._pages_ok[name][p] = True
 
@@ -647,7 +649,7 @@ def validate(buf: memoryview, label: str) -> tuple[int, dict[str, Section]]:
         raise UnsupportedVersion(
             f"{label}: format too new: version {h['version']}, this kb reads {OLDEST_SUPPORTED_VERSION}..{FORMAT_VERSION}; upgrade kb"
         )
-    if zlib.crc32(buf[: HEADER_SIZE - 4]) != h["crc32"]:
+    if crc32(buf[: HEADER_SIZE - 4]) != h["crc32"]:
         raise CorruptArtifact(f"{label}: corrupt artifact: header crc mismatch")
     if h["flags"]:  # no flag is defined yet: a set bit asks for a feature this reader does not have
         raise CorruptArtifact(f"{label}: corrupt artifact: header flags 0x{h['flags']:08x} are not defined in format version {h['version']}")
@@ -667,7 +669,7 @@ def validate(buf: memoryview, label: str) -> tuple[int, dict[str, Section]]:
     if table_end > size - FOOTER_SIZE:
         raise CorruptArtifact(f"{label}: corrupt artifact: section table runs past the end of the file")
     table = bytes(buf[HEADER_SIZE:table_end])
-    if zlib.crc32(table) != table_crc:
+    if crc32(table) != table_crc:
         raise CorruptArtifact(f"{label}: corrupt artifact: section table crc mismatch")
     sections: dict[str, Section] = {}
     prev_end = table_end

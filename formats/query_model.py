@@ -38,12 +38,12 @@ from __future__ import annotations
 import bisect
 import struct
 import threading
-import zlib
 from typing import NamedTuple
 
 import numpy as np
 
 from .artifact import CorruptArtifact
+from .checksum import crc32
 from .layout import BlobTable, pack_blobs
 
 MAGIC = b"KBQMOD1\n"
@@ -174,9 +174,9 @@ def row_group_crcs(data, ref: TensorRef) -> bytes:
     """crc32 of each group of ``ref.rows_per_crc`` leading rows of ``data`` (the tensor's bytes)."""
     data = memoryview(data)
     if not ref.rows_per_crc:
-        return struct.pack("<I", zlib.crc32(data))
+        return struct.pack("<I", crc32(data))
     step = ref.rows_per_crc * (ref.nbytes() // ref.shape[0])
-    return b"".join(struct.pack("<I", zlib.crc32(data[a : a + step])) for a in range(0, len(data), step))
+    return b"".join(struct.pack("<I", crc32(data[a : a + step])) for a in range(0, len(data), step))
 
 
 def pack_page(pieces: list[tuple[bytes, int, float]]) -> bytes:
@@ -215,10 +215,10 @@ def pack_query_model(embed_crc32: int, encoder: dict, tensors: list[tuple[Tensor
         "tensors": {r.name: [r.dtype, list(r.shape), r.offset, r.rows_per_crc, crcs] for r, crcs in tensors},
         "tokenizer": tokenizer,
         "pages": {"count": len(pages), "fences": fences,
-                  "crcs": np.array([zlib.crc32(p) for p in pages], dtype="<u4").tobytes()},
+                  "crcs": np.array([crc32(p) for p in pages], dtype="<u4").tobytes()},
     }
     d = msgpack.packb(directory, use_bin_type=True)
-    return MAGIC + _HEAD.pack(len(d), zlib.crc32(d)) + d + pack_blobs(pages)
+    return MAGIC + _HEAD.pack(len(d), crc32(d)) + d + pack_blobs(pages)
 
 
 # --- reader ---------------------------------------------------------------------------------------
@@ -271,7 +271,7 @@ class QueryModel:
         if length > MAX_DIRECTORY or HEAD_SIZE + length > len(q):
             raise _corrupt("directory runs past the section")
         raw = q[HEAD_SIZE : HEAD_SIZE + length]
-        if zlib.crc32(raw) != crc:
+        if crc32(raw) != crc:
             raise _corrupt("directory crc mismatch")
         self._dir_end = HEAD_SIZE + length
         try:
@@ -384,7 +384,7 @@ class QueryModel:
         key = (t.ref.name, group)
         if key in self._verified:
             return
-        if zlib.crc32(data) != int(t.crcs[group]):
+        if crc32(data) != int(t.crcs[group]):
             raise _corrupt(f"crc mismatch in tensor {t.ref.name!r}, rows group {group}", self.label, "model.embed")
         with self._lock:
             self._verified.add(key)
@@ -399,7 +399,7 @@ class QueryModel:
 
     def verify(self, names) -> None:
         """Check the crc32s of whole tensors ``names`` (once); CorruptArtifact on the first
-        mismatch. Helper threads call it ahead of use (zlib releases the GIL while it sums)."""
+        mismatch. Helper threads call it ahead of use (zlib and zlib-ng release the GIL while they sum)."""
         for name in names:
             if name in self._whole:
                 continue
@@ -432,7 +432,7 @@ class QueryModel:
         if page is not None:
             return page
         raw = self._page_table[p]
-        if zlib.crc32(raw) != int(self._page_crcs[p]):
+        if crc32(raw) != int(self._page_crcs[p]):
             raise _corrupt(f"crc mismatch in vocabulary page {p}", self.label)
         if len(raw) < _PAGE_HEAD.size:
             raise _corrupt(f"vocabulary page {p} is shorter than its header", self.label)
