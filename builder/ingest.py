@@ -16,7 +16,7 @@ import re
 import stat
 import sys
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb.common.errors import UsageError
@@ -574,12 +574,12 @@ def _read_jsonl(corpus: Corpus, path: Path, max_file_bytes: int) -> None:
                     corpus.skipped.append(Skipped(where, f"too large ({len(line)} bytes > {max_file_bytes})"))
                     continue
                 try:
-                    doc = jsonl_record(line, name, seen)
+                    doc = jsonl_record(line, name, seen, record)
                 except ParseError as e:
                     corpus.skipped.append(Skipped(where, str(e)))
                     continue
                 seen.add(doc.doc_id)
-                corpus.documents.append(replace(doc, record=record))
+                corpus.documents.append(doc)
         except SkipFile as e:
             raise InputError(f"{path}: cannot read JSON Lines file: {e}") from None
     corpus.sources.append(SourceFile(name, st.st_size, st.st_mtime_ns, digest.hexdigest()))
@@ -602,8 +602,9 @@ def _lines(blocks, digest):
     yield at, b"".join(pending)
 
 
-def jsonl_record(line: str, name: str, seen=frozenset()) -> Document:
-    """One JSON Lines record as a Document, or ParseError with the reason it is skipped."""
+def jsonl_record(line: str, name: str, seen=frozenset(), record: int | None = None) -> Document:
+    """One JSON Lines record as a Document (``record``: its index among the file's records), or
+    ParseError with the reason it is skipped."""
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as e:
@@ -627,4 +628,4 @@ def jsonl_record(line: str, name: str, seen=frozenset()) -> Document:
     status = _str(rec.get("status")) or None
     tags = tags_of(rec.get("tags"))
     _check_unicode("record", doc_id, title, body, doc_path, status or "", *tags)
-    return Document(doc_id, doc_path, "jsonl", title or doc_id, body, 1, tags, status)
+    return Document(doc_id, doc_path, "jsonl", title or doc_id, body, 1, tags, status, record=record)
