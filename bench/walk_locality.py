@@ -1,18 +1,18 @@
-"""Would adding vectors to the HNSW graph in a locality order cut the pages a one-shot search's
-walk of the graph reads (issue 18's open_ms)? An experiment, not kb's build: kb adds vectors in
-chunk-id order.
+"""Does adding vectors to the HNSW graph in a locality order cut the pages a one-shot search's
+walk of the graph reads (issue 18's open_ms)? The experiment behind kb-build's default
+``[vectors] order = "clusters"`` (builder/locality.py).
 
     python bench/walk_locality.py --vectors bench/out/scale-1m/vectors.npy --queries bench/out/scale-1m/queries.npz \
-        --chunks 300000 --ef 2048 [--orders natural,two-32] [--threads 2] [--queries-used 100]
+        --chunks 300000 --ef 2048 [--orders natural,clusters] [--threads 2] [--queries-used 100]
 
 For each order, the first ``--chunks`` vectors of a bench/scale.py corpus are added to a usearch
 graph as kb-build makes it (cos, f16, M 16, ef_add 128, ``--threads``), with the vector of chunk
 i under key i, in that order:
 
-- natural: chunk-id order (what kb-build does);
-- two-K: a two-level k-means order (K clusters of the vectors, then K within each; 8 Lloyd
-  iterations on a sample of 50 K vectors, seeded), so that near vectors get near slots, and so
-  near rows of the matrix and near records of the graph.
+- natural: chunk-id order (kb-build's ``[vectors] order = "chunks"``);
+- clusters: kb-build's default, builder/locality.py's two-level k-means order (K clusters of the
+  vectors, then K within each, K about the fourth root of the count), so that near vectors get
+  near slots, and so near rows of the matrix and near records of the graph.
 
 The saved graph is then searched by kb's own walk (runtime/graph_walk.py, the one-shot search past
 20,000 chunks) for each query vector, and every 4 KiB page the walk verifies (node records and
@@ -30,42 +30,19 @@ from pathlib import Path
 
 import numpy as np
 
+from kb.builder.locality import unit_rows
+
 PAGE = 4096
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def kmeans(x: np.ndarray, k: int, rng, iters: int = 8) -> np.ndarray:
-    """k unit centroids of unit rows ``x`` (spherical Lloyd iterations)."""
-    c = x[rng.choice(len(x), k, replace=False)].copy()
-    for _ in range(iters):
-        a = np.argmax(x @ c.T, axis=1)
-        for j in range(k):
-            m = a == j
-            if m.any():
-                c[j] = _unit(x[m].mean(0))
-    return c
-
-
 def order_of(kind: str, v: np.ndarray) -> np.ndarray:
-    n = len(v)
+    from kb.builder.locality import cluster_order
+
     if kind == "natural":
-        return np.arange(n)
-    k = int(kind.split("-")[1])
-    rng = np.random.default_rng(0)
-    vf = _unit(v)
-    top = kmeans(vf[rng.choice(n, min(n, 50 * k), replace=False)], k, rng)
-    a1 = np.concatenate([np.argmax(vf[i : i + 50_000] @ top.T, axis=1) for i in range(0, n, 50_000)])
-    a2 = np.zeros(n, np.int64)
-    for j in range(k):
-        idx = np.flatnonzero(a1 == j)
-        if len(idx) > k:
-            sub = vf[idx]
-            a2[idx] = np.argmax(sub @ kmeans(sub[rng.choice(len(idx), min(len(idx), 50 * k), replace=False)], k, rng).T, axis=1)
-    return np.lexsort((np.arange(n), a2, a1))
+        return np.arange(len(v))
+    if kind == "clusters" or kind.startswith("two-"):  # two-K: K clusters a level instead of kb's choice
+        return cluster_order(len(v), lambda at: np.asarray(v[at], dtype=np.float32), int(kind[4:]) if kind != "clusters" else None)
+    raise SystemExit(f"unknown order {kind!r}: natural, clusters or two-K")
 
 
 def run(kind: str, v: np.ndarray, queries: np.ndarray, exact: list[set], ef: int, threads: int, folder: Path) -> dict:
@@ -114,12 +91,12 @@ def main(argv=None):
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--ef", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--orders", default="natural,two-32")
+    ap.add_argument("--orders", default="natural,clusters")
     ap.add_argument("--queries-used", type=int, default=100)
     a = ap.parse_args(argv)
     v = np.ascontiguousarray(np.load(a.vectors, mmap_mode="r")[: a.chunks])
-    queries = _unit(np.load(a.queries)["vectors"][: a.queries_used])
-    vf = _unit(v)
+    queries = unit_rows(np.load(a.queries)["vectors"][: a.queries_used])
+    vf = unit_rows(v)
     exact = [set(np.argsort(-(vf @ q))[:10].tolist()) for q in queries]
     del vf
     print(f"{a.chunks} chunks, ef {a.ef}, {len(queries)} queries, {a.threads} build threads")

@@ -82,6 +82,7 @@ class VectorOptions:
     expansion_add: int = setting(128, "HNSW ef at construction; more = better graph, slower build.", minimum=1, maximum=4096)
     expansion_search: int = setting(1024, "HNSW ef at query time (stored in meta); more = better recall, slower search.", minimum=1, maximum=4096)
     dtype: str = setting("f16", "Stored vector precision.", choices=("f16", "bf16", "f32"))
+    order: str = setting("clusters", "Where the graph's nodes and their vectors lie in the artifact: clusters = near vectors together (a two-level k-means; the same graph, but a one-shot search reads fewer pages of it), chunks = in the order they were added. Below 4096 vectors, as added either way.", choices=("clusters", "chunks"))
     threads: int = setting(1, "Threads that add vectors to the HNSW graph: 1 = the same graph, and the same artifact bytes, at every build; more = faster on more cores, but the graph differs from build to build.", minimum=1, maximum=256)
 
 

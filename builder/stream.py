@@ -11,7 +11,8 @@ these accumulators in chunk-id order:
   size) and compresses the blocks into a second scratch file, which the writer copies;
 - ``VectorIndex``: the HNSW graph, vectors added in chunk-id order on one thread (the same graph
   as one add of them all; kb.toml ``[vectors] threads`` trades that for speed); ``save`` writes
-  it to a scratch file, which the writer copies.
+  it to a scratch file, its nodes moved so that near vectors lie together (``[vectors] order``,
+  builder/locality.py), which the writer copies.
 
 The postings stage takes the same windows (builder/postings.py). What stays in memory is the HNSW
 graph, the vocabulary, a few bytes per chunk, and one window. Every output byte is the same as
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from typing import Callable
 
 import numpy as np
 
@@ -224,13 +226,16 @@ def pack_sources(docs, zdict: bytes, out: Scratch, threads: int = 1) -> tuple:
 
 
 class VectorIndex:
-    """The hnsw stage: vectors added in chunk-id order, a window at a time, on one thread."""
+    """The hnsw stage: vectors added to the graph in chunk-id order, a window at a time, on
+    ``[vectors] threads`` threads (1, the default: the same graph at every build). ``save``
+    writes the graph out, its nodes moved into ``[vectors] order`` (builder/locality.py)."""
 
     def __init__(self, dim: int, v):
         from usearch.index import Index
 
         self.index = Index(ndim=dim, metric="cos", dtype=v.dtype, connectivity=v.connectivity, expansion_add=v.expansion_add, expansion_search=v.expansion_search)
-        self.threads = v.threads  # 1 (the default): a deterministic graph
+        self.threads = v.threads
+        self.order = v.order
         self.count = 0
         self.rows: bytes | None = None  # after save: the vectors.rows section, when needed
 
@@ -240,23 +245,52 @@ class VectorIndex:
             self.index.add(np.arange(self.count, self.count + len(vecs), dtype=np.uint64), vecs, threads=self.threads)
         self.count += len(vecs)
 
-    def save(self, scratch: Scratch) -> FileRange:
-        """Write the index (usearch's ``save`` format) to ``scratch`` and free the graph; then
-        ``rows`` is the ``vectors.rows`` section (the row of each key's vector) when the graph's
-        nodes are not in key order (several build threads add them as they arrive), else None."""
+    def save(self, scratch: Callable[[], Scratch]) -> FileRange:
+        """Write the index (usearch's ``save`` format) to a new scratch file and free the graph;
+        with ``order = "clusters"``, rewrite it with near vectors in near slots into another
+        (the first is then removed). Then ``rows`` is the ``vectors.rows`` section (the row of
+        each key's vector) when the nodes are not in key order, else None."""
         import mmap
-        import os
 
-        from kb.formats.hnsw import check_hnsw
+        from kb.formats.hnsw import check_hnsw, permuted
 
-        self.index.save(scratch.path)
+        from .locality import MIN_CLUSTERED, cluster_order
+
+        out = scratch()
+        self.index.save(out.path)
         self.index = None
-        size = os.path.getsize(scratch.path)
-        with open(scratch.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        if self.order == "clusters" and self.count >= MIN_CLUSTERED:
+            plain, out = out, scratch()
+            with open(plain.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                view = memoryview(m)
+                try:
+                    vectors = _image_vectors(view, self.count)
+                    order = cluster_order(self.count, lambda at: vectors[at].astype(np.float32))
+                    del vectors
+                    for piece in permuted(view, self.count, order):
+                        out.file.write(piece)
+                    out.file.flush()
+                finally:
+                    view.release()
+            plain.close()
+        size = os.path.getsize(out.path)
+        with open(out.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             view = memoryview(m)
             try:
                 perm = check_hnsw(view, self.count, neighbours=False).row_of_key
             finally:
                 view.release()
         self.rows = None if perm is None else perm.astype("<u4").tobytes()
-        return FileRange(scratch.path, 0, size)
+        return FileRange(out.path, 0, size)
+
+
+def _image_vectors(view, count: int) -> np.ndarray:
+    """The vector matrix at the head of a usearch image of ``count`` vectors: f16 or f32 viewed
+    in place, bf16 widened to f32 (a copy)."""
+    from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS, graph_layout
+
+    img = graph_layout(view, count).image
+    raw = np.frombuffer(view, dtype=np.uint8, count=img.rows * img.cols, offset=MATRIX_START).reshape(img.rows, img.cols)
+    if img.scalar in NUMPY_SCALARS:
+        return raw.view(NUMPY_SCALARS[img.scalar])
+    return (raw.view("<u2").astype("<u4") << 16).view("<f4")  # bf16: the high half of an f32

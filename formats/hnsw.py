@@ -202,3 +202,53 @@ def _check_neighbours(b: np.ndarray, starts: np.ndarray, capacity: int, size: in
         slots = lists[:, 1:]
         if np.any(slots >= size) and np.any(slots[np.arange(capacity) < counts[:, None]] >= size):
             raise BadIndex("a neighbour slot points outside the graph")
+
+
+def permuted(buf, count: int, order: np.ndarray, batch: int = ROWS_AT_ONCE):
+    """The bytes (in pieces, to write one after another) of the usearch image ``buf`` with its
+    nodes moved to new slots: new slot i holds what slot ``order[i]`` held (its vector row, its
+    level and its record, keys unchanged), and every neighbour slot and the entry point are
+    renamed to match. The same graph, searched the same way; only where each node lies differs
+    (kb-build's ``[vectors] order``: builder/locality.py). ``buf`` must pass ``check_hnsw``
+    (every slot is renamed through a table), BadIndex otherwise."""
+    check_hnsw(buf, count)
+    g = graph_layout(buf, count)
+    b = np.frombuffer(buf, dtype=np.uint8)
+    if isinstance(g, HnswImage):  # an empty graph has nothing to move
+        yield bytes(b)
+        return
+    order = np.asarray(order, dtype=np.int64)
+    if len(order) != count or order.min() < 0 or order.max() >= count:
+        raise BadIndex("the new order is not a permutation of the slots")
+    new_of_old = np.full(count, -1, dtype=np.int64)
+    new_of_old[order] = np.arange(count, dtype=np.int64)
+    if np.any(new_of_old < 0):
+        raise BadIndex("the new order is not a permutation of the slots")
+    img = g.image
+    yield bytes(b[:MATRIX_START])
+    matrix = b[MATRIX_START : img.graph_start].reshape(img.rows, img.cols)
+    for lo in range(0, count, batch):
+        yield matrix[order[lo : lo + batch]].tobytes()
+    head_at = img.graph_start + HEAD_SIZE
+    yield bytes(b[img.graph_start : head_at])
+    yield _GRAPH.pack(g.size, g.conn, g.base, g.max_level, int(new_of_old[g.entry]))
+    yield g.levels[order].astype("<i2").tobytes()
+    # Each list: its count and capacity slots, at these u32 positions past the node head.
+    lists = [(0, g.base)] + [(1 + g.base + (level - 1) * (1 + g.conn), g.conn) for level in range(1, g.max_level + 1)]
+    for lo in range(0, count, batch):
+        olds = order[lo : lo + batch]
+        widths = g.node_bytes[olds]
+        at = np.concatenate(([0], np.cumsum(widths)))
+        out = np.empty(int(at[-1]), dtype=np.uint8)
+        for level in np.unique(g.levels[olds]).tolist():
+            here = np.flatnonzero(g.levels[olds] == level)
+            width = int(widths[here[0]])
+            rec = _rows(b, g.starts[olds[here]], width)
+            slots = rec[:, NODE_HEAD:].copy().view("<u4")
+            for first, capacity in lists[: level + 1]:
+                block = slots[:, first + 1 : first + 1 + capacity]
+                used = np.arange(capacity) < slots[:, first, None]
+                block[used] = new_of_old[block[used]]
+            rec[:, NODE_HEAD:] = slots.view(np.uint8)
+            out[(at[here][:, None] + np.arange(width)).ravel()] = rec.ravel()
+        yield out.tobytes()

@@ -134,16 +134,13 @@ def test_vectors_need_one_jsonl_no_folder_and_the_model_that_made_them(tmp_path)
 
 
 def test_a_graph_whose_nodes_are_not_in_key_order_still_gives_each_chunk_its_vector(tmp_path, monkeypatch):
-    """Several build threads ([vectors] threads) add nodes in the order they arrive: the matrix
-    rows are then not the chunk ids, and the reader maps them through the checked key order."""
-    from kb.builder.stream import VectorIndex
+    """Several build threads ([vectors] threads) add nodes in the order they arrive, and
+    [vectors] order = "clusters" moves them: the matrix rows are then not the chunk ids, and the
+    reader maps them through the checked key order."""
+    from kb.builder import locality
 
-    def add_reversed(self, vecs):
-        keys = np.arange(self.count, self.count + len(vecs), dtype=np.uint64)[::-1]
-        self.index.add(keys, vecs[::-1], threads=1)
-        self.count += len(vecs)
-
-    monkeypatch.setattr(VectorIndex, "add", add_reversed)
+    monkeypatch.setattr(locality, "MIN_CLUSTERED", 1)
+    monkeypatch.setattr(locality, "cluster_order", lambda n, rows: np.arange(n)[::-1].copy())
     jsonl = write_corpus(tmp_path)
     npy = tmp_path / "v.npy"
     np.save(npy, vectors_for(RECORDS))

@@ -1,0 +1,82 @@
+"""Where the HNSW graph's nodes lie in the artifact (kb.toml ``[vectors] order``).
+
+usearch gives each node the next slot of its graph and of its vector matrix as it is added, in
+chunk-id order here. The neighbours of a node then lie anywhere in the artifact, and a one-shot
+search's walk of the graph (runtime/graph_walk.py) reads a page for nearly every vector it
+compares: at a million chunks most of that walk's time is first touches of pages. With
+``clusters``, kb-build moves the finished graph's nodes (formats/hnsw.py ``permuted``: the same
+graph, renamed) so that near vectors get near slots, and the walk reads fewer pages.
+
+Adding the vectors in this order instead would have done the same for the pages and built the
+graph faster, but made a worse graph: at 300,000 chunks of bench/scale.py's corpus recall@10 fell
+from 0.9975 to 0.990 at ef 1024 (0.994 with a random 5% added first), and at a million from
+0.9885 to 0.977 (bench/RESULTS.md, "scale-notes").
+
+The order: a two-level spherical k-means of the vectors, K clusters and K clusters within each
+(K about the fourth root of the count, so a leaf holds about its square root), 8 Lloyd
+iterations on a seeded sample of each level; leaf by leaf, by slot within a leaf. The vectors are
+read a block at a time, never copied whole. The order depends only on the vectors (fixed seed),
+so a build with one graph thread still writes the same bytes every time on the same machine.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+MIN_CLUSTERED = 4096  # fewer vectors than this stay where they were added: too few to gain
+SAMPLE_PER_CLUSTER = 50  # k-means sample: this many vectors per centroid wanted
+ITERATIONS = 8
+BLOCK_ROWS = 1 << 15  # vectors a pass reads at a time
+SEED = 0
+
+Rows = Callable[[np.ndarray], np.ndarray]  # sorted row numbers -> those vectors (float32)
+
+
+def clusters_per_level(n: int) -> int:
+    return int(min(64, max(2, round(n**0.25))))
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` as float32 rows of length 1 (a zero row stays zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), np.float32(1e-12))
+
+
+def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iterations: int = ITERATIONS) -> np.ndarray:
+    """``k`` unit centroids of the unit rows ``x`` (spherical Lloyd iterations from k distinct rows)."""
+    c = x[np.sort(rng.choice(len(x), k, replace=False))].copy()
+    for _ in range(iterations):
+        nearest = np.argmax(x @ c.T, axis=1)
+        for j in range(k):
+            members = x[nearest == j]
+            if len(members):
+                c[j] = unit_rows(members.sum(0))
+    return c
+
+
+def cluster_order(n: int, rows: Rows, k: int | None = None) -> np.ndarray:
+    """The positions 0..n-1 in their new order: leaf by leaf of a two-level k-means with
+    ``k`` clusters a level (default ``clusters_per_level(n)``), by position within a leaf.
+    ``rows(sorted positions)`` reads vectors."""
+    if n < MIN_CLUSTERED:
+        return np.arange(n, dtype=np.int64)
+    k = k or clusters_per_level(n)
+    rng = np.random.default_rng(SEED)
+    top = kmeans(unit_rows(rows(np.sort(rng.choice(n, min(n, SAMPLE_PER_CLUSTER * k), replace=False)))), k, rng)
+    first = np.concatenate([np.argmax(rows(np.arange(a, min(n, a + BLOCK_ROWS))) @ top.T, axis=1) for a in range(0, n, BLOCK_ROWS)])
+    subs = np.zeros((k, k, top.shape[1]), dtype=np.float32)  # each cluster's own centroids
+    sizes = np.bincount(first, minlength=k)
+    for j in np.flatnonzero(sizes > k):
+        members = np.flatnonzero(first == j)
+        sample = np.sort(rng.choice(members, min(len(members), SAMPLE_PER_CLUSTER * k), replace=False))
+        subs[j] = kmeans(unit_rows(rows(sample)), k, rng)
+    second = np.zeros(n, dtype=np.int64)
+    for a in range(0, n, BLOCK_ROWS):
+        block, cl = rows(np.arange(a, min(n, a + BLOCK_ROWS))), first[a : a + BLOCK_ROWS]
+        for j in np.unique(cl):
+            if sizes[j] > k:
+                at = np.flatnonzero(cl == j)
+                second[a + at] = np.argmax(block[at] @ subs[j].T, axis=1)
+    return np.lexsort((np.arange(n), second, first))
