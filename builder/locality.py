@@ -21,7 +21,7 @@ so a build with one graph thread still writes the same bytes every time on the s
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -80,3 +80,26 @@ def cluster_order(n: int, rows: Rows, k: int | None = None) -> np.ndarray:
                 at = np.flatnonzero(cl == j)
                 second[a + at] = np.argmax(block[at] @ subs[j].T, axis=1)
     return np.lexsort((np.arange(n), second, first))
+
+
+def moved(image, count: int) -> Iterator[bytes]:
+    """The pieces of the usearch image ``image`` of ``count`` vectors (kb-build's saved graph)
+    with its nodes in ``cluster_order`` of their vectors (formats/hnsw.py ``permuted``)."""
+    from kb.formats.hnsw import permuted
+
+    vectors = image_vectors(image, count)
+    order = cluster_order(count, lambda at: vectors[at].astype(np.float32))
+    del vectors
+    return permuted(image, count, order)
+
+
+def image_vectors(image, count: int) -> np.ndarray:
+    """The vector matrix at the head of a usearch image of ``count`` vectors, by slot: f16 or
+    f32 viewed in place, bf16 widened to f32 (a copy)."""
+    from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS, graph_layout
+
+    img = graph_layout(image, count).image
+    raw = np.frombuffer(image, dtype=np.uint8, count=img.rows * img.cols, offset=MATRIX_START).reshape(img.rows, img.cols)
+    if img.scalar in NUMPY_SCALARS:
+        return raw.view(NUMPY_SCALARS[img.scalar])
+    return (raw.view("<u2").astype("<u4") << 16).view("<f4")  # bf16: the high half of an f32

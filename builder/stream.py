@@ -252,9 +252,9 @@ class VectorIndex:
         each key's vector) when the nodes are not in key order, else None."""
         import mmap
 
-        from kb.formats.hnsw import check_hnsw, permuted
+        from kb.formats.hnsw import check_hnsw
 
-        from .locality import MIN_CLUSTERED, cluster_order
+        from .locality import MIN_CLUSTERED, moved
 
         out = scratch()
         self.index.save(out.path)
@@ -264,10 +264,7 @@ class VectorIndex:
             with open(plain.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                 view = memoryview(m)
                 try:
-                    vectors = _image_vectors(view, self.count)
-                    order = cluster_order(self.count, lambda at: vectors[at].astype(np.float32))
-                    del vectors
-                    for piece in permuted(view, self.count, order):
+                    for piece in moved(view, self.count):
                         out.file.write(piece)
                     out.file.flush()
                 finally:
@@ -283,14 +280,3 @@ class VectorIndex:
         self.rows = None if perm is None else perm.astype("<u4").tobytes()
         return FileRange(out.path, 0, size)
 
-
-def _image_vectors(view, count: int) -> np.ndarray:
-    """The vector matrix at the head of a usearch image of ``count`` vectors: f16 or f32 viewed
-    in place, bf16 widened to f32 (a copy)."""
-    from kb.formats.hnsw import MATRIX_START, NUMPY_SCALARS, graph_layout
-
-    img = graph_layout(view, count).image
-    raw = np.frombuffer(view, dtype=np.uint8, count=img.rows * img.cols, offset=MATRIX_START).reshape(img.rows, img.cols)
-    if img.scalar in NUMPY_SCALARS:
-        return raw.view(NUMPY_SCALARS[img.scalar])
-    return (raw.view("<u2").astype("<u4") << 16).view("<f4")  # bf16: the high half of an f32

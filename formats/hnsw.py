@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -73,10 +74,13 @@ def matrix_head(buf) -> tuple[int, int]:
 @dataclass(frozen=True)
 class GraphLayout:
     """Where everything of a usearch image lies, from its headers and its levels array alone
-    (``graph_layout``): node i's record is bytes ``starts[i]`` to ``starts[i] + node_bytes[i]``,
-    its level-0 list at ``starts[i] + NODE_HEAD``, its level-l list (1 <= l <= levels[i]) at
-    ``starts[i] + NODE_HEAD + base_bytes + (l - 1) * upper_bytes``; a list is count(u32) then
-    that many slots(u32) of its capacity (``base`` at level 0, ``conn`` above)."""
+    (``graph_layout``): node i's record is bytes ``start_of(i)`` to ``start_of(i) + bytes_of(i)``,
+    its level-0 list at ``start_of(i) + NODE_HEAD``, its level-l list (1 <= l <= levels[i]) at
+    ``start_of(i) + NODE_HEAD + base_bytes + (l - 1) * upper_bytes``; a list is count(u32) then
+    that many slots(u32) of its capacity (``base`` at level 0, ``conn`` above). Only the nodes
+    above level 0 (one in ``conn`` or so) are listed, so no array of a million offsets is made
+    for a search that visits a few thousand (``starts`` and ``node_bytes`` are every node's,
+    computed when asked for)."""
 
     image: HnswImage  # keys_in_order and row_of_key not yet known: True and None here
     size: int
@@ -84,10 +88,11 @@ class GraphLayout:
     base: int
     max_level: int
     entry: int
-    levels: np.ndarray  # int64 per node
-    starts: np.ndarray  # int64 per node
-    node_bytes: np.ndarray  # int64 per node: its record's length
+    levels: np.ndarray  # int16 per node, viewed in place
     levels_at: int  # byte offset of the levels array (2 x size bytes)
+    nodes_at: int  # byte offset of node 0's record
+    upper: np.ndarray  # the slots of the nodes above level 0, ascending
+    upper_levels: np.ndarray  # int64: 0, then the running sum of their levels
 
     @property
     def base_bytes(self) -> int:
@@ -96,6 +101,24 @@ class GraphLayout:
     @property
     def upper_bytes(self) -> int:
         return 4 + 4 * self.conn
+
+    def start_of(self, slots) -> np.ndarray:
+        """The byte offset of each of ``slots``' records (int64)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        before = self.upper_levels[np.searchsorted(self.upper, slots)]  # upper levels of the nodes before each
+        return self.nodes_at + slots * (NODE_HEAD + self.base_bytes) + before * self.upper_bytes
+
+    def bytes_of(self, slots) -> np.ndarray:
+        """The length of each of ``slots``' records (int64)."""
+        return NODE_HEAD + self.base_bytes + self.levels[slots].astype(np.int64) * self.upper_bytes
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        return self.start_of(np.arange(self.size, dtype=np.int64))
+
+    @cached_property
+    def node_bytes(self) -> np.ndarray:
+        return self.bytes_of(np.arange(self.size, dtype=np.int64))
 
 
 def graph_layout(buf, count: int) -> GraphLayout | HnswImage:
@@ -139,16 +162,17 @@ def graph_layout(buf, count: int) -> GraphLayout | HnswImage:
         raise BadIndex("entry point outside the graph")
     if pos + 2 * size > n:
         raise BadIndex("node levels run past the end")
-    levels = b[pos : pos + 2 * size].view("<i2").astype(np.int64)
+    levels = b[pos : pos + 2 * size].view("<i2")
     levels_at = pos
     pos += 2 * size
     if levels.min() < 0 or levels.max() > max_level or levels[entry] != max_level:
         raise BadIndex("node levels out of range")
-    node_bytes = NODE_HEAD + (4 + 4 * base) + levels * (4 + 4 * conn)
-    offsets = pos + np.concatenate(([0], np.cumsum(node_bytes)))
-    if int(offsets[-1]) != n:
-        raise BadIndex(f"graph is {n - pos} bytes, its levels need {int(offsets[-1]) - pos}")
-    return GraphLayout(image, size, conn, base, max_level, entry, levels, offsets[:-1], node_bytes, levels_at)
+    upper = np.flatnonzero(levels)
+    upper_levels = np.concatenate(([0], np.cumsum(levels[upper], dtype=np.int64)))
+    need = size * (NODE_HEAD + 4 + 4 * base) + int(upper_levels[-1]) * (4 + 4 * conn)
+    if pos + need != n:
+        raise BadIndex(f"graph is {n - pos} bytes, its levels need {need}")
+    return GraphLayout(image, size, conn, base, max_level, entry, levels, levels_at, pos, upper, upper_levels)
 
 
 def check_hnsw(buf, count: int, neighbours: bool = True) -> HnswImage:

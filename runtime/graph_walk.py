@@ -49,7 +49,6 @@ class GraphWalk:
         self.matrix = matrix
         self.row_bytes = matrix.strides[0]
         self.matrix_at = layout.image.graph_start - layout.image.rows * self.row_bytes
-        self.node_bytes = layout.node_bytes
         self._check = check
         self.expansion_search = expansion_search
         self._corrupt = corrupt  # why -> the exception a node that breaks the graph's rules raises
@@ -64,8 +63,8 @@ class GraphWalk:
 
     # --- reading, checked ----------------------------------------------------------------------
     def _records(self, slots: np.ndarray) -> None:
-        starts = self.g.starts[slots]
-        self._check(starts, starts + self.node_bytes[slots])
+        starts = self.g.start_of(slots)
+        self._check(starts, starts + self.g.bytes_of(slots))
 
     def _lists(self, slots: np.ndarray, level: int) -> np.ndarray:
         """The neighbours (slots) of ``slots`` at ``level``, concatenated."""
@@ -76,7 +75,7 @@ class GraphWalk:
             return np.zeros(0, np.int64)
         self._records(slots)
         width = g.base_bytes if level == 0 else g.upper_bytes
-        at = g.starts[slots] + NODE_HEAD + (0 if level == 0 else g.base_bytes + (level - 1) * g.upper_bytes)
+        at = g.start_of(slots) + NODE_HEAD + (0 if level == 0 else g.base_bytes + (level - 1) * g.upper_bytes)
         lists = self._rows(at, width).view("<u4")
         counts, cap = lists[:, 0], width // 4 - 1
         if np.any(counts > cap):
@@ -109,7 +108,7 @@ class GraphWalk:
     def keys_of(self, slots: np.ndarray) -> np.ndarray:
         """The keys (chunk ids) of nodes ``slots``, each checked to be inside the graph."""
         self._records(slots)
-        keys = self._rows(self.g.starts[slots], 8).view("<u8").ravel()
+        keys = self._rows(self.g.start_of(slots), 8).view("<u8").ravel()
         if np.any(keys >= self.g.size):
             raise self._corrupt("vector index: a node's key is outside the graph")
         return keys

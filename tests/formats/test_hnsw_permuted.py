@@ -73,6 +73,11 @@ def test_any_permutation_keeps_every_list(n, rnd):
     rnd.shuffle(order)
     new = moved(buf, n, order)
     check_hnsw(new, n)
+    for image_bytes in (buf, new):  # each record's offset from the nodes above level 0 alone, as a running sum would give it
+        g = graph_layout(image_bytes, n)
+        lengths = 10 + g.base_bytes + g.levels.astype(np.int64) * g.upper_bytes
+        assert np.array_equal(g.starts, g.nodes_at + np.concatenate(([0], np.cumsum(lengths)[:-1])))
+        assert np.array_equal(g.start_of(np.arange(n)[::-1]), g.starts[::-1]) and np.array_equal(g.bytes_of(np.arange(n)), lengths)
     assert neighbours(new, n) == neighbours(buf, n)
     assert moved(new, n, np.argsort(order)) == buf  # and back
 
@@ -86,8 +91,8 @@ def test_an_order_that_is_not_a_permutation_is_refused():
 
 @pytest.mark.parametrize("dtype", ["f16", "f32", "bf16"])
 def test_the_builder_reads_the_vectors_of_an_image_of_every_stored_kind(dtype):
-    from kb.builder.stream import _image_vectors
+    from kb.builder.locality import image_vectors
 
     buf, vecs = image(40, dtype=dtype)
-    got = _image_vectors(buf, 40).astype(np.float32)
+    got = image_vectors(buf, 40).astype(np.float32)
     assert got.shape == vecs.shape and np.allclose(got, vecs, rtol=1e-2, atol=1e-2)  # as given, in the stored precision
