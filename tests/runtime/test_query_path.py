@@ -17,7 +17,7 @@ pytest.importorskip("safetensors")
 
 from bert_ref import rich_wordpiece, tiny_embedder  # noqa: E402
 from corpora import SAMPLE, build_hash  # noqa: E402
-from kb.builder.embedders import register_embedder  # noqa: E402
+from kb.builder.embedders import EMBEDDERS, register_embedder  # noqa: E402
 from kb.common.encoders import CT2Embedder  # noqa: E402
 from kb.formats import artifact as A  # noqa: E402
 from kb.formats import layout as L  # noqa: E402
@@ -36,7 +36,8 @@ def tiny_model_artifact(tmp_path_factory):
     out = folder / "sample.kb"
     rep = build_hash(SAMPLE, out, embedder="tiny-wp")
     assert L.MODEL_QUERY in rep.section_bytes, rep.warnings
-    return out
+    yield out
+    EMBEDDERS.pop("tiny-wp", None)  # other modules' tests list the models kb-build accepts
 
 
 def test_a_build_with_given_vectors_packs_the_query_section_and_kb_search_uses_it(tiny_model_artifact, tmp_path):
