@@ -10,7 +10,7 @@ count within its list's capacity, each slot inside the graph), the keys of the n
 Opening costs the headers and the 2-byte levels array (formats/hnsw.py ``graph_layout``).
 
 The search is HNSW's (Malkov and Yashunin, algorithm 5): a greedy descent through the upper
-levels, then a beam search of width ``ef`` on level 0. The beam expands up to ``BATCH`` of its
+levels, then a beam search of width ``ef`` on level 0. The beam expands up to ef / 16 (16 to 64) of its
 nearest unexpanded nodes at a time, so that numpy does the work of one step per batch rather
 than per node; it stops when no unexpanded node is nearer than the beam's farthest. Long-lived
 processes (kb serve, kb mcp, kb bench) check the graph once and search it with usearch.
@@ -25,8 +25,12 @@ import numpy as np
 from kb.formats.artifact import sorted_unique
 from kb.formats.hnsw import NODE_HEAD, GraphLayout
 
-BATCH = 16  # nodes the beam expands per step: fewer numpy steps, a few more nodes read; with 16 the
-# walk's recall@10 equals usearch's on the same graphs (bench/RESULTS.md "scale")
+# Nodes the beam expands per step: ef / BATCH_PER_EF, within BATCH_MIN..BATCH_MAX. Wider steps
+# mean fewer numpy steps and a few more nodes read. At 16 the walk's recall@10 equals usearch's on
+# the same graphs (bench/RESULTS.md "scale"); at ef 1024 and 2048, 64 gave the same recall as 16
+# on 200 queries at 100,000 and 1,000,000 chunks and a first (one-shot) search of 42-44 ms
+# instead of 55 ("scale-notes").
+BATCH_MIN, BATCH_MAX, BATCH_PER_EF = 16, 64, 16
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class GraphWalk:
         """The ``count`` nearest nodes found by a beam of width max(count, expansion_search)."""
         g = self.g
         ef = max(count, self.expansion_search)
+        batch = min(BATCH_MAX, max(BATCH_MIN, ef // BATCH_PER_EF))
         q = np.asarray(query, dtype=np.float32).ravel()
         q = (q / max(float(np.linalg.norm(q)), 1e-12)).astype(self.matrix.dtype)
         cur = np.array([g.entry], dtype=np.int64)
@@ -142,8 +147,8 @@ class GraphWalk:
                 todo, todo_d = todo[near], todo_d[near]
                 if not len(todo):
                     break
-            if len(todo) > BATCH:
-                pick = np.argpartition(todo_d, BATCH - 1)[:BATCH]
+            if len(todo) > batch:
+                pick = np.argpartition(todo_d, batch - 1)[:batch]
                 rest = np.ones(len(todo), dtype=bool)
                 rest[pick] = False
                 expand, todo, todo_d = todo[pick], todo[rest], todo_d[rest]
