@@ -262,7 +262,10 @@ def build(
             sources = pack_sources(store, zdict, scratch(), threads=threads)
         store.close()
         with clock("postings"):
-            post = postings.finish(columns.chunk_doc(), rep.documents, doc_langs)
+            chunk_doc = columns.chunk_doc()
+            post = postings.finish(chunk_doc, rep.documents, doc_langs)
+            single = rep.chunks == rep.documents and bool(np.array_equal(chunk_doc, np.arange(rep.chunks)))
+            del chunk_doc
         del postings
         rep.terms = len(post.terms)
         with clock("tags"):
@@ -280,7 +283,7 @@ def build(
             format_version=version,
             counts=R.Counts(rep.documents, rep.chunks, len(post.terms), rep.vectors),
             analyzer=analyzer.params() | {"documents": rep.languages},
-            bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0} | ({"languages": post.language_stats} if post.language_stats else {}),
+            bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0, "one_chunk_per_document": single} | ({"languages": post.language_stats} if post.language_stats else {}),
             embedder=embed_card,
             reranker=rerank_card,
             vectors={"metric": "cos", **{k: v for k, v in vars(config.vectors).items() if k != "threads"}} if model_files is not None else None,

@@ -139,6 +139,8 @@ def one_chunk_per_document(ix) -> bool:
     notes): a document's postings and statistics are then its chunk's, so its BM25 need not be
     summed again."""
     hit = ix.leg_cache.get("one_chunk_per_document")
+    if hit is None and isinstance(ix.meta.bm25.get("one_chunk_per_document"), bool):
+        hit = ix.leg_cache["one_chunk_per_document"] = ix.meta.bm25["one_chunk_per_document"]  # kb-build's word: reading first_chunk took 7-23 ms at 1M chunks
     if hit is None:
         first = ix.first_chunk
         hit = ix.leg_cache["one_chunk_per_document"] = bool(ix.n_docs == ix.n_chunks and np.array_equal(first[: ix.n_docs + 1], np.arange(ix.n_docs + 1)))

@@ -188,3 +188,28 @@ def test_one_chunk_per_document_scores_bm25_as_the_document_postings_would(tmp_p
             slow = bm25.bm25_scores(ix, terms)
             del ix.leg_cache["one_chunk_per_document"]
             assert np.array_equal(fast[0], slow[0]) and np.array_equal(fast[1], slow[1]), q
+
+
+def test_kb_build_records_whether_every_document_is_one_chunk_and_the_search_takes_its_word(tmp_path):
+    """meta.bm25.one_chunk_per_document: what docs.first_chunk says, so a search need not read
+    that table (4 MB at a million chunks); an artifact without the key is judged from the table."""
+    from corpora import TINY, build_hash
+
+    from kb.runtime import bm25
+
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    np.save(npy, vectors_for(RECORDS))
+    r, records = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 0, r.output
+    files = tmp_path / "files.kb"
+    build_hash(TINY, files)
+    for path, single in ((records, True), (files, False)):
+        with Index(path) as ix:
+            assert ix.meta.bm25["one_chunk_per_document"] is single
+            assert bm25.one_chunk_per_document(ix) is single and "first_chunk" not in ix.__dict__
+            first = ix.first_chunk
+            assert single == (ix.n_docs == ix.n_chunks and np.array_equal(first, np.arange(ix.n_docs + 1)))
+            del ix.meta.bm25["one_chunk_per_document"]
+            ix.leg_cache.clear()
+            assert bm25.one_chunk_per_document(ix) is single
