@@ -40,14 +40,15 @@ def analyzer_of(ix) -> Analyzer:
 IMPACT_CACHE = 8192  # terms whose computed impacts a warm process keeps (formats 1-2; a set's rescored postings, runtime/collection.py)
 
 
-def term_postings(ix, tid: int) -> tuple[np.ndarray, np.ndarray, float, np.ndarray | None, np.ndarray | None]:
+def term_postings(ix, tid: int, documents: bool = True) -> tuple[np.ndarray, np.ndarray, float, np.ndarray | None, np.ndarray | None]:
     """(chunk ids, impacts, scale, document ids, document impacts) of a term: its contribution
     to a chunk is ``scale * impact``, to a document ``scale * document impact``. Format 3 reads
-    the stored u8 impacts in place (scale = idf / 255); formats 1-2 compute idf-weighted float
-    impacts from the stored tf once per process (scale 1)."""
+    the stored u8 impacts in place (scale = idf / 255), and the document ones only when asked
+    (``documents``); formats 1-2 compute idf-weighted float impacts from the stored tf once per
+    process (scale 1)."""
     if ix.version >= 3:
         ids, imp = ix.impact_posting(tid)
-        doc_ids, doc_imp = ix.impact_posting(tid, document=True) if document_weight(ix) > 0 else (None, None)
+        doc_ids, doc_imp = ix.impact_posting(tid, document=True) if documents and document_weight(ix) > 0 else (None, None)
         return ids, imp, term_weight(ix, tid) / IMPACT_LEVELS, doc_ids, doc_imp
     ids, imp, *doc = _computed_impacts(ix, tid)
     return (ids, imp, 1.0, *doc) if doc else (ids, imp, 1.0, None, None)
@@ -110,12 +111,14 @@ def bm25_scores(ix, terms: list[str], postings=None, allowed: np.ndarray | None 
     nonzero sums. ``postings(term, tid)`` gives a term's postings as ``term_postings`` does
     (default: the artifact's own; a set of artifacts passes ones rescored to its statistics,
     runtime/collection.py). ``allowed``: a bool mask over chunk ids; only those are returned."""
+    lam = document_weight(ix)
+    single = lam > 0 and one_chunk_per_document(ix)  # each document is its chunk: the same postings, the same sums
     parts, doc_parts, scales = [], [], []
     for t, times in Counter(terms).items():
         tid = ix.term_id(t)
         if tid is None:
             continue
-        ids, imp, scale, doc_ids, doc_imp = term_postings(ix, tid) if postings is None else postings(t, tid)
+        ids, imp, scale, doc_ids, doc_imp = term_postings(ix, tid, documents=not single) if postings is None else postings(t, tid)
         parts.append((ids, imp))
         doc_parts.append((doc_ids, doc_imp))
         scales.append(scale * times)
@@ -124,11 +127,11 @@ def bm25_scores(ix, terms: list[str], postings=None, allowed: np.ndarray | None 
     acc = _weighted_sum(ix, parts, scales, ix.n_chunks)
     hit = acc > 0  # a bool mask: several times faster to scan than the floats
     ids = np.flatnonzero(hit if allowed is None else np.logical_and(hit, allowed, out=hit))
-    lam = document_weight(ix)
+    if single:
+        score = acc[ids]
+        return ids, score + lam * score
     if lam > 0 and doc_parts[0][0] is not None:
         score = acc[ids]
-        if one_chunk_per_document(ix):  # each document is its chunk: the same postings, the same sums
-            return ids, score + lam * score
         dacc = _weighted_sum(ix, doc_parts, scales, ix.n_docs)
         return ids, score + lam * dacc[ix.chunks["doc"][ids]]
     return ids, acc[ids]
