@@ -362,7 +362,8 @@ def open_interleaved(dirs: list[Path], rounds: int) -> dict:
             times[d].append(first_byte_ms(d / "scale.kb", queries[i % len(queries)]))
     out = {}
     for d, r in runs.items():
-        r["open_ms_alone"] = r.get("open_ms_alone", r["open_ms"])
+        if "open_ms" in r:  # a --build-only run has none of its own yet
+            r["open_ms_alone"] = r.get("open_ms_alone", r["open_ms"])
         r["open_ms"] = statistics.median(times[d][1:])
         r["open_ms_rounds"] = rounds
         (d / "scale.json").write_text(json.dumps(r, indent=2))
