@@ -278,7 +278,7 @@ class Index:
     def _lookup_term(self, term: str) -> int | None:
         h = L.term_hash(term)
         hashes = self.term_hashes
-        i = int(np.searchsorted(hashes, h))
+        i = int(hashes.searchsorted(np.uint64(h)))  # a Python int would be compared as float64: the whole table cast, 0.4 ms a term at 266k terms
         want = term.encode("utf-8")
         while i < len(hashes) and hashes[i] == h:
             if bytes(self.term_strings[i]) == want:
