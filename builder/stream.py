@@ -279,4 +279,3 @@ class VectorIndex:
                 view.release()
         self.rows = None if perm is None else perm.astype("<u4").tobytes()
         return FileRange(out.path, 0, size)
-

@@ -102,6 +102,10 @@ class GraphLayout:
     def upper_bytes(self) -> int:
         return 4 + 4 * self.conn
 
+    def list_at(self, level: int) -> int:
+        """Where a node's level-``level`` list starts, from the start of its record."""
+        return NODE_HEAD + (0 if level == 0 else self.base_bytes + (level - 1) * self.upper_bytes)
+
     def start_of(self, slots) -> np.ndarray:
         """The byte offset of each of ``slots``' records (int64)."""
         slots = np.asarray(slots, dtype=np.int64)
@@ -203,7 +207,7 @@ def check_hnsw(buf, count: int, neighbours: bool = True) -> HnswImage:
     _check_neighbours(b, starts + NODE_HEAD, base, size)
     for level in range(1, g.max_level + 1):
         at = np.flatnonzero(levels >= level)
-        _check_neighbours(b, starts[at] + NODE_HEAD + g.base_bytes + (level - 1) * g.upper_bytes, g.conn, size)
+        _check_neighbours(b, starts[at] + g.list_at(level), g.conn, size)
     return image
 
 
@@ -258,7 +262,7 @@ def permuted(buf, count: int, order: np.ndarray, batch: int = ROWS_AT_ONCE):
     yield _GRAPH.pack(g.size, g.conn, g.base, g.max_level, int(new_of_old[g.entry]))
     yield g.levels[order].astype("<i2").tobytes()
     # Each list: its count and capacity slots, at these u32 positions past the node head.
-    lists = [(0, g.base)] + [(1 + g.base + (level - 1) * (1 + g.conn), g.conn) for level in range(1, g.max_level + 1)]
+    lists = [((g.list_at(level) - NODE_HEAD) // 4, g.base if level == 0 else g.conn) for level in range(g.max_level + 1)]
     for lo in range(0, count, batch):
         olds = order[lo : lo + batch]
         widths = g.node_bytes[olds]

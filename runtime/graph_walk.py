@@ -79,7 +79,7 @@ class GraphWalk:
             return np.zeros(0, np.int64)
         self._records(slots)
         width = g.base_bytes if level == 0 else g.upper_bytes
-        at = g.start_of(slots) + NODE_HEAD + (0 if level == 0 else g.base_bytes + (level - 1) * g.upper_bytes)
+        at = g.start_of(slots) + g.list_at(level)
         lists = self._rows(at, width).view("<u4")
         counts, cap = lists[:, 0], width // 4 - 1
         if np.any(counts > cap):

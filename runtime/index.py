@@ -166,7 +166,10 @@ class Index:
     # --- numeric tables, viewed in place -------------------------------------------------------
     @cached_property
     def chunks(self) -> np.ndarray:
-        t = np.frombuffer(self.artifact.section(L.CHUNKS), dtype=L.CHUNK_DTYPE)
+        return self._checked_rows(np.frombuffer(self.artifact.section(L.CHUNKS), dtype=L.CHUNK_DTYPE))
+
+    def _checked_rows(self, t: np.ndarray) -> np.ndarray:
+        """Rows of the chunk table whose documents and statuses exist, or CorruptArtifact."""
         if len(t) and (t["doc"].max() >= self.n_docs or t["status"].max() >= len(self.meta.statuses)):
             raise self._corrupt("chunk table points past the document or status tables")
         return t
@@ -181,10 +184,8 @@ class Index:
             raise IndexError(cid)
         width = L.CHUNK_DTYPE.itemsize
         self.artifact.check_range(L.CHUNKS, cid * width, (cid + 1) * width)
-        row = np.frombuffer(self.artifact.section(L.CHUNKS, paged=True), dtype=L.CHUNK_DTYPE, count=1, offset=cid * width)[0].item()
-        if row[0] >= self.n_docs or row[3] >= len(self.meta.statuses):
-            raise self._corrupt("chunk table points past the document or status tables")
-        return row
+        rows = np.frombuffer(self.artifact.section(L.CHUNKS, paged=True), dtype=L.CHUNK_DTYPE, count=1, offset=cid * width)
+        return self._checked_rows(rows)[0].item()
 
     @cached_property
     def has_statuses(self) -> bool:
