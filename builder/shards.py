@@ -10,6 +10,7 @@ so the artifact does not depend on the number of jobs.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -100,6 +101,11 @@ def _scratch_file():
 
 
 def _child(fn, lo: int, hi: int, out) -> None:
+    # The objects inherited from the parent go to the collector's permanent generation: a
+    # collection here would otherwise visit each of them, writing its header and so copying
+    # every page of the parent's heap (a SciFact shard ran 40% slower than the same work in the
+    # parent; with the freeze, at the parent's speed).
+    gc.freeze()
     code = 0
     try:
         try:
