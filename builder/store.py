@@ -7,6 +7,12 @@ the text of one window, never the corpus's: in memory there are only two integer
 
 Encoding of the scratch file: one msgpack array per document, back to back, in read order:
 ``[doc_id, path, kind, title, text, first_line, tags, status, description, record, head]``.
+
+A corpus whose records add up to at most ``memory`` bytes (default: one window,
+builder/stream.py ``WINDOW_BYTES``, which the chunk stage holds in memory anyway) is also kept
+as its Documents, so the language and chunk stages take them back without reading and decoding
+each record again (SciFact: about 10,000 reads and decodes). The file is written all the same,
+so the records' sizes, and with them the windows and the artifact, do not depend on it.
 """
 
 from __future__ import annotations
@@ -21,15 +27,19 @@ import numpy as np
 from kb.formats.artifact import Scratch
 
 from .ingest import Document
+from .stream import WINDOW_BYTES
 
 
 class DocumentStore:
     """A sequence of Documents kept in a ``Scratch`` file; append while reading, then ``seal``."""
 
-    def __init__(self, scratch: Scratch, keep: Callable[[str], bool] | None = None):
+    def __init__(self, scratch: Scratch, keep: Callable[[str], bool] | None = None, memory: int | None = None):
         """``keep(path)``: whether a document is stored (a ``--shard`` build keeps its shard's);
-        default: all. ``seen`` counts the documents offered, kept or not."""
+        default: all. ``seen`` counts the documents offered, kept or not. ``memory``: the most
+        record bytes also kept as Documents (default ``WINDOW_BYTES``; 0: none)."""
         self._file = scratch.file
+        self._memory = WINDOW_BYTES if memory is None else memory
+        self._docs: list[Document] | None = []  # read order; None once past ``memory``
         self._keep = keep
         self.seen = 0
         self._ends = array("q")  # end offset of each record, in read order
@@ -47,6 +57,10 @@ class DocumentStore:
         self._size += len(rec)
         self._ends.append(self._size)
         self._keys.append((doc.path, doc.doc_id))
+        if self._docs is not None:
+            self._docs.append(doc)
+            if self._size > self._memory:
+                self._docs = None
 
     def paths(self) -> list[str]:
         """The documents' paths, in read order; only before ``seal``."""
@@ -64,6 +78,8 @@ class DocumentStore:
 
     def __getitem__(self, i: int) -> Document:
         j = int(self._order[i])
+        if self._docs is not None:
+            return self._docs[j]
         start = self._ends[j - 1] if j else 0
         # read, not mapped: pages of a map would count in the build's RSS until it ends
         raw = os.pread(self._file.fileno(), self._ends[j] - start, start)

@@ -42,17 +42,19 @@ def test_windows_cut_between_documents_and_hold_at_least_one():
     assert stream.windows(np.array([], dtype=np.int64), 10) == []
 
 
-def test_the_store_gives_documents_back_whole_in_path_then_id_order(tmp_path):
+@pytest.mark.parametrize("memory", [None, 0, 60])  # all kept; none kept; kept until past 60 bytes
+def test_the_store_gives_documents_back_whole_in_path_then_id_order(tmp_path, memory):
     docs = [
         Document("b", "z.md", "markdown", "Zed", "text of z\n", 3, ("t1", "t2"), "live", "about z"),
         Document("2", "a.jsonl#2", "jsonl", "Two", "two", 1, (), None, "", 7),
         Document("1", "a.jsonl#2", "jsonl", "One", "ünïcode", 1, (), "draft", "", 6),
     ]
     with Scratch(tmp_path / "x.kb") as s:
-        store = DocumentStore(s)
+        store = DocumentStore(s, memory=memory)
         for d in docs:
             store.append(d)
         store.seal()
+        assert (store._docs is not None) == (memory is None)
         assert list(store) == [docs[2], docs[1], docs[0]]
         assert int(store.text_sizes().sum()) == os.path.getsize(s.path)
         store.close()
