@@ -188,7 +188,13 @@ def build(
             rep.shard = f"{shard[0]}/{shard[1]}"
         rep.warnings.extend(contexts_unmatched)
         with clock("language"):
-            doc_langs = document_languages(store, config.languages)
+            # the votes in forks beside this process, unless a model already runs here or the
+            # shards go to a cluster (Ray's threads do not survive a fork)
+            forks = executor.workers() if executor.name == "local" and embedder is None else 1
+            try:
+                doc_langs = document_languages(store, config.languages, jobs=forks, sizes=store.text_sizes())
+            except shards.WorkerDied as e:
+                raise BuildError(str(e)) from None
         rep.languages = dict(sorted(Counter(doc_langs).items()))
         model = choose_embedder(rep.languages) if config.embedding_model == AUTO_MODEL else config.embedding_model
         rep.embedder = model

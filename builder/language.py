@@ -26,9 +26,14 @@ since every undecided one then ends in the majority whatever the model says.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain
+
+import numpy as np
 
 from kb.formats.analyzer import LANGUAGES, Analyzer, _cjk_patterns
 from kb.formats.stopwords import STOPWORDS
+
+from . import shards
 
 SAMPLE_CHARS = 300  # of title + text: enough words for most votes, short enough to be cheap
 LONG_SAMPLE_CHARS = 3000  # the second look, for prefixes that said too little
@@ -43,24 +48,35 @@ DEFAULT = "en"  # when no document says anything
 CJK = ("ja", "ko", "zh")  # decided by script (step 1), never by the stopword vote
 
 
-def document_languages(docs, wanted: tuple[str, ...]) -> list[str]:
+def document_languages(docs, wanted: tuple[str, ...], jobs: int = 1, sizes=None) -> list[str]:
     """The language code of each document. ``wanted``: ("auto",) for every language kb knows,
-    else the candidate codes (one code: no detection)."""
+    else the candidate codes (one code: no detection). With ``jobs`` > 1 and each document's
+    ``sizes`` (bytes, to cut shards on), the votes run over document shards in forked workers
+    (builder/shards.py); each document's vote is its own, so the result is the same."""
     candidates = tuple(sorted(LANGUAGES)) if wanted == (AUTO,) else tuple(sorted(set(wanted)))
     if len(candidates) == 1 or not docs:
         return [candidates[0]] * len(docs)
     vote = _Voter(candidates)
+
+    def votes(lo: int, hi: int) -> list[tuple[str | None, int]]:
+        out = []
+        for i in range(lo, hi):
+            d = docs[i]
+            head = d.title + "\n" + d.text
+            lang, hits = vote(head[:SAMPLE_CHARS])
+            if lang is None and len(head) > SAMPLE_CHARS:
+                lang, hits = vote(head[:LONG_SAMPLE_CHARS])
+            out.append((lang, hits))
+        return out
+
+    cuts = shards.bounds(np.minimum(sizes, LONG_SAMPLE_CHARS).tolist(), jobs) if jobs > 1 and sizes is not None else [0, len(docs)]
     langs: list[str | None] = []
     undecided: list[int] = []  # prose, but no clear winner
     weak: list[int] = []  # too few stopwords to judge: the majority's
-    for i, d in enumerate(docs):
-        head = d.title + "\n" + d.text
-        lang, hits = vote(head[:SAMPLE_CHARS])
-        if lang is None and len(head) > SAMPLE_CHARS:
-            lang, hits = vote(head[:LONG_SAMPLE_CHARS])
-        langs.append(lang)
+    for lang, hits in chain.from_iterable(shards.map_shards(votes, cuts)):
         if lang is None:
-            (undecided if hits >= WEAK_HITS else weak).append(i)
+            (undecided if hits >= WEAK_HITS else weak).append(len(langs))
+        langs.append(lang)
     counts = Counter(lang for lang in langs if lang is not None)
     floor = max(FOLD_SHARE * len(docs), FOLD_MIN)
     majority = _alphabetic_majority(counts, candidates)  # weak and undecided text is never in a CJK script

@@ -124,6 +124,24 @@ def test_the_model_decides_only_where_its_answer_could_matter(monkeypatch):
     assert lang.document_languages(clear[:50] + vague, ("auto",)) == ["en"] * 50 + ["de"] * 2 and calls
 
 
+def test_votes_in_forked_shards_give_the_same_languages(monkeypatch):
+    """The votes run over shards in forked workers: weak, undecided and decided documents keep
+    their places."""
+    from kb.builder import shards
+
+    monkeypatch.setattr(shards, "MIN_SHARD_CHARS", 1)
+    monkeypatch.setattr(lang, "_model", lambda candidates: lambda text: "de")
+    docs = [doc(i, "the cat sat on the mat and it was happy with the day") for i in range(40)]
+    docs[5] = doc(5, "port: 5432\nhost: db01")  # weak: the majority's
+    docs[17] = doc(17, "die Katze ist auf dem Dach und will nicht mehr herunter kommen")
+    docs[30] = doc(30, "der Hund ist mit dem Ball in den Garten gelaufen und hat sich gefreut")
+    docs[33] = doc(33, "the and was with das und ist mit")  # undecided: the model's
+    sizes = [len(d.title) + len(d.text) for d in docs]
+    one = lang.document_languages(docs, ("auto",))
+    assert one[5] == "en" and one[17] == one[30] == one[33] == "de"
+    assert lang.document_languages(docs, ("auto",), jobs=3, sizes=sizes) == one
+
+
 def test_a_mixed_corpus_builds_the_same_bytes_with_any_number_of_jobs(tmp_path, monkeypatch):
     from kb.builder import shards
 
