@@ -604,7 +604,8 @@ def _lines(blocks, digest):
 
 def jsonl_record(line: str, name: str, seen=frozenset(), record: int | None = None) -> Document:
     """One JSON Lines record as a Document (``record``: its index among the file's records), or
-    ParseError with the reason it is skipped."""
+    ParseError with the reason it is skipped. ``line`` is decoded UTF-8, so it holds no lone
+    surrogate itself; its ``\\u`` escapes may."""
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as e:
@@ -613,7 +614,8 @@ def jsonl_record(line: str, name: str, seen=frozenset(), record: int | None = No
         raise _too_deep("malformed JSON") from None
     except ValueError as e:
         raise _value_error("malformed JSON", e) from None
-    check_nesting(rec, "malformed JSON")
+    if line.count("{") + line.count("[") > MAX_NESTING:  # fewer containers cannot nest that deep
+        check_nesting(rec, "malformed JSON")
     if not isinstance(rec, dict):
         raise ParseError("malformed record: not a JSON object")
     doc_id = rec.get("id", rec.get("_id"))
@@ -627,5 +629,6 @@ def jsonl_record(line: str, name: str, seen=frozenset(), record: int | None = No
     doc_path = _str(rec.get("path")) or f"{name}#{doc_id}"
     status = _str(rec.get("status")) or None
     tags = tags_of(rec.get("tags"))
-    _check_unicode("record", doc_id, title, body, doc_path, status or "", *tags)
+    if "\\u" in line:  # a lone surrogate comes only from a \u escape: the line itself is UTF-8
+        _check_unicode("record", doc_id, title, body, doc_path, status or "", *tags)
     return Document(doc_id, doc_path, "jsonl", title or doc_id, body, 1, tags, status, record=record)
