@@ -167,7 +167,18 @@ def _indexing_table(res: dict) -> list[str]:
         lines.append(
             f"| bm25s + English stemmer + stopwords | {bst['total']:.3f} | {b['total'] / bst['total']:.2f} | read {bst['read']:.3f}, tokenize {bst['tokenize']:.3f}, index {bst['index']:.3f} |"
         )
+    lines += ["", f"Per round (the {n} rounds ran kb and bm25s one after the other), bm25s's time / kb's ({ix['jobs']} jobs); above 1: kb faster:", ""]
+    lines += ["| against | median | min | max |", "|---|---|---|---|"]
+    for key, label in (("bm25s", "bm25s"), ("bm25s_stem", "bm25s + English stemmer + stopwords")):
+        if ix["runs"].get(key):
+            r = paired(ix["runs"][key], ix["runs"]["kb"])
+            lines.append(f"| {label} | {statistics.median(r):.2f} | {min(r):.2f} | {max(r):.2f} |")
     return lines
+
+
+def paired(theirs: list[dict], ours: list[dict]) -> list[float]:
+    """Each round's ratio of total times, theirs / ours."""
+    return [t["total"] / o["total"] for t, o in zip(theirs, ours)]
 
 
 if __name__ == "__main__":
