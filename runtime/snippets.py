@@ -66,12 +66,11 @@ def _hits_per_line(lines: list[str], want: set[str], analyzer) -> dict[int, set[
     reads them (Analyzer.blanked_lines), and otherwise (normalisation may change lengths) by
     splitting the text again, line by line (Analyzer.words_by_line)."""
     text = "\n".join(lines)
-    blanked = analyzer.blanked_lines(text)
-    words = set(" ".join(blanked).split()) if blanked is not None else set(analyzer.words(text))
-    hits = analyzer.term_hits(words, want)
+    hits = analyzer.term_hits(set(analyzer.words(text)), want)
     out: dict[int, set[str]] = {}
     if not hits:
         return out
+    blanked = analyzer.blanked_lines(text)
     if blanked is None:
         keys = hits.keys()
         for i, words in enumerate(analyzer.words_by_line(text)):
