@@ -103,9 +103,11 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.astype(np.int8), scale
 
 
-def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray, packed=None) -> np.ndarray:
+def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray, packed=None, risky=None) -> np.ndarray:
     """``x @ W.T + b`` for int8 ``weight`` (out, in) with per-row ``weight_scale``, in int8 like
-    CTranslate2. ``packed``: ``weight`` packed by numkong.dots_pack, or None for numpy."""
+    CTranslate2. ``packed``: ``weight`` packed by numkong.dots_pack, or None for numpy.
+    ``risky``: ``risky_pairs(weight)`` to sum as CTranslate2 does on a CPU without int8 dot
+    products (``saturation``), or None for exact sums."""
     q, scale = quantize_rows(x)
     if packed is not None:
         import numkong
@@ -113,10 +115,50 @@ def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias
         acc = np.asarray(numkong.dots_packed(q, packed)).astype(_F)
     else:
         acc = q.astype(_F) @ weight.astype(_F).T
+    if risky is not None:
+        acc += saturation(q, risky, weight.shape[0])
     scale = scale[:, None] * weight_scale
     acc /= scale
     acc += bias
     return acc
+
+
+# How CTranslate2 sums int8 products where the CPU has no int8 dot-product instruction (x86
+# without VNNI, such as AVX2-only AMD EPYC; CTranslate2 runs oneDNN there, and Intel MKL on Intel
+# CPUs of that age): the input is shifted into uint8 (q + 128) and vpmaddubsw multiplies it by
+# the int8 weight, adding each two neighbouring products (columns 2p and 2p + 1) into an int16
+# with saturation before the int32 sums; the shift is taken back exactly. A pair sum beyond the
+# int16 range is thus cut, which moves a passage's vector by up to 0.012 in cosine (MiniLM on such
+# a CPU): noise of that machine's CTranslate2, not of the model. Queries are embedded exactly,
+# whatever machine built the artifact; kb-build's self-check (builder/query_model.py) tells that
+# noise from an error of this encoder by running it the saturating way too ("saturate").
+INT16_MIN, INT16_MAX = -32768, 32767
+_RISKY = INT16_MAX // 255 + 1  # |w1| + |w2| below this cannot leave int16 for any uint8 input
+
+
+def risky_pairs(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(output rows, pair indices p, weights of column 2p, of column 2p + 1) of the weight pairs
+    whose sum can leave the int16 range (about 3% of MiniLM's), as int32 arrays; None when the
+    input width is odd (no layer of kb's models)."""
+    rows, cols = weight.shape
+    if cols % 2:
+        return None
+    w = weight.reshape(rows, cols // 2, 2).astype(np.int32)
+    out, p = np.nonzero(np.abs(w).sum(-1) >= _RISKY)
+    return out, p, w[out, p, 0], w[out, p, 1]
+
+
+def saturation(q: np.ndarray, risky, outputs: int) -> np.ndarray:
+    """What saturating each pair sum to int16 changes in ``q @ weight.T`` (float32 (n,
+    ``outputs``)), for ``risky = risky_pairs(weight)``."""
+    out, p, w1, w2 = risky
+    u = q.astype(np.int32) + 128
+    sums = u[:, 2 * p] * w1 + u[:, 2 * p + 1] * w2  # (n, pairs)
+    cut = np.clip(sums, INT16_MIN, INT16_MAX) - sums
+    rows, k = np.nonzero(cut)
+    fix = np.zeros((len(q), outputs), dtype=_F)
+    np.add.at(fix, (rows, out[k]), cut[rows, k].astype(_F))
+    return fix
 
 
 def _helper_threads() -> int:
@@ -144,9 +186,10 @@ def _numkong():
 class QueryEncoder:
     """Embeds queries like the artifact's CTranslate2 embedder, from a formats.query_model
     ``QueryModel`` and the model card (meta.embedder). ``kernels``: "auto" (numkong when it
-    is installed), "numkong" or "numpy"."""
+    is installed), "numkong" or "numpy"; ``int8_pairs``: "exact", or "saturate" to sum as
+    CTranslate2 does on a CPU without int8 dot products (``saturation``)."""
 
-    def __init__(self, model, card: dict, kernels: str = "auto"):
+    def __init__(self, model, card: dict, kernels: str = "auto", int8_pairs: str = "exact"):
         from .query_tokenizer import QueryTokenizer
 
         self.model = model
@@ -164,6 +207,9 @@ class QueryEncoder:
             raise ModelError(f"the query encoder's hidden size {self.hidden} is not the model card's dim {self.dim}")
         if self.max_tokens > e["positions"]:
             raise ModelError(f"the model card's window of {self.max_tokens} tokens exceeds the encoder's {e['positions']} positions")
+        if int8_pairs not in ("exact", "saturate"):
+            raise ValueError(f"int8_pairs {int8_pairs!r}")
+        self.saturates = int8_pairs == "saturate"  # kb-build's self-check only (``saturation``)
         self._nk = None if kernels == "numpy" else _numkong()
         if kernels == "numkong" and self._nk is None:
             raise ModelError("numkong with packed int8 products is not installed")
@@ -178,11 +224,13 @@ class QueryEncoder:
         self.tokenizer = QueryTokenizer(model.tokenizer, model.find, self.max_tokens)
 
     # ----------------------------------------------------------------------------------------
-    def _prepare(self, name: str):
-        """Check a dense layer's weight, scale and bias, and pack the weight for numkong."""
+    def _prepare(self, name: str) -> tuple:
+        """Check a dense layer's weight, scale and bias; (the weight packed for numkong or None,
+        its ``risky_pairs`` when the sums saturate, else None)."""
         m = self.model
         m.verify((name + ".w", name + ".s", name + ".b"))
-        return self._nk.dots_pack(m.tensor(name + ".w")) if self._nk is not None else None
+        w = m.tensor(name + ".w")
+        return (self._nk.dots_pack(w) if self._nk is not None else None, risky_pairs(w) if self.saturates else None)
 
     def _claim(self, name: str) -> threading.Event | None:
         """An event to set once ``name`` is prepared, if this thread is the first to claim it."""
@@ -201,7 +249,7 @@ class QueryEncoder:
             event.set()
 
     def _ready(self, name: str):
-        """Dense layer ``name``'s packed weight, prepared here unless a helper has claimed it."""
+        """Dense layer ``name``'s ``_prepare`` result, prepared here unless a helper has claimed it."""
         if name in self._packed:
             return self._packed[name]
         event = self._claim(name)
@@ -221,9 +269,9 @@ class QueryEncoder:
                 self._prepare_claimed(name, event)
 
     def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
-        packed = self._ready(name)
+        packed, risky = self._ready(name)
         m = self.model
-        return dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed)
+        return dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed, risky)
 
     def forward(self, ids: list[int]) -> np.ndarray:
         """The last hidden state (len(ids), hidden) of one sequence of token ids. The first call

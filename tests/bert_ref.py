@@ -3,6 +3,7 @@ model tests (no torch)."""
 
 import json
 import math
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +196,16 @@ def tiny_embedder(folder: Path, tokenizer, quantization: str = "int8", seed: int
     ln = lambda: ((1 + r(hid) * 0.5).astype(np.float32), r(hid))  # noqa: E731
     save_file(random_bert_encoder(r, ln, cfg["vocab_size"], hid, inter, layers, maxpos), str(folder / "model.safetensors"))
     return convert_bert(folder, quantization, folder / "cache", name=folder.name, max_tokens=max_tokens)
+
+
+def ct2_int8_pairs() -> str:
+    """How this machine's CTranslate2 sums int8 products: "exact" where the CPU has int8 dot
+    products (x86 VNNI or AMX, and ARM64), else "saturate": pairs cut to int16, as oneDNN and MKL
+    do with vpmaddubsw (common/query_encoder.py ``saturation``)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return "exact"
+    try:
+        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "").split()
+    except OSError:
+        return "exact"
+    return "exact" if {"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags) else "saturate"
