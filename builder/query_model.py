@@ -257,7 +257,7 @@ def self_check(data: bytes, embed: bytes, embedder) -> str | None:
         # This machine's CTranslate2 may cut int8 pair sums to int16 (a CPU without int8 dot
         # products): then the encoder agrees with it when it sums that way too, and the
         # difference is that CTranslate2's noise, not the encoder's (common/query_encoder.py).
-        saturating = QueryEncoder(QueryModel(data, embed, crc32(embed)), card, int8_pairs="saturate")
+        saturating = QueryEncoder(enc.model, card, int8_pairs="saturate")  # the same checked section
         if all(float(saturating.embed_query(text) @ v) >= SELF_CHECK_COSINE for text, v in zip(SELF_CHECK_TEXTS, ct2)):
             return None
         i = int(np.argmin(cosines))
