@@ -3,6 +3,7 @@ model tests (no torch)."""
 
 import json
 import math
+import os
 import platform
 from pathlib import Path
 
@@ -198,14 +199,30 @@ def tiny_embedder(folder: Path, tokenizer, quantization: str = "int8", seed: int
     return convert_bert(folder, quantization, folder / "cache", name=folder.name, max_tokens=max_tokens)
 
 
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
 def ct2_int8_pairs() -> str:
     """How this machine's CTranslate2 sums int8 products: "exact" where the CPU has int8 dot
     products (x86 VNNI or AMX, and ARM64), else "saturate": pairs cut to int16, as oneDNN and MKL
     do with vpmaddubsw (common/query_encoder.py ``saturation``)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return "exact"
-    try:
-        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "").split()
-    except OSError:
+    info = _cpuinfo()
+    if not info:
         return "exact"
+    flags = next((line for line in info.splitlines() if line.startswith("flags")), "").split()
     return "exact" if {"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags) else "saturate"
+
+
+def ct2_uses_mkl() -> bool:
+    """Whether CTranslate2 runs Intel MKL here: on Intel CPUs unless CT2_USE_MKL says otherwise
+    (its src/cpu/backend.cc)."""
+    env = os.environ.get("CT2_USE_MKL", "")
+    if env:
+        return env.lower() in ("1", "true", "on", "yes")
+    return "GenuineIntel" in _cpuinfo()

@@ -30,7 +30,7 @@ builder_models = pytest.importorskip("kb.builder.embedders")
 from kb.builder import wheels  # noqa: E402
 
 
-from bert_ref import bert_hidden as _bert_hidden, random_bert_encoder, tiny_wordpiece  # noqa: E402
+from bert_ref import bert_hidden as _bert_hidden, ct2_uses_mkl, random_bert_encoder, tiny_wordpiece  # noqa: E402
 
 
 def _mean_norm(h: np.ndarray) -> np.ndarray:
@@ -234,20 +234,6 @@ def test_minilm_shape_and_norm(minilm):
     assert emb.count_tokens([LONG])[0] > 256  # no truncation when counting
 
 
-def _ct2_uses_mkl() -> bool:
-    """Whether CTranslate2 runs Intel MKL here: on Intel CPUs unless CT2_USE_MKL says otherwise
-    (its src/cpu/backend.cc)."""
-    import os
-
-    env = os.environ.get("CT2_USE_MKL", "")
-    if env:
-        return env.lower() in ("1", "true", "on", "yes")
-    try:
-        return "GenuineIntel" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
 def test_minilm_batch_matches_single(minilm):
     quant, emb = minilm
     # int8 quantizes activations dynamically, so a padded batch would move a short text a little
@@ -257,7 +243,7 @@ def test_minilm_batch_matches_single(minilm):
     # That holds for int8 (integer products) on every CPU, and for float32 under Intel MKL;
     # oneDNN's float32 GEMM (CTranslate2's on other x86 CPUs, such as AMD EPYC) blocks its sums by
     # the batch's size, so there float32 vectors agree to rounding, not bit for bit.
-    same = np.array_equal if quant == "int8" or _ct2_uses_mkl() else lambda a, b: np.allclose(a, b, rtol=0, atol=1e-6)
+    same = np.array_equal if quant == "int8" or ct2_uses_mkl() else lambda a, b: np.allclose(a, b, rtol=0, atol=1e-6)
     texts = [LONG, "hello world", LONG[:300], "What causes scurvy?", "", LONG, "Cats sleep a lot.", "Dogs bark."]
     alone = np.vstack([emb.embed([t], batch_size=1) for t in texts])
     for bs in (2, 8):

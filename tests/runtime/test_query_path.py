@@ -27,7 +27,6 @@ from kb.formats import layout as L  # noqa: E402
 # that reorders the tiny random model's few passages. There, vectors to compare rankings with
 # come from CTranslate2 in float32, which the encoder's exact int8 sums agree with.
 CT2_INT8 = ct2_int8_pairs() == "exact"
-EXACT_TINY: list = []  # the tiny model's float32 CTranslate2 embed, set by the fixture
 
 WATCH = ("usearch", "numkong", "tokenizers", "ctranslate2", "torch", "kb.common.encoders", "kb.common.query_encoder",
          "kb.common.query_tokenizer", "kb.formats.query_model")
@@ -35,20 +34,24 @@ QUERY = "the shared drive is out of space, what should I do"
 
 
 @pytest.fixture(scope="module")
-def tiny_model_artifact(tmp_path_factory):
-    """The sample corpus embedded by a tiny random CTranslate2 BERT (int8), with model.query."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    files = tiny_embedder(folder / "tiny-wp", rich_wordpiece())
+def tiny_files(tmp_path_factory):
+    """A tiny random CTranslate2 BERT (int8), registered as the embedder "tiny-wp"."""
+    files = tiny_embedder(tmp_path_factory.mktemp("tiny-model") / "tiny-wp", rich_wordpiece())
     register_embedder("tiny-wp", lambda quantization: CT2Embedder(files, device="cpu"))
-    EXACT_TINY[:] = [lambda texts: CT2Embedder(files, device="cpu", compute_type="float32").embed(texts)]
-    out = folder / "sample.kb"
-    rep = build_hash(SAMPLE, out, embedder="tiny-wp")
-    assert L.MODEL_QUERY in rep.section_bytes, rep.warnings
-    yield out
+    yield files
     EMBEDDERS.pop("tiny-wp", None)  # other modules' tests list the models kb-build accepts
 
 
-def test_a_build_with_given_vectors_packs_the_query_section_and_kb_search_uses_it(tiny_model_artifact, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_model_artifact(tiny_files, tmp_path_factory):
+    """The sample corpus embedded by the tiny model, with model.query."""
+    out = tmp_path_factory.mktemp("tiny-artifact") / "sample.kb"
+    rep = build_hash(SAMPLE, out, embedder="tiny-wp")
+    assert L.MODEL_QUERY in rep.section_bytes, rep.warnings
+    return out
+
+
+def test_a_build_with_given_vectors_packs_the_query_section_and_kb_search_uses_it(tiny_files, tmp_path):
     """--vectors never runs the model to embed; its query section is still written (the
     self-check loads the packed model at the end) and a one-shot search embeds in place."""
     import numpy as np
@@ -61,7 +64,8 @@ def test_a_build_with_given_vectors_packs_the_query_section_and_kb_search_uses_i
     texts = ["the shared drive is out of space", "printers on the third floor", "vacation days carry over"]
     jsonl = tmp_path / "c.jsonl"
     jsonl.write_text("".join(json.dumps({"id": f"r{i}", "path": f"r{i}.md", "text": t}) + "\n" for i, t in enumerate(texts)))
-    np.save(tmp_path / "v.npy", make_embedder("tiny-wp").embed(texts) if CT2_INT8 else EXACT_TINY[0](texts))
+    maker = make_embedder("tiny-wp") if CT2_INT8 else CT2Embedder(tiny_files, device="cpu", compute_type="float32")
+    np.save(tmp_path / "v.npy", maker.embed(texts))
     out = tmp_path / "byo.kb"
     cfg = dataclasses.replace(load_config(None), embedding_model="tiny-wp", reranker="none")
     rep = build([], out, cfg, jsonl=[jsonl], vectors=tmp_path / "v.npy")
