@@ -28,7 +28,7 @@ import numpy as np
 from kb.common.errors import KbError, UsageError
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.analyzer import Analyzer
+from kb.formats.analyzer import STOP_MARK, Analyzer
 from kb.formats.artifact import FORMAT_VERSION, Scratch, SectionData, remove_stale_temporaries, write_artifact
 from kb.formats.version import KB_VERSION
 
@@ -41,7 +41,7 @@ from .query_model import PackedEmbedder, query_model_section
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
-from .postings import PostingsSpill, SpilledPostings, chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
+from .postings import PostingsSpill, SpilledPostings, add_variants, chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
 from .store import DocumentStore
 from .stream import ChunkColumns, TextBlocks, VectorIndex, pack_sources, windows
 from .vectors import GivenVectors, check_dim, check_rows, check_values, open_vectors, source_of, whole_chunk
@@ -527,6 +527,7 @@ class Fields:
     use_piece: np.ndarray
     use_field: np.ndarray
     chunks: int
+    variants: dict[str, set[str]] = field(default_factory=dict)  # term -> the words it stands for besides itself (layout.pack_surfaces)
 
 
 def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_langs: list[str] | None = None) -> Fields:
@@ -570,6 +571,7 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_
     # Per language: word ids in first-seen order in one C-level pass (a defaultdict numbering its
     # misses), then each distinct word is finished (length limit, stemmer, stopwords) once.
     term_id: dict[str, int] = {}
+    variants: dict[str, set[str]] = {}
     total = int(offsets[-1])
     token_lang = np.repeat(np.asarray(piece_lang, dtype=np.int8), np.diff(offsets)) if multi else None
     ids = np.empty(total if multi else 0, dtype=np.int32)  # int32: half the bytes to send back from a worker
@@ -578,8 +580,12 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_
         seen = defaultdict(count().__next__)
         n = sum(map(len, mine)) if multi else total
         word_ids = np.fromiter(map(seen.__getitem__, chain.from_iterable(mine)), dtype=np.int64, count=n)
-        finished = analyzer.finish([w.decode() if w.__class__ is bytes else w for w in seen], lang)
+        words = [w.decode() if w.__class__ is bytes else w for w in seen]
+        finished = analyzer.finish(words, lang)
         local = np.fromiter((term_id.setdefault(t, len(term_id)) for t in finished), dtype=np.int32, count=len(finished))
+        # the words a term stands for besides itself (a stopword term "~w" stands for w alone)
+        for t, w in [(t, w) for w, t in zip(words, finished) if w != t and t[0] != STOP_MARK]:
+            variants.setdefault(t, set()).add(w)
         if multi:
             ids[token_lang == li] = local[word_ids]
         else:
@@ -594,6 +600,7 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_
         np.asarray(use_piece, dtype=np.int64),
         np.asarray(use_field, dtype=np.int8),
         len(rows),
+        variants,
     )
 
 
@@ -607,8 +614,10 @@ class FieldsMerger:
         self._seen = defaultdict(count().__next__)
         self._parts: list[tuple] = []
         self._chunks = self._pieces = self._tokens = 0
+        self._variants: dict[str, set[str]] = {}
 
     def add(self, f: Fields) -> None:
+        add_variants(self._variants, f.variants)
         known = len(self._seen)
         remap = np.fromiter(map(self._seen.__getitem__, f.vocabulary), dtype=np.int64, count=len(f.vocabulary))
         self._parts.append((
@@ -634,7 +643,7 @@ class FieldsMerger:
                 joined[k][at[k] : at[k] + len(a)] = a
                 at[k] += len(a)
         hashes, ids, offsets, use_chunk, use_piece, use_field = joined
-        return Fields(list(self._seen), hashes.astype("<u8", copy=False), ids, offsets, use_chunk, use_piece, use_field, self._chunks)
+        return Fields(list(self._seen), hashes.astype("<u8", copy=False), ids, offsets, use_chunk, use_piece, use_field, self._chunks, self._variants)
 
 
 def merge_fields(parts: list[Fields]) -> Fields:
@@ -722,6 +731,7 @@ def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: Sp
         SectionData(L.DOC_FIRST_CHUNK, columns.first_chunk(meta.counts.documents)),
         SectionData(L.TERM_HASHES, post.hashes.tobytes()),
         SectionData(L.TERM_STRINGS, L.pack_blobs([t.encode("utf-8") for t in post.terms])),
+        SectionData(L.TERM_SURFACES, L.pack_surfaces(post.terms, post.variants)),
         SectionData(L.TERM_DOC_DF, post.doc_df.tobytes()),
         *([SectionData(L.TERM_DOC_N, post.doc_n.tobytes())] if post.doc_n is not None else []),
         SectionData(L.POSTING_OFFSETS, post.offsets.tobytes()),

@@ -186,18 +186,18 @@ class Analyzer:
             return None
         return text.encode("ascii").translate(_WORD_BYTES_LINES).decode("ascii").split("\n")
 
-    def words_by_line(self, text: str) -> list[list[str]]:
+    def words_by_line(self, text: str, keep=None) -> list[list[str]]:
         """``words`` of each line of ``text`` (split at \\n), normalising the text once: ASCII
         text by one bytes.translate that keeps the newlines, other text by one NFKC + casefold
-        (neither crosses a line: \\n is a starter that composes with nothing)."""
+        (neither crosses a line: \\n is a starter that composes with nothing). ``keep``, when
+        given, is asked of each normalised line first: a line it refuses gets no words."""
         blanked = self.blanked_lines(text)
         if blanked is not None:
-            return [line.split() for line in blanked]
+            return [line.split() if keep is None or keep(line) else [] for line in blanked]
         text = _normalize(text)
         lines = text.split("\n")
-        if self.cjk_bigrams and has_cjk(text):  # after NFKC, as ``words`` looks
-            return [_cjk_words(line) for line in lines]
-        return [_WORD.findall(line) for line in lines]
+        split = _cjk_words if self.cjk_bigrams and has_cjk(text) else _WORD.findall  # after NFKC, as ``words`` looks
+        return [split(line) if keep is None or keep(line) else [] for line in lines]
 
     def index_words(self, text: str) -> list[str] | list[bytes]:
         """``words`` as the builder reads them, as UTF-8 bytes (str where CJK bigrams are made).

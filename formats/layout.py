@@ -18,6 +18,8 @@ import struct
 
 import numpy as np
 
+from .analyzer import STOP_MARK
+
 # Section names (ASCII, at most 32 bytes).
 META = "meta"  # raw msgpack map: counts, analyzer, bm25, models, tags, statuses, config
 MANIFEST = "manifest"  # zstd msgpack: source files, skipped files
@@ -27,6 +29,7 @@ DOC_PATHS = "docs.paths"  # blob table of UTF-8 paths, sorted, one per document
 DOC_FIRST_CHUNK = "docs.first_chunk"  # raw u32 x (docs + 1): chunks of doc d are [f[d], f[d+1])
 TERM_HASHES = "terms.hash"  # raw u64, sorted ascending (ties broken by term bytes)
 TERM_STRINGS = "terms.strings"  # blob table of UTF-8 terms, same order as terms.hash
+TERM_SURFACES = "terms.surfaces"  # optional: blob table, same order: the words of the corpus each term stands for (``pack_surfaces``)
 TERM_DOC_DF = "terms.doc_df"  # raw u32 per term: documents holding it (format 2; BM25's df, N = documents)
 TERM_DOC_N = "terms.doc_n"  # format 4, several languages: raw u32 per term: BM25's N for it (its main language's documents)
 POSTINGS = "postings"  # formats 1-2: blob table of portable roaring bitmaps of chunk ids, one per term
@@ -136,6 +139,38 @@ class BlobTable:
         if self._check is not None:
             self._check(a, b)
         return self._buf[a:b]
+
+
+MAX_SURFACES = 64  # words a terms.surfaces item lists; a term that stands for more is stored as SURFACES_MANY
+SURFACES_MANY = b"*"  # not a word character: "more words than MAX_SURFACES", a reader analyzes the text instead
+
+
+def surface_base(term: str) -> str:
+    """The word a term stands for without a stored surface: a stopword term's word, else the term."""
+    return term[1:] if term[:1] == STOP_MARK else term
+
+
+def pack_surfaces(terms: list[str], variants: dict[str, set[str]]) -> bytes:
+    """The terms.surfaces blob table: item t lists, in sorted order and separated by one space,
+    the words of the corpus that term t stands for (what the analyzer's ``words`` gave, before
+    the length limit, stemming and stopwords) other than ``surface_base(t)``: empty when there is
+    none (most terms), SURFACES_MANY when there are more than MAX_SURFACES."""
+    items = []
+    for t in terms:
+        v = variants.get(t)
+        items.append(b"" if not v else SURFACES_MANY if len(v) > MAX_SURFACES else " ".join(sorted(v)).encode("utf-8"))
+    return pack_blobs(items)
+
+
+def unpack_surfaces(item: bytes, term: str) -> tuple[str, ...] | None:
+    """The words a terms.surfaces item says ``term`` stands for, ``surface_base(term)`` first;
+    None for SURFACES_MANY; ValueError for an item that is not UTF-8 words."""
+    if item == SURFACES_MANY:
+        return None
+    words = item.decode("utf-8").split(" ") if item else []
+    if "" in words:
+        raise ValueError("an empty word")
+    return (surface_base(term), *words)
 
 
 def term_hash(term: str) -> int:

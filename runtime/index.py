@@ -252,6 +252,25 @@ class Index:
         return self._blobs(L.TERM_STRINGS, self.n_terms)
 
     @cached_property
+    def _term_surfaces(self) -> L.BlobTable | None:
+        return self._blobs(L.TERM_SURFACES, self.n_terms, paged=True) if L.TERM_SURFACES in self.artifact.sections else None
+
+    def term_surfaces(self, term: str) -> tuple[str, ...] | None:
+        """The words of the corpus that ``term`` stands for (terms.surfaces): () for a term the
+        artifact lacks; None when it does not say (no such section, an artifact built before it,
+        or more words than it lists), and a caller analyzes the text itself."""
+        table = self._term_surfaces
+        if table is None:
+            return None
+        tid = self.term_id(term)
+        if tid is None:
+            return ()
+        try:
+            return L.unpack_surfaces(bytes(table[tid]), term)
+        except ValueError:
+            raise self._corrupt(f"terms.surfaces item {tid} is not UTF-8 words") from None
+
+    @cached_property
     def postings(self) -> L.BlobTable:
         return self._blobs(L.POSTINGS, self.n_terms)
 

@@ -35,7 +35,7 @@ from .index import cosines_of, members_of
 from .rerank import rerank
 from .query_syntax import parse
 from .results import Candidate, Explain, Notice, PathContext, Response, Result
-from .snippets import snippet
+from .snippets import snippet, surface_hits
 
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
 OTHER_STOPWORDS = 2  # another language's stopwords that take a query from the English leg (english_query)
@@ -237,7 +237,8 @@ class Searcher:
         candidates = self._with_confidence(candidates[:top_k], legs, qv, space, backend, q.text)
         t = time.perf_counter()
         hit_terms = query_terms(self.ix, " ".join((q.text,) + q.rewrites))  # once, for every snippet
-        results = tuple(self._result(i + 1, c, q, hit_terms) for i, c in enumerate(candidates))
+        hit_words: dict = {}  # artifact -> surface_hits, once per artifact that shows a result
+        results = tuple(self._result(i + 1, c, q, hit_terms, hit_words) for i, c in enumerate(candidates))
         timings["render"] = _ms(t)
         if allowed.any():
             if reranked:  # the notice reads the retrieval's confidence (low_confidence's docstring)
@@ -348,9 +349,11 @@ class Searcher:
         scripts = EMBEDDER_SCRIPTS.get(name)
         return scripts is None or "cjk" in scripts or not has_cjk(text)
 
-    def _result(self, rank: int, c: Candidate, q: Query, hit_terms: list[str]) -> Result:
+    def _result(self, rank: int, c: Candidate, q: Query, hit_terms: list[str], hit_words: dict) -> Result:
         member, local = self.ix.locate(c.chunk)
         rec = member.chunk(local)
+        if not q.full and "\n" in rec.text and member not in hit_words:  # one line is its own snippet
+            hit_words[member] = surface_hits(member, hit_terms)
         explain = None
         if q.explain:
             f = c.fused
@@ -377,7 +380,7 @@ class Searcher:
             title=rec.title,
             artifact=member.artifact.id,
             text=rec.text if q.full else None,
-            snippet=None if q.full else snippet(rec.text, hit_terms, analyzer_of(self.ix)),
+            snippet=None if q.full else snippet(rec.text, hit_terms, analyzer_of(self.ix), words=hit_words.get(member)),
             also_matched=c.also_matched,
             explain=explain,
         )

@@ -10,13 +10,16 @@ _WORD = re.compile(r"\w+")
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
-def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -> str:
+def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS, words: dict[str, set[str]] | None = None) -> str:
     """The run of consecutive lines (at most ``width`` characters, joined by spaces) holding the
     most distinct query terms, the earliest and then the longest on ties (so the first lines
     when none match). A single
     line longer than ``width`` is cut around its first hit. Lines are analyzed with the
     artifact's analyzer, as the query was; headings (already in the section path) and code
-    fences are skipped when there is anything else."""
+    fences are skipped when there is anything else. ``words`` (``surface_hits``), when given:
+    the words the artifact turned into each query term, so that the lines are searched for those
+    few words instead of analyzing all of their own (the same lines in a corpus of one language;
+    in several, a word that another language's stemmer would have made the term is not one)."""
     if "\n" not in text:  # one line (a JSON Lines record, a paragraph): it is the passage
         line = text.strip()
         return "" if not line or line.startswith("```") else _around_first_hit(line, terms, width)
@@ -25,7 +28,12 @@ def snippet(text: str, terms: list[str], analyzer, width: int = SNIPPET_CHARS) -
     if not lines:
         return ""
     want = set(terms)
-    found = _hits_per_line(lines, want, analyzer) if want and len(lines) > 1 else {}  # one line: it is the passage
+    if not want or len(lines) == 1:  # one line: it is the passage
+        found = {}
+    elif words is not None:
+        found = _word_hits_per_line(lines, words, analyzer)
+    else:
+        found = _hits_per_line(lines, want, analyzer)
     n, lens = len(lines), [len(ln) + 1 for ln in lines]
     best, best_score = (0, 1), (-1, 0, 0)
     for i in sorted(found) or [0]:  # a passage starts at a hit
@@ -83,6 +91,47 @@ def _hits_per_line(lines: list[str], want: set[str], analyzer) -> dict[int, set[
         for i, ln in enumerate(padded):
             if key in ln:
                 out.setdefault(i, set()).update(terms)
+    return out
+
+
+def surface_hits(ix, terms: list[str]) -> dict[str, set[str]] | None:
+    """Word -> the query ``terms`` it shows, from the artifact's terms.surfaces (the words of the
+    corpus each term stands for: runtime/index.py ``term_surfaces``); None when the artifact does
+    not list some term's words (snippets then analyze each line)."""
+    out: dict[str, set[str]] = {}
+    for t in set(terms):
+        words = ix.term_surfaces(t)
+        if words is None:
+            return None
+        for w in words:
+            out.setdefault(w, set()).add(t)
+    return out
+
+
+def _word_hits_per_line(lines: list[str], words: dict[str, set[str]], analyzer) -> dict[int, set[str]]:
+    """``_hits_per_line`` when the words that show the query terms are known: on ASCII text,
+    substring tests of " word " on the text as the analyzer reads it (every non-word character
+    a space), first over the whole text, then over the lines of the words it holds; on other
+    text, the words (the analyzer's split) of each line that holds one of them as a substring."""
+    text = "\n".join(lines)
+    out: dict[int, set[str]] = {}
+    blanked = analyzer.blanked_lines(text)
+    if blanked is None:
+        keys = words.keys()
+        for i, line_words in enumerate(analyzer.words_by_line(text, lambda line: any(w in line for w in keys))):
+            common = keys & set(line_words)
+            if common:
+                out[i] = set().union(*(words[w] for w in common))
+        return out
+    whole = f" {' '.join(blanked)} "
+    present = [w for w in words if f" {w} " in whole]
+    if present:
+        padded = [f" {ln} " for ln in blanked]
+        for w in present:
+            key, terms = f" {w} ", words[w]
+            for i, ln in enumerate(padded):
+                if key in ln:
+                    out.setdefault(i, set()).update(terms)
     return out
 
 

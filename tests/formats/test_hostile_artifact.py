@@ -12,6 +12,7 @@ import zlib
 
 import msgpack
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from kb.builder.cli import main as kb_build
@@ -345,3 +346,20 @@ def test_the_fuzzers_findings_of_seed_33_exit_3():
         r = subprocess.run([sys.executable, "-m", "tests.fuzz.run", "--target", "artifact", "--seed", "33", "--replay", str(index)],
                            capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
         assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "exit 3", (index, r.stdout[-500:], r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("item, why", [(b"\xffrun", "is not UTF-8 words"), (b"run  runs", "is not UTF-8 words")])
+def test_a_forged_terms_surfaces_item_is_corrupt(tmp_path, tiny_artifact, item, why):
+    """terms.surfaces (the words each term stands for, read by multi-line snippets): a count
+    other than the terms' is refused at first use, an item that is not words when it is read."""
+    from kb.runtime.index import Index
+
+    p = copy_of(tmp_path, tiny_artifact)
+    with Index(p) as ix:
+        n, tid = ix.n_terms, ix.term_id("backup")
+    replace_section(p, L.TERM_SURFACES, L.pack_blobs([item if i == tid else b"" for i in range(n)]))
+    r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: terms.surfaces item {tid} {why}\n")
+    replace_section(p, L.TERM_SURFACES, L.pack_blobs([b""] * (n - 1)))
+    r = kb_run("search", "backup", "-i", p, "--mode", "bm25", "--no-stale-check")
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section 'terms.surfaces' holds {n - 1} items, expected {n}\n")

@@ -235,6 +235,53 @@ def test_the_lines_a_snippet_sees_hit_are_those_whose_terms_meet_the_query(lines
     assert all(found.values())
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(list("ab_1 .-\u00e9\u00df\u4e2d\u6587") + ["run", "running", "Run", "the", "x" * 70]), max_size=12).map("".join), min_size=2, max_size=6),
+    st.sets(st.sampled_from(["run", "a", "ab", "b1", "the", "~the", "\u00e9", "ss", "\u4e2d\u6587", "_", "x" * 64]), max_size=4),
+)
+def test_a_snippet_that_knows_the_words_of_each_term_sees_the_hits_that_analysis_sees(lines, want):
+    """_word_hits_per_line with the words the builder records for each term (Fields.variants,
+    what terms.surfaces stores) finds the lines _hits_per_line finds, in one language."""
+    from kb.builder import build as B
+    from kb.builder.chunk import Chunk
+    from kb.builder.ingest import Document
+    from kb.formats.analyzer import Analyzer
+    from kb.formats.layout import surface_base
+    from kb.runtime.snippets import _hits_per_line, _word_hits_per_line, surface_hits
+
+    en = Analyzer.for_languages(["en"])
+    lines = [ln.strip() or "x" for ln in lines]
+    fields = B.analyze([Document("d", "d", "text", "", "")], [B.ChunkRow(0, Chunk("", "\n".join(lines), 1, 1))], en, ["en"])
+
+    class Artifact:  # the index's term_surfaces over these Fields
+        def term_surfaces(self, t):
+            return (surface_base(t), *sorted(fields.variants.get(t, ()))) if t in fields.vocabulary else ()
+
+    assert _word_hits_per_line(lines, surface_hits(Artifact(), sorted(want)), en) == _hits_per_line(lines, want, en)
+
+
+def test_snippets_read_each_terms_words_from_the_artifact_and_analyze_lines_without_them(tmp_path):
+    from kb.formats.analyzer import Analyzer
+    from kb.runtime.bm25 import analyzer_of
+    from kb.runtime.index import Index
+    from kb.runtime.snippets import snippet, surface_hits
+
+    build_hash(TINY, tmp_path / "t.kb")
+    with Index(tmp_path / "t.kb") as ix, Index(GOLDEN / "tiny-v3.kb") as old:
+        a = analyzer_of(ix)
+        assert surface_hits(old, ["run"]) is None  # built before terms.surfaces: lines are analyzed
+        terms = [bytes(ix.term_strings[i]).decode() for i in range(ix.n_terms)]
+        words = surface_hits(ix, terms)
+        assert words["backups"] == words["backup"] == {"backup"} and words["the"] == {"~the"}
+        for cid in range(ix.n_chunks):
+            text = ix.chunk(cid).text
+            for i in range(0, len(terms), 7):
+                q = terms[i : i + 3]
+                assert snippet(text, q, a, words=surface_hits(ix, q)) == snippet(text, q, a), (cid, q)
+    assert isinstance(a, Analyzer)
+
+
 def test_fetching_the_model_says_so_before_the_download_starts(tmp_path, monkeypatch):
     from kb.builder import embedders
 
