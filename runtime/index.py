@@ -7,6 +7,7 @@ Each section's crc32 is checked the first time it is read (formats/artifact.py).
 
 from __future__ import annotations
 
+import struct
 from functools import cached_property
 
 import numpy as np
@@ -17,6 +18,8 @@ from kb.formats import layout as L
 from kb.formats import records as R
 from kb.formats.artifact import CODEC_RAW, MAX_ZSTD_RATIO, Artifact, CorruptArtifact
 
+_CHUNK_ROW = struct.Struct("<IIIHH")  # a row of L.CHUNK_DTYPE, read alone
+assert _CHUNK_ROW.size == L.CHUNK_DTYPE.itemsize
 BLOCK_CACHE = 1024  # decoded text blocks kept (meta.text_block chunks each: 4 from kb-build)
 TERM_CACHE = 65536  # term -> term id lookups kept
 PATH_CACHE = 65536  # document number -> path, decoded once
@@ -182,10 +185,16 @@ class Index:
             return self.chunks[cid].item()
         if not 0 <= cid < self.n_chunks:
             raise IndexError(cid)
-        width = L.CHUNK_DTYPE.itemsize
+        width = _CHUNK_ROW.size
         self.artifact.check_range(L.CHUNKS, cid * width, (cid + 1) * width)
-        rows = np.frombuffer(self.artifact.section(L.CHUNKS, paged=True), dtype=L.CHUNK_DTYPE, count=1, offset=cid * width)
-        return self._checked_rows(rows)[0].item()
+        row = _CHUNK_ROW.unpack_from(self._chunk_rows, cid * width)
+        if row[0] >= self.n_docs or row[3] >= len(self.meta.statuses):
+            self._checked_rows(np.array([row], dtype=L.CHUNK_DTYPE))  # says which
+        return row
+
+    @cached_property
+    def _chunk_rows(self) -> memoryview:
+        return self.artifact.section(L.CHUNKS, paged=True)
 
     @cached_property
     def has_statuses(self) -> bool:
