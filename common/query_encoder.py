@@ -21,7 +21,9 @@ rounding is 1e-7 relative). The rest (attention, layer norms, GELU) is float32 n
 reads the layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only
 the word-embedding rows of its tokens. The first query checks each dense layer's crc32s and packs
 its weight for numkong before using it, on helper threads that run ahead of the forward pass
-(``forward``); the packed weights are kept for later queries.
+(``forward``). The packs are kept for later queries (``keep_packed``); in a one-shot process
+the helpers only check, and each layer is packed as the pass reaches it and let go after use,
+so that each pack reuses the memory of the last instead of touching fresh pages.
 
 The architecture is the BERT encoder CTranslate2's TransformerEncoderSpec describes for kb's
 converted models (common/convert.py): post-norm layers, fused QKV, erf GELU, absolute positions,
@@ -187,9 +189,10 @@ class QueryEncoder:
     """Embeds queries like the artifact's CTranslate2 embedder, from a formats.query_model
     ``QueryModel`` and the model card (meta.embedder). ``kernels``: "auto" (numkong when it
     is installed), "numkong" or "numpy"; ``int8_pairs``: "exact", or "saturate" to sum as
-    CTranslate2 does on a CPU without int8 dot products (``saturation``)."""
+    CTranslate2 does on a CPU without int8 dot products (``saturation``); ``keep_packed``: keep
+    each layer's numkong pack for later queries (False: a one-shot process, ``_dense``)."""
 
-    def __init__(self, model, card: dict, kernels: str = "auto", int8_pairs: str = "exact"):
+    def __init__(self, model, card: dict, kernels: str = "auto", int8_pairs: str = "exact", keep_packed: bool = True):
         from .query_tokenizer import QueryTokenizer
 
         self.model = model
@@ -210,6 +213,7 @@ class QueryEncoder:
         if int8_pairs not in ("exact", "saturate"):
             raise ValueError(f"int8_pairs {int8_pairs!r}")
         self.saturates = int8_pairs == "saturate"  # kb-build's self-check only (``saturation``)
+        self.keep_packed = keep_packed
         self._nk = None if kernels == "numpy" else _numkong()
         if kernels == "numkong" and self._nk is None:
             raise ModelError("numkong with packed int8 products is not installed")
@@ -224,12 +228,15 @@ class QueryEncoder:
         self.tokenizer = QueryTokenizer(model.tokenizer, model.find, self.max_tokens)
 
     # ----------------------------------------------------------------------------------------
-    def _prepare(self, name: str) -> tuple:
-        """Check a dense layer's weight, scale and bias; (the weight packed for numkong or None,
-        its ``risky_pairs`` when the sums saturate, else None)."""
+    def _prepare(self, name: str) -> tuple | None:
+        """Check a dense layer's weight, scale and bias; then, when packs are kept, (the weight
+        packed for numkong or None, its ``risky_pairs`` when the sums saturate, else None)."""
         m = self.model
         m.verify((name + ".w", name + ".s", name + ".b"))
-        w = m.tensor(name + ".w")
+        return self._packs(name) if self.keep_packed else None
+
+    def _packs(self, name: str) -> tuple:
+        w = self.model.tensor(name + ".w")
         return (self._nk.dots_pack(w) if self._nk is not None else None, risky_pairs(w) if self.saturates else None)
 
     def _claim(self, name: str) -> threading.Event | None:
@@ -269,15 +276,19 @@ class QueryEncoder:
                 self._prepare_claimed(name, event)
 
     def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
-        packed, risky = self._ready(name)
+        # Packs not kept (a one-shot process): packed here, as the pass reaches the layer, and
+        # let go after use, so that each pack reuses the memory the last one freed. Packs kept
+        # are fresh memory: about 5,300 first touches of a page for multilingual-e5-small's
+        # 21 MB, 20-25 ms on a 2-core VM (bench/RESULTS.md "oneshot-quiet").
+        packed, risky = self._ready(name) or self._packs(name)
         m = self.model
         return dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed, risky)
 
     def forward(self, ids: list[int]) -> np.ndarray:
         """The last hidden state (len(ids), hidden) of one sequence of token ids. The first call
         starts helper threads on the cores beside this one that prepare the dense layers ahead
-        of the pass (checking their crc32s and packing them takes about as long as the
-        arithmetic); every tensor is checked before it is used."""
+        of the pass (checking their crc32s, and packing them when packs are kept, takes about as
+        long as the arithmetic); every tensor is checked before it is used."""
         m, n, H = self.model, len(ids), self.heads
         if not 0 < n <= self.max_tokens:
             raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")

@@ -289,6 +289,19 @@ def test_numkong_and_numpy_kernels_give_the_same_vectors():
         np.testing.assert_array_equal(a.embed_query(t), b.embed_query(t))
 
 
+@pytest.mark.parametrize("int8_pairs", ["exact", "saturate"])
+def test_a_one_shot_encoder_that_lets_its_packs_go_gives_the_same_vectors(int8_pairs):
+    """keep_packed=False (kb search's one-shot process): each layer packed as the pass reaches it
+    and let go after use; the same vectors, query after query, with each layer checked once."""
+    m = _tiny("unigram")
+    kept = m.open(int8_pairs=int8_pairs)
+    free = QueryEncoder(kept.model, m.card, int8_pairs=int8_pairs, keep_packed=False)
+    for t in ["ab cd", "中文 <mask> test", "a" * 30]:
+        np.testing.assert_array_equal(free.embed_query(t), kept.embed_query(t))
+    assert set(free._packed) == set(free._linears) and not any(free._packed.values())  # checked, nothing held
+    assert all(v is not None for v in kept._packed.values())
+
+
 @pytest.mark.parametrize("numkong", [None, types.ModuleType("numkong")], ids=["absent", "without-packed-products"])
 def test_without_numkong_the_encoder_runs_its_products_in_numpy(monkeypatch, numkong):
     """numkong is a declared dependency, but an install without it, or with one too old for
