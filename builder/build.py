@@ -41,7 +41,7 @@ from .query_model import PackedEmbedder, query_model_section
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Document, read_corpus
 from .language import document_languages
-from .postings import PostingsSpill, SpilledPostings, add_variants, chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
+from .postings import PostingsSpill, SpilledPostings, chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
 from .store import DocumentStore
 from .stream import ChunkColumns, TextBlocks, VectorIndex, pack_sources, windows
 from .vectors import GivenVectors, check_dim, check_rows, check_values, open_vectors, source_of, whole_chunk
@@ -527,7 +527,7 @@ class Fields:
     use_piece: np.ndarray
     use_field: np.ndarray
     chunks: int
-    variants: dict[str, set[str]] = field(default_factory=dict)  # term -> the words it stands for besides itself (layout.pack_surfaces)
+    variants: list[tuple[str, str]] = field(default_factory=list)  # (term, a word it stands for besides itself): layout.pack_surfaces
 
 
 def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_langs: list[str] | None = None) -> Fields:
@@ -571,7 +571,7 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_
     # Per language: word ids in first-seen order in one C-level pass (a defaultdict numbering its
     # misses), then each distinct word is finished (length limit, stemmer, stopwords) once.
     term_id: dict[str, int] = {}
-    variants: dict[str, set[str]] = {}
+    variants: list[tuple[str, str]] = []
     total = int(offsets[-1])
     token_lang = np.repeat(np.asarray(piece_lang, dtype=np.int8), np.diff(offsets)) if multi else None
     ids = np.empty(total if multi else 0, dtype=np.int32)  # int32: half the bytes to send back from a worker
@@ -584,8 +584,7 @@ def analyze(docs: list[Document], rows: list[ChunkRow], analyzer: Analyzer, doc_
         finished = analyzer.finish(words, lang)
         local = np.fromiter((term_id.setdefault(t, len(term_id)) for t in finished), dtype=np.int32, count=len(finished))
         # the words a term stands for besides itself (a stopword term "~w" stands for w alone)
-        for t, w in [(t, w) for w, t in zip(words, finished) if w != t and t[0] != STOP_MARK]:
-            variants.setdefault(t, set()).add(w)
+        variants += [(t, w) for w, t in zip(words, finished) if w != t and t[0] != STOP_MARK]
         if multi:
             ids[token_lang == li] = local[word_ids]
         else:
@@ -614,10 +613,10 @@ class FieldsMerger:
         self._seen = defaultdict(count().__next__)
         self._parts: list[tuple] = []
         self._chunks = self._pieces = self._tokens = 0
-        self._variants: dict[str, set[str]] = {}
+        self._variants: list[tuple[str, str]] = []
 
     def add(self, f: Fields) -> None:
-        add_variants(self._variants, f.variants)
+        self._variants += f.variants
         known = len(self._seen)
         remap = np.fromiter(map(self._seen.__getitem__, f.vocabulary), dtype=np.int64, count=len(f.vocabulary))
         self._parts.append((

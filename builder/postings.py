@@ -45,16 +45,12 @@ BLOCK_OCCURRENCES = 1 << 21  # occurrences per spilled block: 100 to 250 MB of w
 MERGE_BATCH = 1 << 21  # postings merged at a time (a term with more is merged alone)
 
 
-def add_variants(into: dict[str, set[str]], more: dict[str, set[str]]) -> None:
-    """Add a part's term -> words (Fields.variants) to ``into``, keeping at most MAX_SURFACES + 1
-    words per term: one more than terms.surfaces lists says there are too many, and bounds memory."""
-    cap = L.MAX_SURFACES + 1
-    for t, words in more.items():
-        have = into.get(t)
-        if have is None:
-            into[t] = words if len(words) <= cap else set(sorted(words)[:cap])
-        elif len(have) < cap:
-            have.update(sorted(words - have)[: cap - len(have)])
+def group_variants(pairs) -> dict[str, list[str]]:
+    """Fields.variants' distinct (term, word) pairs as term -> its words."""
+    out: dict[str, list[str]] = {}
+    for t, w in pairs:
+        out.setdefault(t, []).append(w)
+    return out
 
 
 def sorted_vocabulary(unique_terms, hashes: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -181,7 +177,7 @@ class SpilledPostings:
     doc_impacts: tuple
     doc_n: np.ndarray | None = None  # u32 per term: BM25's N for it, its main language's documents (several languages only)
     language_stats: list | None = None  # per language: code, documents, mean chunk and document length
-    variants: dict = field(default_factory=dict)  # term -> the words it stands for besides itself (terms.surfaces)
+    variants: dict = field(default_factory=dict)  # term -> the words it stands for besides itself (layout.pack_surfaces)
 
 
 class PostingsSpill:
@@ -202,11 +198,11 @@ class PostingsSpill:
         self._lengths: list[np.ndarray] = []
         self._chunks = 0
         self._size = 0
-        self._variants: dict[str, set[str]] = {}
+        self._variants: set[tuple[str, str]] = set()  # (term, word) of Fields.variants, distinct
 
     def add(self, f, chunk_doc: np.ndarray) -> None:
         """A window's Fields; ``chunk_doc``: each of its chunks' document number."""
-        add_variants(self._variants, f.variants)
+        self._variants.update(f.variants)
         known = len(self._seen)
         remap = np.fromiter(map(self._seen.__getitem__, f.vocabulary), dtype=np.int64, count=len(f.vocabulary))
         new = np.flatnonzero(remap >= known)  # in the order they got ids
@@ -312,7 +308,7 @@ class PostingsSpill:
             out.file.flush()
             parts.append((FileRange(out.path, 0, os.path.getsize(out.path)),))
         self._spill.close()
-        return SpilledPostings(terms, hashes.astype("<u8", copy=False), offsets, parts[0], parts[1], lengths, doc_df.astype("<u4"), doc_offsets, parts[2], parts[3], doc_n, stats, self._variants)
+        return SpilledPostings(terms, hashes.astype("<u8", copy=False), offsets, parts[0], parts[1], lengths, doc_df.astype("<u4"), doc_offsets, parts[2], parts[3], doc_n, stats, group_variants(self._variants))
 
     def _merged(self, positions: list[np.ndarray], t0: int, t1: int) -> tuple:
         """The chunk ids, tf', document ids and document tf' of dictionary terms t0..t1-1, in

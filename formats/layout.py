@@ -150,11 +150,12 @@ def surface_base(term: str) -> str:
     return term[1:] if term[:1] == STOP_MARK else term
 
 
-def pack_surfaces(terms: list[str], variants: dict[str, set[str]]) -> bytes:
+def pack_surfaces(terms: list[str], variants: dict[str, list[str]]) -> bytes:
     """The terms.surfaces blob table: item t lists, in sorted order and separated by one space,
     the words of the corpus that term t stands for (what the analyzer's ``words`` gave, before
     the length limit, stemming and stopwords) other than ``surface_base(t)``: empty when there is
-    none (most terms), SURFACES_MANY when there are more than MAX_SURFACES."""
+    none (most terms), SURFACES_MANY when there are more than MAX_SURFACES. ``variants``: term ->
+    those words, each once."""
     items = []
     for t in terms:
         v = variants.get(t)
