@@ -7,12 +7,14 @@ the machine's drift hits both alike.
 
 For each artifact and variant: a child process opens the artifact, builds the encoder from its
 model.query section (common/query_encoder.py), tokenizes "how to configure taxonomies" and
-times ``forward`` once. Prints the median and minimum milliseconds of each (markdown).
+times ``forward`` once. Prints the median and minimum milliseconds of each (markdown), and
+with ``--out FILE`` writes every run's milliseconds as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -43,6 +45,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--art", action="append", required=True, help="an artifact with a model.query section")
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--out", type=Path, help="write the runs' milliseconds here as JSON")
     ap.add_argument("--child", nargs=2, metavar=("ART", "KEEP"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -59,6 +62,8 @@ def main(argv=None):
     print("| artifact | packs | median | min |\n|---|---|---:|---:|")
     for (art, v), ms in got.items():
         print(f"| {Path(art).name} | {v} | {statistics.median(ms):.1f} | {min(ms):.1f} |")
+    if a.out:
+        a.out.write_text(json.dumps({"machine": machine(), "query": QUERY, "runs": [{"artifact": art, "packs": v, "ms": ms} for (art, v), ms in got.items()]}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

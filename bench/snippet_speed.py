@@ -9,12 +9,13 @@ every snippet is made both ways (runtime/snippets.py: ``words=surface_hits(...)`
 their texts compared, and each way timed over all of them, ``--repeat`` passes each, alternating (in process, warm:
 the analyzer's memo holds the chunks' words after the first pass). Prints the count of
 snippets, how many differ (0 is the claim) and the microseconds per snippet, for all, ASCII and
-non-ASCII chunks.
+non-ASCII chunks (markdown); ``--out FILE`` writes the same as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -35,6 +36,7 @@ def main(argv=None):
     ap.add_argument("--fixture", type=Path, required=True)
     ap.add_argument("--random", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--out", type=Path, help="write the figures here as JSON")
     a = ap.parse_args(argv)
     with Index(a.art) as ix:
         an = analyzer_of(ix)
@@ -67,9 +69,13 @@ def main(argv=None):
         print(f"Machine: {machine()}  \nDate: {time.strftime('%Y-%m-%d %H:%M')}  \nCommand: `python bench/snippet_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n")
         print(f"{len(texts)} queries, {len(calls)} multi-line snippets, {differ} differ.\n")
         print("| chunks | snippets | analyzing the lines, us | with terms.surfaces, us |\n|---|---:|---:|---:|")
+        rows = []
         for name, group in (("all", calls), ("ASCII", [c for c in calls if c[0].isascii()]), ("non-ASCII", [c for c in calls if not c[0].isascii()])):
             old, new = per_snippet(group)
+            rows.append({"chunks": name, "snippets": len(group), "analyzing_us": old, "surfaces_us": new})
             print(f"| {name} | {len(group)} | {old:.1f} | {new:.1f} |")
+        if a.out:
+            a.out.write_text(json.dumps({"machine": machine(), "queries": len(texts), "snippets": len(calls), "differ": differ, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
