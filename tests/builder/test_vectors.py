@@ -155,6 +155,8 @@ def test_a_graph_whose_nodes_are_not_in_key_order_still_gives_each_chunk_its_vec
         want = np.array([given[row_of[ix.chunk(c).doc_id]] for c in ids])
         assert np.allclose(ix.vectors_of(ids), want, atol=2e-3)  # stored as f16
         assert np.allclose(ix.cosines(ids, want[2]), want @ want[2], atol=2e-3)
+        # every row (computed over the matrix in place, then picked) or some (gathered): the same values
+        assert np.array_equal(ix.cosines(ids[[3, 1]], want[2]), ix.cosines(ids, want[2])[[3, 1]])
         hits = Searcher(ix).search(Query(RECORDS[0]["text"], mode="vector", top_k=1), None)
         assert hits.results[0].doc_id == "c"
 
