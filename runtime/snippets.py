@@ -69,29 +69,10 @@ def _around_first_hit(passage: str, terms, width: int) -> str:
 def _hits_per_line(lines: list[str], want: set[str], analyzer) -> dict[int, set[str]]:
     """Line index -> the query terms that line shows, as ``want & analyzer.terms(line)`` would
     give (lines that show none left out). The text's distinct words are found at once and the
-    words that hit by set operations (Analyzer.term_hits); then, on ASCII text, the lines that
-    hold one of those few words as a whole word, by substring tests on the lines as the analyzer
-    reads them (Analyzer.blanked_lines), and otherwise (normalisation may change lengths) by
-    splitting the text again, line by line (Analyzer.words_by_line)."""
-    text = "\n".join(lines)
-    hits = analyzer.term_hits(set(analyzer.words(text)), want)
-    out: dict[int, set[str]] = {}
-    if not hits:
-        return out
-    blanked = analyzer.blanked_lines(text)
-    if blanked is None:
-        keys = hits.keys()
-        for i, words in enumerate(analyzer.words_by_line(text)):
-            if not keys.isdisjoint(words):
-                out[i] = set().union(*(hits[w] for w in keys & set(words)))
-        return out
-    padded = [f" {ln} " for ln in blanked]
-    for w, terms in hits.items():
-        key = f" {w} "
-        for i, ln in enumerate(padded):
-            if key in ln:
-                out.setdefault(i, set()).update(terms)
-    return out
+    words that hit by set operations (Analyzer.term_hits); then the lines that hold one of
+    those few words, as ``_word_hits_per_line`` finds them."""
+    hits = analyzer.term_hits(set(analyzer.words("\n".join(lines))), want)
+    return _word_hits_per_line(lines, hits, analyzer) if hits else {}
 
 
 def surface_hits(ix, terms: list[str]) -> dict[str, set[str]] | None:
