@@ -685,7 +685,7 @@ def main(argv=None):
     ap.add_argument("--reuse-corpus", action="store_true", help="build from DIR's corpus of an earlier run (same --chunks and --seed) instead of writing it again")
     ap.add_argument("--hnsw-threads", type=int, default=1, help="kb.toml [vectors] threads for the build (1: the same bytes at every build)")
     ap.add_argument("--expansion-search", type=int, default=0, help="search with this HNSW ef instead of the artifact's (ef is a search-time setting kb keeps in meta)")
-    ap.add_argument("--query-phase", nargs=2, type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--query-phase", nargs=2, type=Path, metavar=("ARTIFACT", "QUERIES"), help="only the warm in-process latencies and RSS of ARTIFACT with DIR's queries.npz (the embedding precomputed), as JSON")
     a = ap.parse_args(argv)
     if a.calibrate:
         print(json.dumps(calibrate(a), indent=2))

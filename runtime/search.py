@@ -39,6 +39,7 @@ from .snippets import snippet, surface_hits
 
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
 OTHER_STOPWORDS = 2  # another language's stopwords that take a query from the English leg (english_query)
+LEG_THREADS = 8  # dense legs running beside BM25 legs at once, across a process's searches (kb serve's slots)
 BM25_ALONE_DEPTH = 10  # a lone BM25 leg (--mode bm25) ranks top_k, and at least the 10 its confidence features read
 # Scripts an embedding model was trained on, by model name. A dense leg on a script the model
 # never saw ranks noise (all-MiniLM-L6-v2 on CMRC2018-zh: nDCG@10 0.10 against BM25's 0.98,
@@ -322,18 +323,30 @@ class Searcher:
         texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
         legs: list[Leg] = []
         qv = None
+
+        def dense(text: str, name: str, weight: float) -> tuple[np.ndarray, Leg, float]:
+            t = time.perf_counter()
+            with self._packed_model("embedding model"):  # a packed model that cannot embed the query
+                v = self.embedder_of(space).embed_query(text)
+            return v, self.ops.vector_leg(space, name, v, weight, depth, allowed), _ms(t)
+
+        run_bm25, run_dense = use_bm25 and w_lex > 0, use_vectors and w_dense > 0
+        # Both legs in a long-lived process: the dense one on a thread beside this one (usearch's
+        # search and CTranslate2 let go of the GIL), so a hybrid search costs about its slower leg
+        # instead of the sum of both. A one-shot search keeps one thread: its dense leg is kb's
+        # in-place encoder and graph walk, Python and numpy that would only wait for the GIL.
+        pool = _leg_pool() if run_bm25 and run_dense and not self.one_shot else None
         for suffix, text, scale in texts:
-            if use_bm25 and w_lex > 0:
+            pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
+            if run_bm25:
                 t = time.perf_counter()
                 legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
                 timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
-            if use_vectors and w_dense > 0:
-                t = time.perf_counter()
-                with self._packed_model("embedding model"):  # a packed model that cannot embed the query
-                    v = self.embedder_of(space).embed_query(text)
+            if run_dense:
+                v, leg, ms = pending.result() if pending is not None else dense(text, "vector" + suffix, w_dense * scale)
                 qv = v if qv is None else qv
-                legs.append(self.ops.vector_leg(space, "vector" + suffix, v, w_dense * scale, depth, allowed))
-                timings["vector"] = timings.get("vector", 0.0) + _ms(t)
+                legs.append(leg)
+                timings["vector"] = timings.get("vector", 0.0) + ms
         if q.entities:
             tiebreak = {f.chunk: f.score for f in fuse_rrf(legs, _fusion(o))} if legs else {}
             tag = self.ops.tag_leg(self.ix, q.entities, o.tag_weight, depth, allowed, tiebreak)
@@ -449,6 +462,15 @@ def ops_of(index):
 
         return collection
     return _SingleOps
+
+
+@lru_cache(maxsize=None)
+def _leg_pool():
+    """The threads that run dense legs beside their searches' BM25 legs (``Searcher._run_legs``):
+    one per concurrent search, up to LEG_THREADS; a search past that waits for a free one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=LEG_THREADS, thread_name_prefix="kb-dense-leg")
 
 
 def _ms(t: float) -> float:

@@ -75,3 +75,45 @@ def test_the_readme_states_the_scan_limit():
 
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     assert f"Up to {EXACT_SCAN_MAX:,} chunks the dense leg scans every stored vector" in readme
+
+
+def test_a_long_lived_search_runs_its_dense_leg_beside_the_bm25_leg_with_the_same_results(sample_artifact, monkeypatch):
+    import threading
+
+    from kb.runtime import search as S
+    from kb.runtime.search import Query, Searcher
+
+    with Index(sample_artifact) as ix:
+        s = Searcher(ix)
+        where: dict[str, str] = {}
+        for leg in ("bm25_leg", "vector_leg"):
+            def spy(*a, _leg=leg, _fn=getattr(s.ops, leg), **k):
+                where[_leg] = threading.current_thread().name
+                return _fn(*a, **k)
+
+            monkeypatch.setattr(s.ops, leg, spy)
+        q = Query("rotate the database credentials", top_k=5, explain=True)
+        beside = s.search(q, s.defaults)
+        assert where["bm25_leg"] == threading.current_thread().name
+        assert where["vector_leg"].startswith("kb-dense-leg")
+        s.one_shot = True  # the embedder is loaded now; a one-shot search runs both legs on this thread
+        alone = s.search(q, s.defaults)
+        assert where["vector_leg"] == threading.current_thread().name
+        assert [(r.chunk_id, r.score, r.confidence) for r in beside.results] == [(r.chunk_id, r.score, r.confidence) for r in alone.results]
+        assert S.LEG_THREADS >= 2
+
+
+def test_an_error_in_the_dense_leg_beside_reaches_the_search(sample_artifact, monkeypatch):
+    import pytest
+
+    from kb.runtime.search import Query, Searcher
+
+    with Index(sample_artifact) as ix:
+        s = Searcher(ix)
+
+        def broken(*a, **k):
+            raise RuntimeError("dense leg failed")
+
+        monkeypatch.setattr(s.ops, "vector_leg", broken)
+        with pytest.raises(RuntimeError, match="dense leg failed"):
+            s.search(Query("rotate the database credentials", top_k=5), s.defaults)
