@@ -17,33 +17,38 @@ from .results import Notice
 
 
 def stale_report(manifest) -> dict:
-    """Changed, added and removed files of the corpus, against the manifest (formats/records.py)."""
-    root = Path(manifest.root)
-    rep = {"root": str(root), "root_exists": root.is_dir(), "changed": [], "added": [], "removed": []}
+    """Changed, added and removed files of the corpus, against the manifest (formats/records.py).
+    Plain strings and ``os`` calls, not pathlib: a one-shot ``kb search`` runs this over every
+    source file, and pathlib's parsing cost more than the stats (about 100 ms of 150 for the
+    992 files of the Hugo docs)."""
+    root = os.fspath(manifest.root)
+    rep = {"root": str(Path(root)), "root_exists": os.path.isdir(root), "changed": [], "added": [], "removed": []}
     if not rep["root_exists"]:
         return rep
     known = {s.path: s for s in manifest.sources}
     skipped = {p for p, _ in manifest.skipped}
     types = set(manifest.file_types)
     for path, src in known.items():
-        p = root / path
+        p = os.path.join(root, path)
         try:
-            st = p.stat()
+            st = os.stat(p)
         except OSError:
             rep["removed"].append(path)
             continue
         if st.st_size == src.size and st.st_mtime_ns == src.mtime_ns:
             continue
-        if st.st_size != src.size or hashlib.sha256(p.read_bytes()).hexdigest() != src.sha256:
+        if st.st_size != src.size or _sha256(p) != src.sha256:
             rep["changed"].append(path)
     include, exclude = manifest.include, manifest.exclude
     if not manifest.jsonl:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            at = os.path.relpath(dirpath, root).replace(os.sep, "/")
+            prefix = "" if at == "." else at + "/"
             for f in sorted(filenames):
-                if f.startswith(".") or f == CONFIG_NAME or Path(f).suffix.lower() not in types:
+                if f.startswith(".") or f == CONFIG_NAME or os.path.splitext(f)[1].lower() not in types:
                     continue
-                rel = (Path(dirpath) / f).relative_to(root).as_posix()
+                rel = prefix + f
                 if include and not any(fnmatch.fnmatch(rel, g) for g in include):
                     continue
                 if any(fnmatch.fnmatch(rel, g) for g in exclude):
@@ -51,6 +56,14 @@ def stale_report(manifest) -> dict:
                 if rel not in known and rel not in skipped:
                     rep["added"].append(rel)
     return rep
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while block := f.read(1 << 20):  # a MiB at a time: a large source is not read whole
+            h.update(block)
+    return h.hexdigest()
 
 
 def status_report(manifest) -> dict:

@@ -217,6 +217,30 @@ def test_stale_index_notice_names_changed_added_and_removed_files(tmp_path):
     ]
 
 
+def test_the_stale_check_reads_nested_folders_and_hashes_only_files_whose_time_moved(tmp_path):
+    import os
+
+    from kb.runtime.stale import stale_report
+
+    corpus = tmp_path / "c"
+    (corpus / "a" / "b").mkdir(parents=True)
+    (corpus / "a" / "b" / "deep.md").write_text("# Deep\n\nbackup words\n")
+    (corpus / "a" / "same.md").write_text("# Same\n\nbackup text\n")
+    (corpus / "a" / "edit.md").write_text("# Edit\n\nbackup abc\n")
+    out = tmp_path / "t.kb"
+    build_hash(corpus, out)
+    with Index(out) as ix:
+        m = ix.manifest()
+    assert stale_report(m) == {"root": str(corpus), "root_exists": True, "changed": [], "added": [], "removed": []}
+    os.utime(corpus / "a" / "same.md", ns=(1, 1))  # touched, the same bytes: not a change
+    (corpus / "a" / "edit.md").write_text("# Edit\n\nbackup xyz\n")  # the same size, other bytes
+    (corpus / "a" / "b" / "new.md").write_text("# New\n")
+    (corpus / ".hidden").mkdir()
+    (corpus / ".hidden" / "x.md").write_text("# Hidden\n")  # hidden folders are not read
+    rep = stale_report(m)
+    assert (rep["changed"], rep["added"], rep["removed"]) == (["a/edit.md"], ["a/b/new.md"], [])
+
+
 class LengthReranker:
     """Scores passages by length: longer = more relevant. Deterministic plumbing check only."""
 
