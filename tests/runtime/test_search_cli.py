@@ -1,6 +1,8 @@
 import json
 import math
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -239,6 +241,29 @@ def test_the_stale_check_reads_nested_folders_and_hashes_only_files_whose_time_m
     (corpus / ".hidden" / "x.md").write_text("# Hidden\n")  # hidden folders are not read
     rep = stale_report(m)
     assert (rep["changed"], rep["added"], rep["removed"]) == (["a/edit.md"], ["a/b/new.md"], [])
+    assert "touched" not in rep  # kb status compares every file
+    rep = stale_report(m, hash_bytes=0)  # a search's check with no bytes left to read
+    assert (rep["changed"], rep["touched"]) == ([], ["a/edit.md", "a/same.md"])
+    rep = stale_report(m, hash_bytes=(corpus / "a" / "edit.md").stat().st_size)  # room for the first
+    assert (rep["changed"], rep["touched"]) == (["a/edit.md"], ["a/same.md"])
+
+
+def test_a_search_past_its_hashing_budget_says_which_files_it_did_not_compare(tmp_path, monkeypatch):
+    from kb.runtime import stale
+
+    corpus = tmp_path / "c"
+    shutil.copytree(TINY, corpus)
+    out = tmp_path / "t.kb"
+    build_hash(corpus, out)
+    os.utime(corpus / "gateway.txt", ns=(1, 1))
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"up to {stale.SEARCH_HASH_BYTES >> 20} MiB of them per search" in " ".join(readme.split())  # the README's figure is the code's
+    monkeypatch.setattr(stale, "SEARCH_HASH_BYTES", 0)
+    d = json.loads(run("search", "backup", "-i", out, "--json").stdout)
+    notice = next(n for n in d["notices"] if n["kind"] == "stale_index")
+    assert notice["files"] == ["touched gateway.txt"]
+    assert notice["message"] == "Index may be stale: touched gateway.txt (touched: its time moved, its bytes were not compared); rebuild with kb-build (kb status lists all)"
+    assert run("status", "-i", out).stdout.splitlines() == [f"corpus root {corpus}: up to date"]
 
 
 class LengthReranker:
