@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from kb.formats.records import CONFIG_NAME
@@ -25,9 +26,10 @@ def stale_report(manifest, hash_bytes: int | None = None) -> dict:
     """Changed, added and removed files of the corpus, against the manifest (formats/records.py);
     with ``hash_bytes``, files of an unchanged size whose time moved are hashed only while that
     many bytes have not been read, and "touched" past it.
+
     Plain strings and ``os`` calls, not pathlib: a one-shot ``kb search`` runs this over every
-    source file, and pathlib's parsing cost more than the stats (about 100 ms of 150 for the
-    992 files of the Hugo docs)."""
+    source file, and pathlib's parsing cost more than the stats (about 50 ms of 93 for the 992
+    files of the Hugo docs, bench/RESULTS.md "oneshot-quiet")."""
     root = os.fspath(manifest.root)
     rep = {"root": str(Path(root)), "root_exists": os.path.isdir(root), "changed": [], "added": [], "removed": []}
     if hash_bytes is not None:
@@ -46,7 +48,7 @@ def stale_report(manifest, hash_bytes: int | None = None) -> dict:
             continue
         if st.st_size == src.size and st.st_mtime_ns == src.mtime_ns:
             continue
-        if st.st_size != src.size:
+        if st.st_size != src.size or not stat.S_ISREG(st.st_mode):  # not a file now (a FIFO would block the read)
             rep["changed"].append(path)
         elif hash_bytes is not None and st.st_size > hash_bytes:
             rep["touched"].append(path)
