@@ -173,9 +173,15 @@ class Index:
 
     def _checked_rows(self, t: np.ndarray) -> np.ndarray:
         """Rows of the chunk table whose documents and statuses exist, or CorruptArtifact."""
-        if len(t) and (t["doc"].max() >= self.n_docs or t["status"].max() >= len(self.meta.statuses)):
-            raise self._corrupt("chunk table points past the document or status tables")
+        if len(t):
+            self._check_row_bounds(int(t["doc"].max()), int(t["status"].max()))
         return t
+
+    def _check_row_bounds(self, doc: int, status: int) -> None:
+        """CorruptArtifact unless document ``doc`` and status ``status`` exist (a row's, or the
+        largest of many rows')."""
+        if doc >= self.n_docs or status >= len(self.meta.statuses):
+            raise self._corrupt("chunk table points past the document or status tables")
 
     def chunk_row(self, cid: int):
         """Row ``cid`` of the chunk table (doc, start_line, end_line, status, flags), its page
@@ -188,8 +194,7 @@ class Index:
         width = _CHUNK_ROW.size
         self.artifact.check_range(L.CHUNKS, cid * width, (cid + 1) * width)
         row = _CHUNK_ROW.unpack_from(self._chunk_rows, cid * width)
-        if row[0] >= self.n_docs or row[3] >= len(self.meta.statuses):
-            self._checked_rows(np.array([row], dtype=L.CHUNK_DTYPE))  # says which
+        self._check_row_bounds(row[0], row[3])
         return row
 
     @cached_property
