@@ -219,8 +219,8 @@ def build(
         threads = 1 if loaded else (jobs or shards.default_jobs())  # text compression
         columns = ChunkColumns(config.statuses, config.default_status, config.tags)
         text = TextBlocks(scratch(), scratch())
-        index = None if model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors)
-        index_en = None if embedder_en is None else VectorIndex(embedder_en.dim, config.vectors)
+        index = None if model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors, scratch)
+        index_en = None if embedder_en is None else VectorIndex(embedder_en.dim, config.vectors, scratch)
         postings = PostingsSpill(config.bm25, scratch)
         for lo, hi in windows(store.text_sizes()):
             with clock("read"):

@@ -78,11 +78,13 @@ class EmbeddingOptions:
 class VectorOptions:
     """kb.toml [vectors]: the usearch HNSW graph."""
 
-    connectivity: int = setting(16, "HNSW M: links per node; more = better recall, bigger index.", minimum=2, maximum=256)
+    connectivity: int = setting(32, "HNSW M: links per node; more = better recall, bigger index.", minimum=2, maximum=256)
     expansion_add: int = setting(128, "HNSW ef at construction; more = better graph, slower build.", minimum=1, maximum=4096)
     expansion_search: int = setting(1024, "HNSW ef at query time (stored in meta); more = better recall, slower search.", minimum=1, maximum=4096)
     dtype: str = setting("f16", "Stored vector precision.", choices=("f16", "bf16", "f32"))
     order: str = setting("clusters", "Where the graph's nodes and their vectors lie in the artifact: clusters = near vectors together (a two-level k-means; the same graph, but a one-shot search reads fewer pages of it), chunks = in the order they were added. Below 4096 vectors, as added either way.", choices=("clusters", "chunks"))
+    add_order: str = setting("mixed", "The order vectors are added to the graph in: mixed = a seeded random 5% first, then the rest near vectors together (a two-level k-means), about 2.5 times faster at a million vectors than chunks = in chunk order, for a slightly worse graph at the same connectivity. Below 4096 vectors, chunk order either way.", choices=("mixed", "chunks"))
+    add_dtype: str = setting("i8", "Precision of the distances while the graph is built: i8 = over int8 copies of the vectors (faster adds), same = at dtype. The vectors are stored and searched at dtype either way.", choices=("i8", "same"))
     threads: int = setting(1, "Threads that add vectors to the HNSW graph: 1 = the same graph, and the same artifact bytes, at every build; more = faster on more cores, but the graph differs from build to build.", minimum=1, maximum=256)
 
 

@@ -1,22 +1,26 @@
-"""Where the HNSW graph's nodes lie in the artifact (kb.toml ``[vectors] order``).
+"""Where the HNSW graph's nodes lie in the artifact (kb.toml ``[vectors] order``), and the order
+they are added in (``[vectors] add_order``).
 
-usearch gives each node the next slot of its graph and of its vector matrix as it is added, in
-chunk-id order here. The neighbours of a node then lie anywhere in the artifact, and a one-shot
+usearch gives each node the next slot of its graph and of its vector matrix as it is added. In
+chunk-id order, the neighbours of a node then lie anywhere in the artifact, and a one-shot
 search's walk of the graph (runtime/graph_walk.py) reads a page for nearly every vector it
 compares: at a million chunks most of that walk's time is first touches of pages. With
 ``clusters``, kb-build moves the finished graph's nodes (formats/hnsw.py ``permuted``: the same
 graph, renamed) so that near vectors get near slots, and the walk reads fewer pages.
 
-Adding the vectors in this order instead would have done the same for the pages and built the
-graph faster, but made a worse graph: at 300,000 chunks of bench/scale.py's corpus recall@10 fell
-from 0.9975 to 0.990 at ef 1024 (0.994 with a random 5% added first), and at a million from
-0.9885 to 0.977 (bench/RESULTS.md, "scale-notes").
+The adds themselves are faster in that order too: each new node's neighbours were added just
+before it, so the graph's search for them stays in memory already read (at a million vectors of
+bench/scale.py's corpus, 2.5 times faster). Added in that order alone, the graph is worse: its
+early nodes, all of one cluster, get no long links (recall@10 at ef 1024 fell from 0.9885 to
+0.977 at a million). ``add_order``'s ``mixed`` therefore adds a seeded random ``RANDOM_FIRST``
+of the vectors first, then the rest leaf by leaf (bench/RESULTS.md, "scale-notes").
 
 The order: a two-level spherical k-means of the vectors, K clusters and K clusters within each
 (K about the fourth root of the count, so a leaf holds about its square root), 8 Lloyd
-iterations on a seeded sample of each level; leaf by leaf, by slot within a leaf. The vectors are
-read a block at a time, never copied whole. The order depends only on the vectors (fixed seed),
-so a build with one graph thread still writes the same bytes every time on the same machine.
+iterations on a seeded sample of each level; leaf by leaf, by position within a leaf. The vectors
+are read a block at a time, never copied whole. The orders depend only on the vectors (fixed
+seeds), so a build with one graph thread still writes the same bytes every time on the same
+machine.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ SAMPLE_PER_CLUSTER = 50  # k-means sample: this many vectors per centroid wanted
 ITERATIONS = 8
 BLOCK_ROWS = 1 << 15  # vectors a pass reads at a time
 SEED = 0
+RANDOM_FIRST = 0.05  # add_order "mixed": the share of the vectors added first, in random order
 
 Rows = Callable[[np.ndarray], np.ndarray]  # sorted row numbers -> those vectors (float32)
 
@@ -62,6 +67,12 @@ def cluster_order(n: int, rows: Rows, k: int | None = None) -> np.ndarray:
     ``rows(sorted positions)`` reads vectors."""
     if n < MIN_CLUSTERED:
         return np.arange(n, dtype=np.int64)
+    first, second = cluster_labels(n, rows, k)
+    return np.lexsort((np.arange(n), second, first))
+
+
+def cluster_labels(n: int, rows: Rows, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each position's cluster and its cluster within that one (``cluster_order``)."""
     k = k or clusters_per_level(n)
     rng = np.random.default_rng(SEED)
     top = kmeans(unit_rows(rows(np.sort(rng.choice(n, min(n, SAMPLE_PER_CLUSTER * k), replace=False)))), k, rng)
@@ -79,7 +90,18 @@ def cluster_order(n: int, rows: Rows, k: int | None = None) -> np.ndarray:
             if sizes[j] > k:
                 at = np.flatnonzero(cl == j)
                 second[a + at] = np.argmax(block[at] @ subs[j].T, axis=1)
-    return np.lexsort((np.arange(n), second, first))
+    return first, second
+
+
+def mixed_order(n: int, clustered: np.ndarray) -> np.ndarray:
+    """The positions 0..n-1 in ``add_order`` "mixed": a seeded random ``RANDOM_FIRST`` of them
+    (in position order), then the rest in ``clustered`` order (``cluster_order``'s)."""
+    if n < MIN_CLUSTERED:
+        return np.arange(n, dtype=np.int64)
+    first = np.sort(np.random.default_rng(SEED).choice(n, int(n * RANDOM_FIRST), replace=False))
+    taken = np.zeros(n, dtype=bool)
+    taken[first] = True
+    return np.concatenate([first, clustered[~taken[clustered]]])
 
 
 def moved(image, count: int) -> Iterator[bytes]:

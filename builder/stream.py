@@ -9,20 +9,21 @@ these accumulators in chunk-id order:
 - ``TextBlocks``: each chunk's record, appended to a scratch file; ``finish`` trains the zstd
   dictionary on the sample the whole-corpus stage took (every n-th record, n from the total
   size) and compresses the blocks into a second scratch file, which the writer copies;
-- ``VectorIndex``: the HNSW graph, vectors added in chunk-id order on one thread (the same graph
-  as one add of them all; kb.toml ``[vectors] threads`` trades that for speed); ``save`` writes
-  it to a scratch file, its nodes moved so that near vectors lie together (``[vectors] order``,
-  builder/locality.py), which the writer copies.
+- ``VectorIndex``: the vectors, spilled to a scratch file; ``save`` adds them to the HNSW graph
+  in ``[vectors] add_order`` on one thread (the same graph at every build; ``[vectors] threads``
+  trades that for speed), writes it to a scratch file with its nodes moved so that near vectors
+  lie together (``[vectors] order``, builder/locality.py), which the writer copies.
 
 The postings stage takes the same windows (builder/postings.py). What stays in memory is the HNSW
-graph, the vocabulary, a few bytes per chunk, and one window. Every output byte is the same as
-when the whole corpus was one window.
+graph (built at the end), the vocabulary, a few bytes per chunk, and one window. Every output
+byte is the same as when the whole corpus was one window.
 """
 
 from __future__ import annotations
 
 import os
 from array import array
+from contextlib import contextmanager
 from typing import Callable
 
 import numpy as np
@@ -226,56 +227,98 @@ def pack_sources(docs, zdict: bytes, out: Scratch, threads: int = 1) -> tuple:
 
 
 class VectorIndex:
-    """The hnsw stage: vectors added to the graph in chunk-id order, a window at a time, on
-    ``[vectors] threads`` threads (1, the default: the same graph at every build). ``save``
-    writes the graph out, its nodes moved into ``[vectors] order`` (builder/locality.py)."""
+    """The hnsw stage. ``add`` spills each window's vectors (at ``[vectors] dtype``) to a scratch
+    file; ``save`` adds them all to the graph in ``[vectors] add_order`` (builder/locality.py),
+    on ``[vectors] threads`` threads (1, the default: the same graph at every build), over
+    int8 copies of the vectors when ``[vectors] add_dtype`` is i8, and writes the graph out with
+    its nodes in ``[vectors] order`` and its vectors at ``[vectors] dtype``."""
 
-    def __init__(self, dim: int, v):
-        from usearch.index import Index
-
-        self.index = Index(ndim=dim, metric="cos", dtype=v.dtype, connectivity=v.connectivity, expansion_add=v.expansion_add, expansion_search=v.expansion_search)
-        self.threads = v.threads
-        self.order = v.order
+    def __init__(self, dim: int, v, scratch: Callable[[], Scratch]):
+        self.dim, self.v = dim, v
+        self.spilled = np.dtype(SPILL_KINDS[v.dtype])
+        self.spill = scratch()
         self.count = 0
         self.rows: bytes | None = None  # after save: the vectors.rows section, when needed
 
     def add(self, vecs: np.ndarray) -> None:
         """Vectors of the next ``len(vecs)`` chunks (keys are chunk ids)."""
-        if len(vecs):
-            self.index.add(np.arange(self.count, self.count + len(vecs), dtype=np.uint64), vecs, threads=self.threads)
+        self.spill.file.write(np.ascontiguousarray(vecs, dtype=self.spilled).tobytes())
         self.count += len(vecs)
 
     def save(self, scratch: Callable[[], Scratch]) -> FileRange:
-        """Write the index (usearch's ``save`` format) to a new scratch file and free the graph;
-        with ``order = "clusters"``, rewrite it with near vectors in near slots into another
-        (the first is then removed). Then ``rows`` is the ``vectors.rows`` section (the row of
-        each key's vector) when the nodes are not in key order, else None."""
-        import mmap
+        """Build the graph and write it (usearch's ``save`` format) to a scratch file, then,
+        unless it was built in ``order`` and at ``dtype``, rewrite it into another with its nodes
+        moved into ``order`` and its rows at ``dtype`` (``permuted``). Then ``rows`` is the
+        ``vectors.rows`` section (the row of each key's vector) when the nodes are not in key
+        order, else None."""
+        from usearch.index import Index
 
-        from kb.formats.hnsw import check_hnsw
+        from kb.formats.hnsw import SCALAR_KINDS, check_hnsw, permuted
 
-        from .locality import MIN_CLUSTERED, moved
+        from .locality import MIN_CLUSTERED, cluster_order, mixed_order
 
+        v, n = self.v, self.count
+        self.spill.file.flush()
+        vecs = np.memmap(self.spill.path, dtype=self.spilled, mode="r", shape=(n, self.dim)) if n else np.zeros((0, self.dim), self.spilled)
+        wide = lambda at: np.asarray(vecs[at], dtype=np.float32)  # noqa: E731
+        clustered = cluster_order(n, wide) if n >= MIN_CLUSTERED and (v.order == "clusters" or v.add_order == "mixed") else None
+        added = mixed_order(n, clustered) if v.add_order == "mixed" and clustered is not None else np.arange(n, dtype=np.int64)
+        kind = "i8" if v.add_dtype == "i8" and n else v.dtype  # an empty graph: nothing to build, its head names dtype
+        index = Index(ndim=self.dim, metric="cos", dtype=kind, connectivity=v.connectivity, expansion_add=v.expansion_add, expansion_search=v.expansion_search)
+        for lo in range(0, n, ADD_ROWS):
+            at = added[lo : lo + ADD_ROWS]
+            index.add(at.astype(np.uint64), wide(at), threads=v.threads)
         out = scratch()
-        self.index.save(out.path)
-        self.index = None
-        if self.order == "clusters" and self.count >= MIN_CLUSTERED:
-            plain, out = out, scratch()
-            with open(plain.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                view = memoryview(m)
-                try:
-                    for piece in moved(view, self.count):
-                        out.file.write(piece)
-                    out.file.flush()
-                finally:
-                    view.release()
-            plain.close()
-        size = os.path.getsize(out.path)
-        with open(out.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            view = memoryview(m)
-            try:
-                perm = check_hnsw(view, self.count, neighbours=False).row_of_key
-            finally:
-                view.release()
+        index.save(out.path)
+        del index
+        with _mapped(out.path) as view:
+            slot_of_key = check_hnsw(view, n, neighbours=False).row_of_key
+        if slot_of_key is None:
+            slot_of_key = np.arange(n, dtype=np.int64)
+        move = v.order == "clusters" and clustered is not None
+        if move or kind != v.dtype:
+            key_of_slot = np.empty(n, dtype=np.int64)
+            key_of_slot[slot_of_key] = np.arange(n, dtype=np.int64)
+            rows = None if kind == v.dtype else (SCALAR_KINDS[v.dtype], lambda slots: stored_rows(vecs[key_of_slot[slots]], v.dtype))
+            built, out = out, scratch()
+            with _mapped(built.path) as view:
+                for piece in permuted(view, n, slot_of_key[clustered] if move else np.arange(n), matrix=rows):
+                    out.file.write(piece)
+            out.file.flush()
+            built.close()
+        del vecs
+        self.spill.close()
+        with _mapped(out.path) as view:
+            perm = check_hnsw(view, n, neighbours=False).row_of_key
+            size = len(view)
         self.rows = None if perm is None else perm.astype("<u4").tobytes()
         return FileRange(out.path, 0, size)
+
+
+@contextmanager
+def _mapped(path: str):
+    """A read-only memoryview of the file at ``path`` (mapped)."""
+    import mmap
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        view = memoryview(m)
+        try:
+            yield view
+        finally:
+            view.release()
+
+
+ADD_ROWS = 1 << 15  # vectors handed to usearch at a time (gathered from the spill in add order)
+SPILL_KINDS = {"f16": "<f2", "f32": "<f4", "bf16": "<f4"}  # the spill holds the stored values (bf16: rounded at save)
+
+
+def stored_rows(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Rows ``x`` as ``[vectors] dtype`` stores them: float16, float32, or bf16 (the high half
+    of each float32, rounded to nearest even) as uint16."""
+    if dtype == "f16":
+        return np.asarray(x, dtype="<f2")
+    x = np.asarray(x, dtype="<f4")
+    if dtype == "f32":
+        return x
+    bits = x.view("<u4").astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")

@@ -34,6 +34,7 @@ _GRAPH = struct.Struct("<QQQQQ")
 KEY_U64, SLOT_U32 = 14, 15
 METRIC_COS = ord("c")  # usearch metric_kind_t: kb builds every index with cos (a 0, "unknown", has no distance function)
 SCALAR_BYTES = {11: 4, 12: 2, 4: 2, 23: 1, 10: 8, 17: 1}  # f32, f16, bf16, i8, f64, u8
+SCALAR_KINDS = {"f32": 11, "f16": 12, "bf16": 4, "i8": 23}  # usearch's dtype names -> scalar kinds
 MAX_CONNECTIVITY = 4096
 MAX_LEVEL = 64
 NODE_HEAD = 10  # key(u64) + level(i16)
@@ -232,17 +233,24 @@ def _check_neighbours(b: np.ndarray, starts: np.ndarray, capacity: int, size: in
             raise BadIndex("a neighbour slot points outside the graph")
 
 
-def permuted(buf, count: int, order: np.ndarray, batch: int = ROWS_AT_ONCE):
+def permuted(buf, count: int, order: np.ndarray, batch: int = ROWS_AT_ONCE, matrix=None):
     """The bytes (in pieces, to write one after another) of the usearch image ``buf`` with its
     nodes moved to new slots: new slot i holds what slot ``order[i]`` held (its vector row, its
     level and its record, keys unchanged), and every neighbour slot and the entry point are
     renamed to match. The same graph, searched the same way; only where each node lies differs
     (kb-build's ``[vectors] order``: builder/locality.py). ``buf`` must pass ``check_hnsw``
-    (every slot is renamed through a table), BadIndex otherwise."""
+    (every slot is renamed through a table), BadIndex otherwise.
+
+    ``matrix``: (scalar kind, rows) to store other vector rows than the image's: ``rows(old
+    slots)`` gives those slots' rows as a 2-D numpy array (their bytes are written as they are),
+    and the head names the kind (kb-build builds the graph over int8 copies of the vectors and
+    stores them at ``[vectors] dtype``: builder/stream.py)."""
     check_hnsw(buf, count)
     g = graph_layout(buf, count)
     b = np.frombuffer(buf, dtype=np.uint8)
-    if isinstance(g, HnswImage):  # an empty graph has nothing to move
+    if isinstance(g, HnswImage):  # an empty graph: nothing to move
+        if matrix is not None:
+            raise BadIndex("no rows to replace in an empty graph")
         yield bytes(b)
         return
     order = np.asarray(order, dtype=np.int64)
@@ -253,12 +261,28 @@ def permuted(buf, count: int, order: np.ndarray, batch: int = ROWS_AT_ONCE):
     if np.any(new_of_old < 0):
         raise BadIndex("the new order is not a permutation of the slots")
     img = g.image
-    yield bytes(b[:MATRIX_START])
-    matrix = b[MATRIX_START : img.graph_start].reshape(img.rows, img.cols)
-    for lo in range(0, count, batch):
-        yield matrix[order[lo : lo + batch]].tobytes()
     head_at = img.graph_start + HEAD_SIZE
-    yield bytes(b[img.graph_start : head_at])
+    head = bytes(b[img.graph_start : head_at])
+    if matrix is None:
+        yield bytes(b[:MATRIX_START])
+        stored = b[MATRIX_START : img.graph_start].reshape(img.rows, img.cols)
+        for lo in range(0, count, batch):
+            yield stored[order[lo : lo + batch]].tobytes()
+    else:
+        scalar, rows = matrix
+        if scalar not in SCALAR_BYTES:
+            raise BadIndex(f"unknown scalar kind {scalar}")
+        cols = img.dims * SCALAR_BYTES[scalar]
+        yield _MATRIX.pack(count, cols)
+        for lo in range(0, count, batch):
+            piece = np.ascontiguousarray(rows(order[lo : lo + batch]))
+            if piece.ndim != 2 or len(piece) != len(order[lo : lo + batch]) or piece.shape[1] * piece.itemsize != cols:
+                raise BadIndex(f"replacement rows are not {cols} bytes each")
+            yield piece.tobytes()
+        fields = list(_HEAD.unpack_from(head))
+        fields[5] = scalar
+        head = _HEAD.pack(*fields) + head[_HEAD.size :]
+    yield head
     yield _GRAPH.pack(g.size, g.conn, g.base, g.max_level, int(new_of_old[g.entry]))
     yield g.levels[order].astype("<i2").tobytes()
     # Each list: its count and capacity slots, at these u32 positions past the node head.

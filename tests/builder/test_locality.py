@@ -58,27 +58,54 @@ def test_too_few_vectors_keep_chunk_order(n):
     assert np.array_equal(locality.cluster_order(n, lambda at: pytest.fail("nothing is read")), np.arange(n))
 
 
-def test_the_setting_names_the_threshold_the_code_uses():
-    help_text = {s.name: s.spec.doc for s in settings_of(VectorOptions)}["order"]
-    assert f"Below {locality.MIN_CLUSTERED} vectors" in help_text
+def test_the_settings_name_the_threshold_and_the_share_the_code_uses():
+    docs = {s.name: s.spec.doc for s in settings_of(VectorOptions)}
+    assert f"Below {locality.MIN_CLUSTERED} vectors" in docs["order"] and f"Below {locality.MIN_CLUSTERED} vectors" in docs["add_order"]
+    assert f"a seeded random {locality.RANDOM_FIRST:.0%} first" in docs["add_order"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 3 * locality.MIN_CLUSTERED))
+def test_the_mixed_order_is_a_permutation_random_share_first_then_the_clusters(n):
+    clustered = np.random.default_rng(n).permutation(n)
+    order = locality.mixed_order(n, clustered)
+    assert sorted(order.tolist()) == list(range(n))
+    if n < locality.MIN_CLUSTERED:
+        assert np.array_equal(order, np.arange(n))
+        return
+    first = int(n * locality.RANDOM_FIRST)
+    assert np.all(np.diff(order[:first]) > 0)  # the random share, in position order
+    rest = order[first:]
+    assert np.array_equal(rest, clustered[np.isin(clustered, rest)])  # then the rest as clustered
+    assert np.array_equal(order, locality.mixed_order(n, clustered))  # seeded
+
+
+def _build(tmp_path, name: str, **vectors) -> "Path":
+    """A build of ``clustered`` vectors for MIN_CLUSTERED + 500 records, with these [vectors] settings."""
+    n, dim = locality.MIN_CLUSTERED + 500, 64  # the "hash" stand-in model makes 64
+    jsonl, npy = tmp_path / "c.jsonl", tmp_path / "v.npy"
+    if not jsonl.exists():
+        jsonl.write_text("".join(json.dumps({"id": f"r{i:05d}", "text": f"record {i}"}) + "\n" for i in range(n)))
+        np.save(npy, clustered(n, dim))
+    (tmp_path / "kb.toml").write_text("[vectors]\n" + "".join(f'{k} = "{v}"\n' for k, v in vectors.items()))
+    out = tmp_path / name
+    r = CliRunner().invoke(kb_build, ["-o", str(out), "--no-reranker", "--config", str(tmp_path / "kb.toml"), "--jsonl", str(jsonl), "--vectors", str(npy), "--embedder", "hash"])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _found(ix, x, want, queries: int = 20) -> int:
+    """How many of the exact top 10 of ``queries`` queries the graph search finds."""
+    everything = np.ones(ix.n_chunks, dtype=bool)
+    return sum(len(set(np.argsort(-(want @ q))[:10].tolist()) & set(hnsw_top(ix, q, 10, everything)[0].tolist())) for q in x[:queries])
 
 
 def test_a_clustered_build_finds_what_an_exact_scan_finds_and_writes_the_same_bytes_twice(tmp_path):
-    n, dim = locality.MIN_CLUSTERED + 500, 64  # the "hash" stand-in model makes 64
-    x = clustered(n, dim)
-    jsonl = tmp_path / "c.jsonl"
-    jsonl.write_text("".join(json.dumps({"id": f"r{i:05d}", "text": f"record {i}"}) + "\n" for i in range(n)))
-    npy = tmp_path / "v.npy"
-    np.save(npy, x)
-    def build(order: str, name: str):
-        (tmp_path / "kb.toml").write_text(f'[vectors]\norder = "{order}"\n')
-        out = tmp_path / name
-        r = CliRunner().invoke(kb_build, ["-o", str(out), "--no-reranker", "--config", str(tmp_path / "kb.toml"), "--jsonl", str(jsonl), "--vectors", str(npy), "--embedder", "hash"])
-        assert r.exit_code == 0, r.output
-        return out
-
-    first = build("clusters", "v.kb").read_bytes()
-    outs = [build("clusters", "v.kb"), build("chunks", "plain.kb")]
+    n = locality.MIN_CLUSTERED + 500
+    x = clustered(n, 64)
+    as_added = {"add_order": "chunks", "add_dtype": "same"}
+    first = _build(tmp_path, "v.kb", order="clusters", **as_added).read_bytes()
+    outs = [_build(tmp_path, "v.kb", order="clusters", **as_added), _build(tmp_path, "plain.kb", order="chunks", **as_added)]
     assert outs[0].read_bytes() == first
     with Index(outs[0]) as ix, Index(outs[1]) as plain:
         rows = ix.vector_rows(np.arange(n))
@@ -88,10 +115,31 @@ def test_a_clustered_build_finds_what_an_exact_scan_finds_and_writes_the_same_by
         assert np.allclose(ix.vectors_of(np.arange(n)), want, atol=2e-3)
         assert np.array_equal(ix.vectors_of(np.arange(n)), plain.vectors_of(np.arange(n)))
         everything = np.ones(n, dtype=bool)
-        found = 0
         for q in x[:20]:
             keys, sims = hnsw_top(ix, q, 10, everything)
             plain_keys, plain_sims = hnsw_top(plain, q, 10, everything)
             assert np.array_equal(keys, plain_keys) and np.allclose(sims, plain_sims)  # the same graph, moved
-            found += len(set(np.argsort(-(want @ q))[:10].tolist()) & set(keys.tolist()))
-        assert found >= 190
+        assert _found(ix, x, want) >= 190
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32", "bf16"])
+def test_a_graph_added_in_mixed_order_over_int8_stores_the_vectors_at_dtype_and_finds_the_neighbours(tmp_path, dtype):
+    """The defaults (add_order mixed, add_dtype i8): the graph is built over int8 copies, in an
+    order of its own, and stored with every vector as [vectors] dtype stores it, the same values
+    as a graph built at dtype in chunk order; the same bytes at every build."""
+    from kb.formats.hnsw import SCALAR_KINDS, check_hnsw
+
+    n = locality.MIN_CLUSTERED + 500
+    x = clustered(n, 64)
+    first = _build(tmp_path, "v.kb", dtype=dtype).read_bytes()
+    again = _build(tmp_path, "v.kb", dtype=dtype)
+    plain = _build(tmp_path, "plain.kb", dtype=dtype, order="chunks", add_order="chunks", add_dtype="same")
+    assert again.read_bytes() == first
+    with Index(again) as ix, Index(plain) as p:
+        assert ix.meta.vectors["add_order"] == "mixed" and ix.meta.vectors["add_dtype"] == "i8"
+        image = check_hnsw(ix.artifact.section(ix.dense.section, paged=True), n, neighbours=True)
+        assert image.scalar == SCALAR_KINDS[dtype]
+        ids = np.arange(n)
+        assert np.array_equal(ix.vectors_of(ids), p.vectors_of(ids))
+        want = x[[int(ix.chunk(c).doc_id[1:]) for c in range(n)]]
+        assert _found(ix, x, want) >= 190

@@ -96,3 +96,29 @@ def test_the_builder_reads_the_vectors_of_an_image_of_every_stored_kind(dtype):
     buf, vecs = image(40, dtype=dtype)
     got = image_vectors(buf, 40).astype(np.float32)
     assert got.shape == vecs.shape and np.allclose(got, vecs, rtol=1e-2, atol=1e-2)  # as given, in the stored precision
+
+
+def test_rows_stored_in_another_kind_keep_the_graph_and_name_their_kind():
+    """``matrix``: a graph built over int8 copies, its rows replaced by float16 ones (kb-build's
+    ``[vectors] add_dtype = "i8"``): the same neighbours, the head names f16, and usearch searches
+    the new rows."""
+    from usearch.index import Index as UIndex
+
+    from kb.formats.hnsw import SCALAR_KINDS
+
+    n = 300
+    buf, vecs = image(n, dtype="i8")
+    order = np.random.default_rng(2).permutation(n)
+    key_of_slot = np.arange(n)  # one thread, keys in order: slot i holds key i
+    f16 = vecs.astype("<f2")
+    new = b"".join(permuted(buf, n, order, batch=7, matrix=(SCALAR_KINDS["f16"], lambda slots: f16[key_of_slot[slots]])))
+    img = check_hnsw(memoryview(new), n)
+    assert img.scalar == SCALAR_KINDS["f16"] and img.cols == 2 * vecs.shape[1]
+    assert neighbours(new, n) == neighbours(buf, n)
+    assert np.array_equal(np.frombuffer(new, dtype="<f2", count=n * vecs.shape[1], offset=8).reshape(n, -1), f16[order])
+    u = UIndex.restore(new, view=True)
+    assert u.dtype.name == "F16"
+    q = vecs[7]
+    assert int(u.search(q, 1).keys[0]) == 7
+    with pytest.raises(BadIndex, match="replacement rows are not 16 bytes each"):
+        b"".join(permuted(buf, n, order, matrix=(SCALAR_KINDS["f16"], lambda slots: vecs[slots])))  # float32 rows: 32 bytes

@@ -71,13 +71,12 @@ def build_tiny_model_artifact(corpus: Path, out: Path) -> None:
     except ImportError:
         import bert_ref
     from kb.builder.build import build
-    from kb.builder.config import BuildConfig
     from kb.builder.embedders import register_embedder
     from kb.common.encoders import CT2Embedder
 
     files = bert_ref.tiny_embedder(out.parent / "tiny-ct2", bert_ref.rich_wordpiece())
     register_embedder("tiny-ct2", lambda quantization: CT2Embedder(files, device="cpu"))
-    build([corpus], out, replace(BuildConfig(), embedding_model="tiny-ct2", reranker="none"), jobs=1)
+    build([corpus], out, replace(_seed_config(), embedding_model="tiny-ct2", reranker="none"), jobs=1)
 
 
 def _tiny_model_seed(corpus: Path, out: Path) -> bytes | None:
@@ -99,6 +98,16 @@ def _tiny_model_seed(corpus: Path, out: Path) -> bytes | None:
     return out.read_bytes()
 
 
+def _seed_config():
+    """The build settings of the seed artifacts: kb-build's defaults, but with the [vectors]
+    settings the seeds were first built with (M 16, vectors added in chunk order at float16), so
+    that a recorded finding (an input index of a seed) replays the same bytes after kb-build's
+    defaults move. The reader of the graph is the same for every M and add order."""
+    from kb.builder.config import BuildConfig, VectorOptions
+
+    return replace(BuildConfig(), vectors=VectorOptions(connectivity=16, add_order="chunks", add_dtype="same"))
+
+
 def build_seed_artifacts(folder: Path) -> list[bytes]:
     """Artifacts of the seed corpus in the current format: with (hash) vectors, BM25 only; the
     golden artifacts of the older formats (their readers are fuzzed too); then (when ctranslate2
@@ -106,7 +115,6 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
     section; a format 4 artifact (the seed corpus with two German pages); and a format 5 one (the
     same, with an English leg beside a main one, and vectors.rows)."""
     from kb.builder.build import build
-    from kb.builder.config import BuildConfig
 
     corpus = folder / "corpus"
     for name, text in SEED_CORPUS.items():
@@ -116,7 +124,7 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
     out = []
     for embedder in ("hash", "none"):
         path = folder / f"seed-{embedder}.kb"
-        build([corpus], path, replace(BuildConfig(), embedding_model=embedder, reranker="none"), jobs=1)
+        build([corpus], path, replace(_seed_config(), embedding_model=embedder, reranker="none"), jobs=1)
         out.append(path.read_bytes())
     old = [(GOLDEN / f"tiny-v{v}.kb").read_bytes() for v in (1, 2)]
     tiny = _tiny_model_seed(corpus, folder / "seed-tiny-ct2.kb")
@@ -134,7 +142,6 @@ def _format_4_seed(corpus: Path, out: Path) -> bytes:
     of any size (kb-build keeps them from 50 documents: builder/postings.py STATS_MIN_DOCS)."""
     from kb.builder import postings
     from kb.builder.build import build
-    from kb.builder.config import BuildConfig
 
     for name, text in GERMAN.items():
         p = corpus / name
@@ -142,7 +149,7 @@ def _format_4_seed(corpus: Path, out: Path) -> bytes:
         p.write_text(text)
     saved, postings.STATS_MIN_DOCS = postings.STATS_MIN_DOCS, 1
     try:
-        build([corpus], out, replace(BuildConfig(), embedding_model="hash", reranker="none"), jobs=1)
+        build([corpus], out, replace(_seed_config(), embedding_model="hash", reranker="none"), jobs=1)
     finally:
         postings.STATS_MIN_DOCS = saved
         for name in GERMAN:
@@ -160,7 +167,6 @@ def _format_5_seed(corpus: Path, out: Path) -> bytes:
     from kb.builder import build as build_module
     from kb.builder import embedders
     from kb.builder.build import build
-    from kb.builder.config import BuildConfig
     from kb.formats import layout as L
     from kb.formats.artifact import SectionData, serialize
 
@@ -177,7 +183,7 @@ def _format_5_seed(corpus: Path, out: Path) -> bytes:
     build_module.choose_embedder, build_module.english_leg = (lambda languages: "hash-multi"), (lambda languages, model: "hash")
     embedders.register_embedder("hash-multi", lambda quantization: fakes.HashEmbedder(32, "hash-multi"))  # the main leg's stand-in
     try:
-        build([corpus], out, replace(BuildConfig(), reranker="none"), jobs=1)
+        build([corpus], out, replace(_seed_config(), reranker="none"), jobs=1)
     finally:
         build_module.choose_embedder, build_module.english_leg = saved
         embedders.EMBEDDERS.pop("hash-multi", None)  # kb-build's list of models stays the tests' usual one
