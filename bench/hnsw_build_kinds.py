@@ -7,6 +7,14 @@ over the float16 vectors, at several search ef.
     python bench/hnsw_build_kinds.py --vectors bench/out/scale-1m/vectors.npy \
         --queries bench/out/scale-1m/queries.npz --chunks 200000 f16:16:128 i8:16:128 i8:24:128
 
+A fourth field sets the order the vectors are added in: ``chunk`` (the default: kb-build's),
+``clusters`` (leaf by leaf of builder/locality.py's k-means: near vectors one after another, so
+the adds find their neighbours in cache), or ``mixedNN`` (a seeded random NN% of them first, for
+the graph's long links, then the rest in cluster order; ``mixed``: 5%), or ``interleaved`` (the
+top-level clusters in turn, each in its own leaf order, all finishing together). Each recall comes
+with the mean time of a search at that ef (one thread, the queries one at a time). The time to find the order
+is reported apart from the adds.
+
 A graph built as int8 is stored with float16 rows instead (the matrix rewritten row by row, the
 header's scalar kind set to f16; formats/hnsw.py gives the layout): the same graph, searched the
 way kb would search it. Adds run on 2 threads, as bench/scale.py --hnsw-threads 2 builds.
@@ -48,12 +56,38 @@ def as_f16_image(path: Path, vecs16: np.ndarray) -> Path:
     return out
 
 
+def add_order(x: np.ndarray, order: str) -> np.ndarray:
+    """The positions of ``x``'s rows in the order they are added (``order``: see above)."""
+    from kb.builder.locality import cluster_labels, cluster_order
+
+    n = len(x)
+    if order == "chunk":
+        return np.arange(n, dtype=np.int64)
+    if order == "interleaved":
+        first, second = cluster_labels(n, lambda at: x[at])
+        by_leaf = np.lexsort((np.arange(n), second, first))
+        sizes = np.bincount(first)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        rank = np.empty(n, dtype=np.float64)
+        rank[by_leaf] = np.arange(n) - starts[first[by_leaf]]
+        return np.lexsort((first, rank / sizes[first]))
+    clustered = cluster_order(n, lambda at: x[at])
+    if order == "clusters":
+        return clustered
+    if not order.startswith("mixed"):
+        raise SystemExit(f"unknown order {order!r}")
+    share = int(order[5:] or 5) / 100
+    first = np.sort(np.random.default_rng(0).choice(n, int(n * share), replace=False))
+    rest = clustered[~np.isin(clustered, first)]
+    return np.concatenate([first, rest])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vectors", type=Path, required=True)
     ap.add_argument("--queries", type=Path, required=True)
     ap.add_argument("--chunks", type=int, default=200_000)
-    ap.add_argument("kinds", nargs="+", metavar="KIND:M:EF_ADD", help="usearch scalar kind (f16, i8, bf16), connectivity, expansion_add")
+    ap.add_argument("kinds", nargs="+", metavar="KIND:M:EF_ADD[:ORDER]", help="usearch scalar kind (f16, i8, bf16), connectivity, expansion_add, add order (chunk, clusters, mixed)")
     a = ap.parse_args(argv)
     from usearch.index import Index
 
@@ -68,10 +102,13 @@ def main(argv=None):
     print(f"{len(x):,} vectors, {len(q)} queries; recall@10 at ef {', '.join(map(str, EFS))}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for spec in a.kinds:
-            kind, m, ef_add = spec.split(":")
+            kind, m, ef_add, order = (spec.split(":") + ["chunk"])[:4]
+            t = time.perf_counter()
+            at = add_order(x, order)
+            ordered = time.perf_counter() - t
             idx = Index(ndim=x.shape[1], metric="cos", dtype=kind, connectivity=int(m), expansion_add=int(ef_add))
             t = time.perf_counter()
-            idx.add(np.arange(len(x), dtype=np.uint64), x, threads=2)
+            idx.add(at.astype(np.uint64), x[at] if order != "chunk" else x, threads=2)
             took = time.perf_counter() - t
             path = Path(tmp) / f"{kind}-{m}-{ef_add}.usearch"
             idx.save(str(path))
@@ -82,9 +119,12 @@ def main(argv=None):
             recalls = []
             for ef in EFS:
                 g.expansion_search = ef
-                hits = sum(len(set(np.asarray(g.search(qv, 50).keys)[:10].tolist()) & set(e.tolist())) for qv, e in zip(q, exact))
-                recalls.append(hits / (10 * len(q)))
-            print(f"| {spec} | {took:.1f} s | " + " | ".join(f"{r:.4f}" for r in recalls) + " |", flush=True)
+                t = time.perf_counter()
+                found = [np.asarray(g.search(qv, 50).keys)[:10] for qv in q]
+                ms = (time.perf_counter() - t) * 1000 / len(q)
+                hits = sum(len(set(f.tolist()) & set(e.tolist())) for f, e in zip(found, exact))
+                recalls.append(f"{hits / (10 * len(q)):.4f} ({ms:.1f} ms)")
+            print(f"| {spec} | {ordered:.1f} s | {took:.1f} s | " + " | ".join(recalls) + " |", flush=True)
             del g
 
 
