@@ -258,11 +258,11 @@ def build(
         vectors_data = vectors_en = None
         if index is not None:
             with clock("hnsw"):
-                vectors_data = index.save(scratch)
+                vectors_data = index.save(scratch, progress)
             rep.vectors = index.count
         if index_en is not None:
             with clock("hnsw"):
-                vectors_en = index_en.save(scratch)
+                vectors_en = index_en.save(scratch, _renamed(progress, "graph (English leg)"))
         with clock("text"):
             zdict, blocks = text.finish(threads=threads)
             sources = pack_sources(store, zdict, scratch(), threads=threads)

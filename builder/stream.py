@@ -245,12 +245,12 @@ class VectorIndex:
         self.spill.file.write(np.ascontiguousarray(vecs, dtype=self.spilled).tobytes())
         self.count += len(vecs)
 
-    def save(self, scratch: Callable[[], Scratch]) -> FileRange:
+    def save(self, scratch: Callable[[], Scratch], progress: Callable[[str, int, int], None] = lambda stage, done, total: None) -> FileRange:
         """Build the graph and write it (usearch's ``save`` format) to a scratch file, then,
         unless it was built in ``order`` and at ``dtype``, rewrite it into another with its nodes
         moved into ``order`` and its rows at ``dtype`` (``permuted``). Then ``rows`` is the
         ``vectors.rows`` section (the row of each key's vector) when the nodes are not in key
-        order, else None."""
+        order, else None. ``progress(stage, done, total)`` hears of the vectors added."""
         from usearch.index import Index
 
         from kb.formats.hnsw import SCALAR_KINDS, check_hnsw, permuted
@@ -268,6 +268,7 @@ class VectorIndex:
         for lo in range(0, n, ADD_ROWS):
             at = added[lo : lo + ADD_ROWS]
             index.add(at.astype(np.uint64), wide(at), threads=v.threads)
+            progress("graph", lo + len(at), n)
         out = scratch()
         index.save(out.path)
         del index

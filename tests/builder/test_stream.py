@@ -142,3 +142,18 @@ def test_more_hnsw_threads_build_the_same_chunks_and_are_not_stored(tmp_path):
         assert "threads" not in b.meta.vectors and a.meta.vectors == b.meta.vectors
         ids = np.arange(a.n_chunks)
         np.testing.assert_array_equal(a.vectors_of(ids), b.vectors_of(ids))  # by key, whichever slot each got
+
+
+def test_the_graph_stage_reports_its_progress_and_leaves_no_spill(tmp_path):
+    """The vectors are added at the end of the build (builder/stream.py VectorIndex): the stage
+    reports the vectors added, up to all of them, and its spill file is gone afterwards."""
+    from dataclasses import replace
+
+    from kb.builder.build import build
+    from kb.builder.config import BuildConfig
+
+    heard = []
+    rep = build([SAMPLE], tmp_path / "a.kb", replace(BuildConfig(), embedding_model="hash", reranker="none"), progress=lambda *a: heard.append(a))
+    graph = [a for a in heard if a[0] == "graph"]
+    assert graph and graph[-1] == ("graph", rep.chunks, rep.chunks)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.kb"]
