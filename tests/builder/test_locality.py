@@ -80,7 +80,7 @@ def test_the_mixed_order_is_a_permutation_random_share_first_then_the_clusters(n
     assert np.array_equal(order, locality.mixed_order(n, clustered))  # seeded
 
 
-def _build(tmp_path, name: str, **vectors) -> "Path":
+def _build(tmp_path, name: str, **vectors):
     """A build of ``clustered`` vectors for MIN_CLUSTERED + 500 records, with these [vectors] settings."""
     n, dim = locality.MIN_CLUSTERED + 500, 64  # the "hash" stand-in model makes 64
     jsonl, npy = tmp_path / "c.jsonl", tmp_path / "v.npy"
