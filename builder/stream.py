@@ -273,11 +273,10 @@ class VectorIndex:
         index.save(out.path)
         del index
         with _mapped(out.path) as view:
-            slot_of_key = check_hnsw(view, n, neighbours=False).row_of_key
-        if slot_of_key is None:
-            slot_of_key = np.arange(n, dtype=np.int64)
+            perm = check_hnsw(view, n, neighbours=False).row_of_key
         move = v.order == "clusters" and clustered is not None
         if move or kind != v.dtype:
+            slot_of_key = np.arange(n, dtype=np.int64) if perm is None else perm
             key_of_slot = np.empty(n, dtype=np.int64)
             key_of_slot[slot_of_key] = np.arange(n, dtype=np.int64)
             rows = None if kind == v.dtype else (SCALAR_KINDS[v.dtype], lambda slots: stored_rows(vecs[key_of_slot[slots]], v.dtype))
@@ -287,13 +286,12 @@ class VectorIndex:
                     out.file.write(piece)
             out.file.flush()
             built.close()
+            with _mapped(out.path) as view:  # the rows of the moved nodes
+                perm = check_hnsw(view, n, neighbours=False).row_of_key
         del vecs
         self.spill.close()
-        with _mapped(out.path) as view:
-            perm = check_hnsw(view, n, neighbours=False).row_of_key
-            size = len(view)
         self.rows = None if perm is None else perm.astype("<u4").tobytes()
-        return FileRange(out.path, 0, size)
+        return FileRange(out.path, 0, os.path.getsize(out.path))
 
 
 @contextmanager
