@@ -12,18 +12,17 @@ A fourth field sets the order the vectors are added in: ``chunk`` (the default: 
 the adds find their neighbours in cache), or ``mixedNN`` (a seeded random NN% of them first, for
 the graph's long links, then the rest in cluster order; ``mixed``: 5%), or ``interleaved`` (the
 top-level clusters in turn, each in its own leaf order, all finishing together). Each recall comes
-with the mean time of a search at that ef (one thread, the queries one at a time). The time to find the order
-is reported apart from the adds.
+with the mean time of a search at that ef (one thread, the queries one at a time). The time to
+find the order is reported apart from the adds.
 
-A graph built as int8 is stored with float16 rows instead (the matrix rewritten row by row, the
-header's scalar kind set to f16; formats/hnsw.py gives the layout): the same graph, searched the
+A graph built as int8 is stored with float16 rows instead (formats/hnsw.py ``permuted``, as
+kb-build does it): the same graph, searched the
 way kb would search it. Adds run on 2 threads, as bench/scale.py --hnsw-threads 2 builds.
 """
 
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 import tempfile
 import time
@@ -32,33 +31,27 @@ from pathlib import Path
 import numpy as np
 
 EFS = (256, 1024, 2048)
-SCALAR_F16 = 12
-SCALAR_AT = 14  # in the 64-byte head: magic(7), version u16 x3, metric(u8), then the scalar kind
 
 
 def as_f16_image(path: Path, vecs16: np.ndarray) -> Path:
-    """The usearch image at ``path`` with its matrix replaced by ``vecs16`` (float16, in slot order)."""
-    from kb.formats.hnsw import HEAD_SIZE, MATRIX_START, check_hnsw
+    """The usearch image at ``path`` with its rows replaced by ``vecs16`` (float16, by key), as
+    kb-build stores a graph built over int8 copies (formats/hnsw.py ``permuted``)."""
+    from kb.formats.hnsw import SCALAR_KINDS, check_hnsw, permuted
 
     buf = path.read_bytes()
-    rows, cols = struct.unpack("<II", buf[:MATRIX_START])
-    img = check_hnsw(memoryview(buf), len(vecs16), neighbours=False)
-    key_of_row = np.arange(len(vecs16)) if img.row_of_key is None else np.argsort(img.row_of_key)
-    graph = MATRIX_START + rows * cols
-    head = bytearray(buf[graph : graph + HEAD_SIZE])
-    head[SCALAR_AT] = SCALAR_F16
+    n = len(vecs16)
+    slot_of_key = check_hnsw(memoryview(buf), n, neighbours=False).row_of_key
+    key_of_slot = np.arange(n) if slot_of_key is None else np.argsort(slot_of_key)
     out = path.with_suffix(".f16")
     with open(out, "wb") as f:
-        f.write(struct.pack("<II", len(vecs16), vecs16.shape[1] * 2))
-        f.write(vecs16[key_of_row].tobytes())
-        f.write(bytes(head))
-        f.write(buf[graph + HEAD_SIZE :])
+        for piece in permuted(memoryview(buf), n, np.arange(n), matrix=(SCALAR_KINDS["f16"], lambda slots: vecs16[key_of_slot[slots]])):
+            f.write(piece)
     return out
 
 
 def add_order(x: np.ndarray, order: str) -> np.ndarray:
     """The positions of ``x``'s rows in the order they are added (``order``: see above)."""
-    from kb.builder.locality import cluster_labels, cluster_order
+    from kb.builder.locality import cluster_labels, cluster_order, mixed_order
 
     n = len(x)
     if order == "chunk":
@@ -76,10 +69,7 @@ def add_order(x: np.ndarray, order: str) -> np.ndarray:
         return clustered
     if not order.startswith("mixed"):
         raise SystemExit(f"unknown order {order!r}")
-    share = int(order[5:] or 5) / 100
-    first = np.sort(np.random.default_rng(0).choice(n, int(n * share), replace=False))
-    rest = clustered[~np.isin(clustered, first)]
-    return np.concatenate([first, rest])
+    return mixed_order(n, clustered, int(order[5:] or 5) / 100)
 
 
 def main(argv=None):

@@ -93,12 +93,12 @@ def cluster_labels(n: int, rows: Rows, k: int | None = None) -> tuple[np.ndarray
     return first, second
 
 
-def mixed_order(n: int, clustered: np.ndarray) -> np.ndarray:
-    """The positions 0..n-1 in ``add_order`` "mixed": a seeded random ``RANDOM_FIRST`` of them
-    (in position order), then the rest in ``clustered`` order (``cluster_order``'s)."""
+def mixed_order(n: int, clustered: np.ndarray, share: float = RANDOM_FIRST) -> np.ndarray:
+    """The positions 0..n-1 in ``add_order`` "mixed": a seeded random ``share`` of them (in
+    position order), then the rest in ``clustered`` order (``cluster_order``'s)."""
     if n < MIN_CLUSTERED:
         return np.arange(n, dtype=np.int64)
-    first = np.sort(np.random.default_rng(SEED).choice(n, int(n * RANDOM_FIRST), replace=False))
+    first = np.sort(np.random.default_rng(SEED).choice(n, int(n * share), replace=False))
     taken = np.zeros(n, dtype=bool)
     taken[first] = True
     return np.concatenate([first, clustered[~taken[clustered]]])
