@@ -47,8 +47,8 @@ _LAZY_MODULES = {
     # importlib.metadata (pulls in email.*).
     "tqdm": ("tqdm",),
     # tokenizers/__init__: `from .implementations import ...`, the library's ready-made
-    # tokenizer classes (half of its import: 2.5-3.5 ms of ~6); kb's query tokenizer builds
-    # its pipeline from tokenizers.Tokenizer and tokenizers.models alone.
+    # tokenizer classes (half of its import: 2.5-3.5 ms of ~6); kb's query tokenizer imports
+    # tokenizers only for a query that is not printable ASCII, and uses tokenizers.Tokenizer alone.
     "tokenizers.implementations": ("BertWordPieceTokenizer", "ByteLevelBPETokenizer", "CharBPETokenizer",
                                    "SentencePieceBPETokenizer", "SentencePieceUnigramTokenizer"),
 }
@@ -199,7 +199,7 @@ def _phase_timers() -> None:
     timed(index.DenseSpace, "cosines", "vectors: exact cosines (scan)")
     timed_property(index.DenseSpace, "query_model", "query model: validate directory")
     timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
-    timed(query_encoder.QueryEncoder, "__init__", "query encoder: import tokenizers, pipeline")
+    timed(query_encoder.QueryEncoder, "__init__", "query encoder: set-up (tokenizers only for non-ASCII text)")
     timed(query_encoder.QueryEncoder, "embed_query", "query encoder: tokenize, prepare layers (crc32, pack), forward")
     timed(search.Searcher, "search", "Searcher.search (all legs)")
     timed(legs, "top_vector", "vector leg")

