@@ -15,6 +15,10 @@ top-level clusters in turn, each in its own leaf order, all finishing together).
 with the mean time of a search at that ef (one thread, the queries one at a time). The time to
 find the order is reported apart from the adds.
 
+``--probe 4,8`` also reports, per search ef, the recall@10 of the graph's top 50 merged with an
+exact scan of the P leaves (of the same two-level k-means) whose centroids are nearest the query:
+what an inverted-file probe beside the graph would add.
+
 A graph built as int8 is stored with float16 rows instead (formats/hnsw.py ``permuted``, as
 kb-build does it): the same graph, searched the
 way kb would search it. Adds run on 2 threads, as bench/scale.py --hnsw-threads 2 builds.
@@ -72,11 +76,48 @@ def add_order(x: np.ndarray, order: str) -> np.ndarray:
     return mixed_order(n, clustered, int(order[5:] or 5) / 100)
 
 
+_LEAVES: list = []
+
+
+def leaves(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unit centroid of each leaf, each leaf's rows as a slice of ``order``, order): the leaves
+    of builder/locality.py's two-level k-means over ``x``, computed once."""
+    if not _LEAVES:
+        from kb.builder.locality import cluster_labels, clusters_per_level, unit_rows
+
+        first, second = cluster_labels(len(x), lambda at: x[at])
+        leaf = first * clusters_per_level(len(x)) + second
+        order = np.argsort(leaf, kind="stable")
+        bounds = np.searchsorted(leaf[order], np.arange(leaf.max() + 2))
+        cents = np.stack([unit_rows(x[order[bounds[j] : bounds[j + 1]]].sum(0)) if bounds[j + 1] > bounds[j] else np.zeros(x.shape[1], np.float32)
+                          for j in range(len(bounds) - 1)])
+        _LEAVES.append((cents, bounds, order))
+    return _LEAVES[0]
+
+
+def probe_recall(g, q: np.ndarray, stored: np.ndarray, exact: np.ndarray, lv, ef: int, p: int) -> str:
+    """recall@10 of the graph's top 50 at ``ef`` merged with an exact scan of the ``p`` leaves
+    nearest each query, and the mean ms of a query."""
+    cents, bounds, order = lv
+    g.expansion_search = ef
+    hits, t = 0, time.perf_counter()
+    for qv, e in zip(q, exact):
+        found = np.asarray(g.search(qv, 50).keys).astype(np.int64)
+        near = np.argsort(-(cents @ qv))[:p]
+        rows = np.concatenate([order[bounds[j] : bounds[j + 1]] for j in near] + [found])
+        rows = np.unique(rows)
+        top = rows[np.argsort(-(stored[rows] @ qv), kind="stable")[:10]]
+        hits += len(set(top.tolist()) & set(e.tolist()))
+    ms = (time.perf_counter() - t) * 1000 / len(q)
+    return f"{hits / (10 * len(q)):.4f} ({ms:.1f} ms)"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vectors", type=Path, required=True)
     ap.add_argument("--queries", type=Path, required=True)
     ap.add_argument("--chunks", type=int, default=200_000)
+    ap.add_argument("--probe", default="", help="comma-separated leaf counts P: also report recall@10 of the graph's top 50 merged with an exact scan of the P leaves (of builder/locality.py's two-level k-means) whose centroids are nearest the query")
     ap.add_argument("kinds", nargs="+", metavar="KIND:M:EF_ADD[:ORDER]", help="usearch scalar kind (f16, i8, bf16), connectivity, expansion_add, add order (chunk, clusters, mixed)")
     a = ap.parse_args(argv)
     from usearch.index import Index
@@ -115,6 +156,8 @@ def main(argv=None):
                 hits = sum(len(set(f.tolist()) & set(e.tolist())) for f, e in zip(found, exact))
                 recalls.append(f"{hits / (10 * len(q)):.4f} ({ms:.1f} ms)")
             print(f"| {spec} | {ordered:.1f} s | {took:.1f} s | " + " | ".join(recalls) + " |", flush=True)
+            for p in [int(v) for v in a.probe.split(",") if v]:
+                print(f"| {spec} + probe {p} | | | " + " | ".join(probe_recall(g, q, stored, exact, leaves(x), ef, p) for ef in EFS) + " |", flush=True)
             del g
 
 
