@@ -83,7 +83,8 @@ class Charsmap:
         size = int.from_bytes(blob[:4], "little") if len(blob) >= 4 else 0
         if size == 0 or size % 4 or 4 + size > len(blob):
             raise ValueError("not a precompiled charsmap")
-        self.units = array("I", blob[4 : 4 + size])  # "I" is 4 bytes on every platform numpy runs on
+        self.units = array("I" if array("I").itemsize == 4 else "L")
+        self.units.frombytes(bytes(blob[4 : 4 + size]))
         if sys.byteorder == "big":
             self.units.byteswap()
         self.replacements = blob[4 + size :]
@@ -141,11 +142,12 @@ def plain_words(pipeline: dict, kind: str):
 
 
 # --- step 3: the library's models ----------------------------------------------------------------
-def wordpiece(word: str, entries: dict, unk: tuple[int, float], prefix: str, max_word_chars: int) -> list[int]:
-    """The library's WordPiece: the longest piece at each place, ``prefix`` past the word's
-    start; the whole word is the unknown piece if that fails anywhere or the word is too long."""
+def wordpiece(word: str, entries: dict, unk_id: int, prefix: str, max_word_chars: int) -> list[int]:
+    """The library's WordPiece over ``entries`` (piece -> (id, score)): the longest piece at each
+    place, ``prefix`` past the word's start; the whole word is the unknown piece if that fails
+    anywhere or the word is too long."""
     if len(word) > max_word_chars:
-        return [unk[0]]
+        return [unk_id]
     out, start = [], 0
     while start < len(word):
         head = prefix if start else ""
@@ -156,7 +158,7 @@ def wordpiece(word: str, entries: dict, unk: tuple[int, float], prefix: str, max
                 start = end
                 break
         else:
-            return [unk[0]]
+            return [unk_id]
     return out
 
 
@@ -285,14 +287,14 @@ class QueryTokenizer:
         continuing-subword prefix past a WordPiece word's start) that is a piece. A substring
         is extended only while some piece starts with it."""
         p = self._params
-        wordpiece = self.kind == "wordpiece"
+        is_wordpiece = self.kind == "wordpiece"
         limit, prefix = self._max_piece, p.get("prefix", "")
         found: dict[str, tuple[int, float]] = {}
         for w in words:
-            if wordpiece and len(w) > p["max_word_chars"]:
+            if is_wordpiece and len(w) > p["max_word_chars"]:
                 continue  # the whole word is the unknown token
             for a in range(len(w)):
-                head = prefix if wordpiece and a else ""
+                head = prefix if is_wordpiece and a else ""
                 for b in range(a + 1, min(len(w), a + limit) + 1):
                     s = head + w[a:b]
                     entry, longer = self._find(s)
@@ -320,7 +322,7 @@ class QueryTokenizer:
         out: list[int] = []
         if self.kind == "wordpiece":
             for w in words:
-                out += wordpiece(w, found, (unk_id, unk_score), p["prefix"], p["max_word_chars"])
+                out += wordpiece(w, found, unk_id, p["prefix"], p["max_word_chars"])
         else:
             floor_score = float(p["floor"][1])  # the lowest score: it sets the unknown penalty
             for w in words:
