@@ -19,6 +19,9 @@ find the order is reported apart from the adds.
 exact scan of the P leaves (of the same two-level k-means) whose centroids are nearest the query:
 what an inverted-file probe beside the graph would add.
 
+``--as-built`` also searches each int8 graph with its int8 rows, as usearch built it, and re-ranks
+its top 100 by exact cosine over the float16 vectors: would storing int8 rows search faster?
+
 A graph built as int8 is stored with float16 rows instead (formats/hnsw.py ``permuted``, as
 kb-build does it): the same graph, searched the
 way kb would search it. Adds run on 2 threads, as bench/scale.py --hnsw-threads 2 builds.
