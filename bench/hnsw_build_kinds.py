@@ -79,53 +79,57 @@ def add_order(x: np.ndarray, order: str) -> np.ndarray:
     return mixed_order(n, clustered, int(order[5:] or 5) / 100)
 
 
-_LEAVES: list = []
-
-
 def leaves(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(unit centroid of each leaf, each leaf's rows as a slice of ``order``, order): the leaves
-    of builder/locality.py's two-level k-means over ``x``, computed once."""
-    if not _LEAVES:
-        from kb.builder.locality import cluster_labels, clusters_per_level, unit_rows
+    of builder/locality.py's two-level k-means over ``x``."""
+    from kb.builder.locality import cluster_labels, clusters_per_level, unit_rows
 
-        first, second = cluster_labels(len(x), lambda at: x[at])
-        leaf = first * clusters_per_level(len(x)) + second
-        order = np.argsort(leaf, kind="stable")
-        bounds = np.searchsorted(leaf[order], np.arange(leaf.max() + 2))
-        cents = np.stack([unit_rows(x[order[bounds[j] : bounds[j + 1]]].sum(0)) if bounds[j + 1] > bounds[j] else np.zeros(x.shape[1], np.float32)
-                          for j in range(len(bounds) - 1)])
-        _LEAVES.append((cents, bounds, order))
-    return _LEAVES[0]
+    first, second = cluster_labels(len(x), lambda at: x[at])
+    leaf = first * clusters_per_level(len(x)) + second
+    order = np.argsort(leaf, kind="stable")
+    bounds = np.searchsorted(leaf[order], np.arange(leaf.max() + 2))
+    cents = np.stack([unit_rows(x[order[bounds[j] : bounds[j + 1]]].sum(0)) if bounds[j + 1] > bounds[j] else np.zeros(x.shape[1], np.float32)
+                      for j in range(len(bounds) - 1)])
+    return cents, bounds, order
 
 
-def probe_recall(g, q: np.ndarray, stored: np.ndarray, exact: np.ndarray, lv, ef: int, p: int) -> str:
-    """recall@10 of the graph's top 50 at ``ef`` merged with an exact scan of the ``p`` leaves
-    nearest each query, and the mean ms of a query."""
-    cents, bounds, order = lv
+def recall_at(g, ef: int, q: np.ndarray, exact: np.ndarray, top10) -> str:
+    """recall@10 of ``top10(query)`` (keys) with the graph searched at ``ef``, and the mean ms
+    of a query."""
     g.expansion_search = ef
     hits, t = 0, time.perf_counter()
     for qv, e in zip(q, exact):
+        hits += len(set(np.asarray(top10(qv)).tolist()) & set(e.tolist()))
+    ms = (time.perf_counter() - t) * 1000 / len(q)
+    return f"{hits / (10 * len(q)):.4f} ({ms:.1f} ms)"
+
+
+def graph_top10(g):
+    """The top 10 of a 50-neighbour search, as kb's dense leg takes them."""
+    return lambda qv: np.asarray(g.search(qv, 50).keys)[:10]
+
+
+def reranked_top10(g, stored: np.ndarray):
+    """The graph's top 100 re-ranked by exact cosine over ``stored``."""
+
+    def top10(qv):
+        found = np.asarray(g.search(qv, 100).keys).astype(np.int64)
+        return found[np.argsort(-(stored[found] @ qv), kind="stable")[:10]]
+
+    return top10
+
+
+def probed_top10(g, stored: np.ndarray, lv, p: int):
+    """The graph's top 50 merged with an exact scan of the ``p`` leaves (``leaves``) nearest the query."""
+    cents, bounds, order = lv
+
+    def top10(qv):
         found = np.asarray(g.search(qv, 50).keys).astype(np.int64)
         near = np.argsort(-(cents @ qv))[:p]
-        rows = np.concatenate([order[bounds[j] : bounds[j + 1]] for j in near] + [found])
-        rows = np.unique(rows)
-        top = rows[np.argsort(-(stored[rows] @ qv), kind="stable")[:10]]
-        hits += len(set(top.tolist()) & set(e.tolist()))
-    ms = (time.perf_counter() - t) * 1000 / len(q)
-    return f"{hits / (10 * len(q)):.4f} ({ms:.1f} ms)"
+        rows = np.unique(np.concatenate([order[bounds[j] : bounds[j + 1]] for j in near] + [found]))
+        return rows[np.argsort(-(stored[rows] @ qv), kind="stable")[:10]]
 
-
-def reranked_recall(g, q: np.ndarray, stored: np.ndarray, exact: np.ndarray, ef: int) -> str:
-    """recall@10 of the graph's top 100 at ``ef`` re-ranked by exact cosine, and the mean ms of
-    a query (the search and the re-ranking)."""
-    g.expansion_search = ef
-    hits, t = 0, time.perf_counter()
-    for qv, e in zip(q, exact):
-        found = np.asarray(g.search(qv, 100).keys).astype(np.int64)
-        top = found[np.argsort(-(stored[found] @ qv), kind="stable")[:10]]
-        hits += len(set(top.tolist()) & set(e.tolist()))
-    ms = (time.perf_counter() - t) * 1000 / len(q)
-    return f"{hits / (10 * len(q)):.4f} ({ms:.1f} ms)"
+    return top10
 
 
 def main(argv=None):
@@ -148,6 +152,8 @@ def main(argv=None):
     q = q / np.linalg.norm(q, axis=1, keepdims=True)
     exact = np.argsort(-(q @ stored.T), axis=1, kind="stable")[:, :10]
     print(f"{len(x):,} vectors, {len(q)} queries; recall@10 at ef {', '.join(map(str, EFS))}", flush=True)
+    probes = [int(v) for v in a.probe.split(",") if v]
+    lv = leaves(x) if probes else None
     with tempfile.TemporaryDirectory() as tmp:
         for spec in a.kinds:
             kind, m, ef_add, order = (spec.split(":") + ["chunk"])[:4]
@@ -163,22 +169,15 @@ def main(argv=None):
             del idx
             if kind != "f16" and a.as_built:
                 g = Index.restore(str(path), view=True)
-                print(f"| {spec} as built, top 100 re-ranked | | | " + " | ".join(reranked_recall(g, q, stored, exact, ef) for ef in EFS) + " |", flush=True)
+                print(f"| {spec} as built, top 100 re-ranked | | | " + " | ".join(recall_at(g, ef, q, exact, reranked_top10(g, stored)) for ef in EFS) + " |", flush=True)
                 del g
             if kind != "f16":
                 path = as_f16_image(path, x16)
             g = Index.restore(str(path), view=True)
-            recalls = []
-            for ef in EFS:
-                g.expansion_search = ef
-                t = time.perf_counter()
-                found = [np.asarray(g.search(qv, 50).keys)[:10] for qv in q]
-                ms = (time.perf_counter() - t) * 1000 / len(q)
-                hits = sum(len(set(f.tolist()) & set(e.tolist())) for f, e in zip(found, exact))
-                recalls.append(f"{hits / (10 * len(q)):.4f} ({ms:.1f} ms)")
+            recalls = [recall_at(g, ef, q, exact, graph_top10(g)) for ef in EFS]
             print(f"| {spec} | {ordered:.1f} s | {took:.1f} s | " + " | ".join(recalls) + " |", flush=True)
-            for p in [int(v) for v in a.probe.split(",") if v]:
-                print(f"| {spec} + probe {p} | | | " + " | ".join(probe_recall(g, q, stored, exact, leaves(x), ef, p) for ef in EFS) + " |", flush=True)
+            for p in probes:
+                print(f"| {spec} + probe {p} | | | " + " | ".join(recall_at(g, ef, q, exact, probed_top10(g, stored, lv, p)) for ef in EFS) + " |", flush=True)
             del g
 
 
