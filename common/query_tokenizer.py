@@ -214,9 +214,9 @@ class QueryTokenizer:
     window, special tokens included."""
 
     def __init__(self, params: dict, lookup, max_tokens: int):
-        self._pipeline_json = params["pipeline"]
+        self._pipeline = json.loads(params["pipeline"])
         self.kind = params["model"]
-        self._plain = plain_words(json.loads(self._pipeline_json), self.kind)
+        self._plain = plain_words(self._pipeline, self.kind)
         self._library = None  # (normalizer, pre-tokenizer), built when a segment first needs them
         self._params = params
         self._lookup = lookup
@@ -237,7 +237,7 @@ class QueryTokenizer:
                 from .errors import ModelError
 
                 raise ModelError(f"the query tokenizer needs the {e.name} package; reinstall kb-search") from None
-            pipe = json.loads(self._pipeline_json)
+            pipe = self._pipeline
             shell = {"version": "1.0", "normalizer": pipe.get("normalizer"), "pre_tokenizer": pipe.get("pre_tokenizer"),
                      "model": {"type": "WordLevel", "vocab": {"[UNK]": 0}, "unk_token": "[UNK]"}}
             try:
