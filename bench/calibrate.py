@@ -21,7 +21,9 @@ multilingual-e5-small: what "auto" picks for these languages, and the Hugo docs 
 - fit: a logistic regression per backend (numpy Newton steps, L2 1e-2) on the queries not held
   out, each set weighing the same (--set-power 0) and its foreign negatives a share of it
   (--foreign-weight 0.2); reports ECE (10 equal-width bins) on the held-out part per set, of
-  its own queries and with the foreign ones, and pooled; picks each backend's notice floor: the
+  its own queries and with the foreign ones, and pooled, each beside its noise floor (the ECE a
+  perfectly calibrated model would show on as many results); with --loso also each set's ECE
+  under a model fitted without it; picks each backend's notice floor: the
   highest under which the top result of at most 10% of every set's answerable queries falls,
   set halfway between two dev queries' top confidences
   (hybrid+rerank: the hybrid floor, runtime/search.py low_confidence); writes the model module
@@ -175,7 +177,7 @@ def cmd_collect(a):
                         continue
                     t = time.time()
                     for q, resp in searches(s, bset, backend, opts):
-                        rows = [{"features": list(r.explain.confidence_features.values()), "relevant": getattr(r, bset.key) in q.relevant} for r in resp.results]
+                        rows = [{"features": r.explain.confidence_features, "relevant": getattr(r, bset.key) in q.relevant} for r in resp.results]
                         source = q.id.split("/")[0] if q.kind == "foreign" else SETS[name][0]
                         qid = q.id.split("/", 1)[1] if q.kind == "foreign" else q.id
                         out.write(json.dumps({"set": name, "id": q.id, "backend": backend, "negative": not q.relevant, "kind": q.kind, "held_out": held_out(source, qid), "rows": rows}) + "\n")
@@ -211,32 +213,81 @@ def ece(conf: np.ndarray, rel: np.ndarray) -> tuple[float, list]:
     return c["ece"], c["bins"]
 
 
+def features_of(row: dict) -> list:
+    """A collected row's FEATURES, in runtime/confidence.py's order: rows name their features
+    (a dict), so rows collected before a feature was added or dropped fail loudly, not silently
+    shifted; older rows hold a bare list in the order of their day."""
+    from kb.runtime.confidence import FEATURES
+
+    f = row["features"]
+    if isinstance(f, list):
+        if len(f) != len(FEATURES):
+            raise SystemExit(f"calibrate: a row has {len(f)} features, runtime/confidence.py has {len(FEATURES)}: collect again")
+        return f
+    missing = [n for n in FEATURES if n not in f]
+    if missing:
+        raise SystemExit(f"calibrate: rows lack the features {', '.join(missing)}: collect again")
+    return [f[n] for n in FEATURES]
+
+
+def training_weights(train: list, rs: list, sets: list, foreign_weight: float, set_power: float) -> np.ndarray:
+    """Each set weighs the same (or its queries ** ``set_power``); within a set its foreign
+    negatives weigh ``foreign_weight`` (their share of the set's weight) and its own queries the rest."""
+    per_part = {}
+    for part, _ in train:
+        per_part[part] = per_part.get(part, 0) + 1
+    share = {(s, foreign): (foreign_weight if foreign else 1.0 - foreign_weight) if (s, not foreign) in per_part else 1.0 for s, foreign in per_part}
+    queries = {s: sum(1 for r in rs if r["set"] == s and not r["held_out"] and r["kind"] != "foreign") for s in sets}
+    set_w = {s: max(queries[s], 1) ** set_power for s in sets}
+    total = sum(set_w[s] for s in {p[0] for p in per_part})
+    return np.array([len(train) * share[part] * set_w[part[0]] / (total * per_part[part]) for part, _ in train])
+
+
+def fit_rows(rs: list, keep, foreign_weight: float, set_power: float) -> np.ndarray:
+    """The logistic model's weights over the training rows of the records ``keep`` admits."""
+    from kb.runtime.confidence import expand
+
+    sets = sorted({r["set"] for r in rs})
+    train = [((r["set"], r["kind"] == "foreign"), row) for r in rs if not r["held_out"] and keep(r) for row in r["rows"]]
+    X = expand(np.array([features_of(row) for _, row in train]))
+    y = np.array([float(row["relevant"]) for _, row in train])
+    return fit_logistic(X, y, training_weights(train, rs, sets, foreign_weight, set_power))
+
+
+def noise_floor(conf: np.ndarray, draws: int = 200, seed: int = 0) -> float:
+    """The ECE a perfectly calibrated model would show on this many results: the mean ECE of
+    ``draws`` label sets drawn with the model's own confidences as their probabilities. A
+    held-out ECE near it is as good as so few results can show."""
+    rng = np.random.default_rng(seed)
+    return round(float(np.mean([ece(conf, (rng.random(len(conf)) < conf).astype(float))[0] for _ in range(draws)])), 4)
+
+
+def leave_one_set_out(rs: list, a) -> dict:
+    """ECE on each set's own queries (all of them) of a model fitted without that set: the nearest
+    the dev sets come to a corpus kb was not fitted on. Leaving out hugo also leaves out hugo-e5
+    (the same queries) and the other sets' foreign negatives drawn from the set's queries."""
+    out = {}
+    sets = sorted({r["set"] for r in rs})
+    for s in sets:
+        source = SETS[s][0]
+        beta = fit_rows(rs, lambda r: SETS[r["set"]][0] != source and not (r["kind"] == "foreign" and r["id"].split("/")[0] == source), a.foreign_weight, a.set_power)
+        test = [row for r in rs if r["set"] == s and r["kind"] != "foreign" for row in r["rows"]]
+        out[s] = ece(probability(np.array([features_of(row) for row in test]), beta), np.array([float(row["relevant"]) for row in test]))[0]
+    return out
+
+
 def cmd_fit(a):
-    from kb.runtime.confidence import MODEL_TERMS, expand
+    from kb.runtime.confidence import MODEL_TERMS
 
     recs = [json.loads(x) for x in open(a.rows)]
     model = {"features": list(MODEL_TERMS), "backends": {}, "low_confidence_floor": None, "fit": {}}
-    report = {}
+    report, loso = {}, {}
     for backend in BACKENDS:
         rs = [r for r in recs if r["backend"] == backend]
         if not rs:
             continue
         sets = sorted({r["set"] for r in rs})
-        # Each set weighs the same; within a set its foreign negatives weigh --foreign-weight
-        # (their share of the set's weight) and its own queries the rest.
-        train = [((r["set"], r["kind"] == "foreign"), row) for r in rs if not r["held_out"] for row in r["rows"]]
-        X = expand(np.array([row["features"] for _, row in train]))
-        y = np.array([float(row["relevant"]) for _, row in train])
-        per_part = {}
-        for part, _ in train:
-            per_part[part] = per_part.get(part, 0) + 1
-        share = {(s, foreign): (a.foreign_weight if foreign else 1.0 - a.foreign_weight) if (s, not foreign) in per_part else 1.0 for s, foreign in per_part}
-        # A set's weight grows with its number of queries to the power --set-power (0: all alike).
-        queries = {s: sum(1 for r in rs if r["set"] == s and not r["held_out"] and r["kind"] != "foreign") for s in sets}
-        set_w = {s: max(queries[s], 1) ** a.set_power for s in sets}
-        total = sum(set_w.values())
-        w = np.array([len(train) * share[part] * set_w[part[0]] / (total * per_part[part]) for part, _ in train])
-        beta = fit_logistic(X, y, w)
+        beta = fit_rows(rs, lambda r: True, a.foreign_weight, a.set_power)
         model["backends"][backend] = [round(float(b), 6) for b in beta]
         report[backend] = {}
         for s in sets + ["all"]:
@@ -245,10 +296,13 @@ def cmd_fit(a):
                 if not test:
                     continue
                 yt = np.array([float(row["relevant"]) for row in test])
-                conf = probability(np.array([row["features"] for row in test]), beta)
+                conf = probability(np.array([features_of(row) for row in test]), beta)
                 e, bins = ece(conf, yt)
-                report[backend][s + label] = {"ece": e, "bins": bins, "results": len(test)}
-        print(backend, {s: round(v["ece"], 3) for s, v in report[backend].items()}, file=sys.stderr)
+                report[backend][s + label] = {"ece": e, "noise_floor": noise_floor(conf), "bins": bins, "results": len(test)}
+        print(backend, {s: (round(v["ece"], 3), v["noise_floor"]) for s, v in report[backend].items() if "+" not in s}, "(ECE, noise floor)", file=sys.stderr)
+        if a.loso:
+            loso[backend] = leave_one_set_out(rs, a)
+            print(backend, "leave one set out:", {s: round(e, 3) for s, e in loso[backend].items()}, file=sys.stderr)
     # The notice floor per backend: the highest floor under which the top result of at most 10% of
     # the answerable queries of every set falls (a query with no result always gets the notice).
     # Negatives: the Hugo fixture's own and every set's foreign queries. A reranked search's notice
@@ -259,7 +313,7 @@ def cmd_fit(a):
         if backend == "hybrid+rerank":
             continue
         qs = [r for r in recs if r["backend"] == backend]
-        top = {id(r): float(probability(np.array([r["rows"][0]["features"]]), beta)[0]) if r["rows"] else 0.0 for r in qs}
+        top = {id(r): float(probability(np.array([features_of(r["rows"][0])]), beta)[0]) if r["rows"] else 0.0 for r in qs}
         sets = sorted({r["set"] for r in qs})
 
         def flagged(floor, want_negative, s=None, kind=None):
@@ -285,6 +339,8 @@ def cmd_fit(a):
     if "hybrid" in model["low_confidence_floor"]:
         model["low_confidence_floor"]["hybrid+rerank"] = model["low_confidence_floor"]["hybrid"]
     model["fit"] = {"command": " ".join(["python", "bench/calibrate.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"), "held_out": f"{HELD_OUT}/10 of each set's queries (crc32 of source set/id)", "foreign_weight": a.foreign_weight, "set_power": a.set_power, "ece_held_out": {b: {s: v["ece"] for s, v in r.items()} for b, r in report.items()}, "notice": rates}
+    if loso:
+        model["fit"]["ece_leave_one_set_out"] = loso
     print(json.dumps({"floors": model["low_confidence_floor"], "notice": rates}, indent=1), file=sys.stderr)
     if a.write:
         Path(a.write).write_text(
@@ -292,7 +348,7 @@ def cmd_fit(a):
             'by hand; rerun it (bench/RESULTS.md, "confidence", gives the command)."""\n\nMODEL = ' + json.dumps(model, indent=4) .replace("null", "None").replace("true", "True").replace("false", "False") + "\n"
         )
     if a.report:
-        Path(a.report).write_text(json.dumps(report, indent=1))
+        Path(a.report).write_text(json.dumps({**report, "leave_one_set_out": loso} if loso else report, indent=1))
     if a.plots:
         plot(report, Path(a.plots))
 
@@ -343,6 +399,7 @@ def main(argv=None):
     p.add_argument("--plots")
     p.add_argument("--foreign-weight", type=float, default=0.2, help="the share of each set's weight its foreign negatives get")
     p.add_argument("--set-power", type=float, default=0.0, help="each set weighs (its queries) ** this: 0 = all sets alike, 1 = every query alike")
+    p.add_argument("--loso", action="store_true", help="also report each set's ECE under a model fitted without it (leave one set out)")
     a = ap.parse_args(argv)
     {"grid": cmd_grid, "collect": cmd_collect, "compare": cmd_compare, "fit": cmd_fit}[a.cmd](a)
 

@@ -1,0 +1,65 @@
+"""bench/calibrate.py's fit plumbing: rows mapped to runtime/confidence.py's FEATURES by name, the
+noise floor of an ECE, and a fit on synthetic rows whose true model is logistic. The fitted
+model's quality on real data is bench/RESULTS.md's ("confidence")."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb.runtime.confidence import FEATURES
+
+_SPEC = importlib.util.spec_from_file_location("calibrate", Path(__file__).resolve().parents[2] / "bench" / "calibrate.py")
+calibrate = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(calibrate)
+
+
+def test_rows_are_read_by_feature_name():
+    row = {"features": {n: float(i) for i, n in enumerate(reversed(FEATURES))}}
+    assert calibrate.features_of(row) == [float(len(FEATURES) - 1 - i) for i in range(len(FEATURES))]
+    assert calibrate.features_of({"features": list(range(len(FEATURES)))}) == list(range(len(FEATURES)))  # older rows: a list
+
+
+def test_rows_of_another_feature_list_are_refused():
+    with pytest.raises(SystemExit, match="rows lack the features cos_crowd: collect again"):
+        calibrate.features_of({"features": {n: 0.0 for n in FEATURES if n != "cos_crowd"}})
+    with pytest.raises(SystemExit, match=f"a row has 3 features, runtime/confidence.py has {len(FEATURES)}: collect again"):
+        calibrate.features_of({"features": [0.0, 1.0, 2.0]})
+
+
+def test_noise_floor_shrinks_with_more_results():
+    rng = np.random.default_rng(1)
+    few, many = rng.random(200), rng.random(20000)
+    assert calibrate.noise_floor(many) < calibrate.noise_floor(few) < 0.1
+    assert calibrate.noise_floor(many) < 0.01
+    assert calibrate.noise_floor(np.zeros(50)) == 0.0  # certain labels: no sampling noise
+
+
+def _synthetic_rows(path: Path, sets=("a", "b", "c"), queries=300, seed=0):
+    """Rows whose relevance is drawn from a logistic model of one feature (cos), alike in every set."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as out:
+        for s in sets:
+            for q in range(queries):
+                rows = []
+                for rank in range(10):
+                    f = dict.fromkeys(FEATURES, 0.0)
+                    f["bias"], f["log_rank"], f["cos"] = 1.0, float(np.log(rank + 1)), float(rng.random())
+                    rows.append({"features": f, "relevant": bool(rng.random() < 1 / (1 + np.exp(-(6 * f["cos"] - 4))))})
+                out.write(json.dumps({"set": s, "id": f"q{q}", "backend": "hybrid", "negative": not any(r["relevant"] for r in rows), "kind": "natural", "held_out": q % 10 < 3, "rows": rows}) + "\n")
+
+
+def test_fit_on_a_well_specified_model_reaches_its_noise_floor(tmp_path, monkeypatch):
+    rows = tmp_path / "rows.jsonl"
+    _synthetic_rows(rows)
+    monkeypatch.setattr(calibrate, "SETS", {"a": ("a", "x"), "b": ("b", "x"), "c": ("c", "x")})
+    report = tmp_path / "rep.json"
+    calibrate.main(["fit", "--rows", str(rows), "--loso", "--report", str(report)])
+    got = json.loads(report.read_text())
+    for s in ("a", "b", "c"):
+        held = got["hybrid"][s]
+        assert held["results"] == 900
+        assert held["ece"] < held["noise_floor"] + 0.03
+        assert got["leave_one_set_out"]["hybrid"][s] < 0.06  # the sets are alike: leaving one out costs little
