@@ -2,7 +2,8 @@
 dev sets, with a part of their queries held out.
 
     python bench/calibrate.py grid    --art DIR --data ../shared/data --fixtures ../shared/fixtures
-    python bench/calibrate.py collect --art DIR --data ../shared/data --fixtures ../shared/fixtures --out rows.jsonl
+    python bench/calibrate.py unanswerable --art DIR --data ../shared/data --fixtures ../shared/fixtures
+    python bench/calibrate.py collect --art DIR --data ../shared/data --fixtures ../shared/fixtures --out rows.jsonl --unanswerable
     python bench/calibrate.py fit     --rows rows.jsonl [--write runtime/confidence_model.py] [--plots bench/]
     python bench/calibrate.py compare --art DIR --data ../shared/data --fixtures ../shared/fixtures --default-only
 
@@ -12,22 +13,27 @@ scifact.kb, cranfield.kb, cisi.kb (kb-build --jsonl DATA/NAME/corpus.jsonl: all-
 multilingual-e5-small: what "auto" picks for these languages, and the Hugo docs with it).
 
 - grid: nDCG@10 of hybrid with fixed and with adaptive fusion (runtime/fusion.py constants) per set.
+- unanswerable: builds DIR/NAME-minus.kb, each set's corpus without the relevant documents of
+  up to --count of its queries (those with at most MINUS_MAX_RELEVANT, while the removed stay
+  under MINUS_MAX_SHARE of the corpus; listed in DIR/NAME-minus.json): in-domain queries with no
+  answer, the negatives a real user meets.
 - collect: every query's top 10 documents (kb bench's way: group by document, all statuses),
   per backend, with the confidence FEATURES (runtime/confidence.py) and whether the document is
   judged relevant (gain > 0); at most --limit queries a set. Each artifact also answers
   --foreign queries of every other set as negatives (a SciFact claim against the Hugo docs, a
   Chinese question against Cranfield): queries its corpus cannot answer. A query is held out
   when crc32(source set/id) % 10 < 3 (30%), on the same side for every artifact it runs on.
+  --unanswerable adds each set's unanswerable queries, run against DIR/NAME-minus.kb.
 - fit: a logistic regression per backend (numpy Newton steps, L2 1e-2) on the queries not held
-  out, each set weighing the same (--set-power 0) and its foreign negatives a share of it
-  (--foreign-weight 0.2); reports ECE (10 equal-width bins) on the held-out part per set, of
-  its own queries and with the foreign ones, and pooled, each beside its noise floor (the ECE a
-  perfectly calibrated model would show on as many results); with --loso also each set's ECE
-  under a model fitted without it; picks each backend's notice floor: the
-  highest under which the top result of at most 10% of every set's answerable queries falls,
-  set halfway between two dev queries' top confidences
-  (hybrid+rerank: the hybrid floor, runtime/search.py low_confidence); writes the model module
-  and reliability diagrams.
+  out, each set weighing the same (--set-power 0), its foreign negatives a share of it
+  (--foreign-weight) and its unanswerable queries another (--unanswerable-weight); reports ECE
+  (10 equal-width bins) on the held-out part per set, of its own queries and with its negatives,
+  and pooled, each beside its noise floor (the ECE a perfectly calibrated model would show on as
+  many results); with --loso also each set's ECE under a model fitted without it; picks each
+  backend's notice floor: the highest under which the top result of at most 10% of every set's
+  answerable queries falls, set halfway between two dev queries' top confidences (hybrid+rerank:
+  the hybrid floor, runtime/search.py low_confidence); writes the model module and reliability
+  diagrams.
 - compare: kb bench's quality, calibration and notice figures per set (--default-only: kb's
   defaults only; else fixed fusion as well).
 """
@@ -96,6 +102,82 @@ def foreign_queries(name: str, data: Path, fixtures: Path, per_set: int) -> list
         for q in load_set(other, data, fixtures, per_set).queries:
             out.append(BenchQuery(f"{source}/{q.id}", q.text, {}, "foreign"))
     return out
+
+
+# Unanswerable in-domain queries: a set's own queries run against its corpus without their relevant
+# documents (DIR/NAME-minus.kb, built by `calibrate.py unanswerable`). Unlike a foreign query,
+# such a query asks the corpus's own kind of question in its own words, which is what a real
+# unanswerable query looks like; the Hugo fixture's 15 hand-written negatives are too few to fit on.
+MINUS_MAX_RELEVANT = 5  # a query is picked only if it has at most this many relevant documents
+MINUS_MAX_SHARE = 0.08  # and while the documents removed stay under this share of the corpus
+EMBEDDERS = {"cmrc2018-zh": "multilingual-e5-small", "jsquad-ja": "multilingual-e5-small", "hugo-e5": "multilingual-e5-small"}
+
+
+def unanswerable_pick(name: str, data: Path, fixtures: Path, count: int, documents: int) -> list:
+    """Up to ``count`` answerable queries of set ``name`` (of the ones ``collect`` runs) to make
+    unanswerable, chosen by crc32 of their ids (hugo and hugo-e5 pick the same), each with at most
+    MINUS_MAX_RELEVANT relevant documents, while the documents they need stay under
+    MINUS_MAX_SHARE of the corpus's ``documents``."""
+    source = SETS[name][0]
+    qs = [q for q in load_set(name, data, fixtures, 1000).queries if q.relevant and len(q.relevant) <= MINUS_MAX_RELEVANT]
+    qs.sort(key=lambda q: zlib.crc32(f"unanswerable/{source}/{q.id}".encode()))
+    picked, removed = [], set()
+    for q in qs:
+        if len(picked) >= count:
+            break
+        if len(removed | set(q.relevant)) <= MINUS_MAX_SHARE * documents:
+            picked.append(q)
+            removed |= set(q.relevant)
+    return picked
+
+
+def cmd_unanswerable(a):
+    """Build DIR/NAME-minus.kb: the set's corpus without the relevant documents of the queries
+    ``unanswerable_pick`` chooses (listed in DIR/NAME-minus.json), with the embedder its own
+    artifact has."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    for name in a.sets.split(","):
+        source, split = SETS[name]
+        with tempfile.TemporaryDirectory(dir=a.art) as tmp:
+            if split is None:  # the Hugo docs: a folder of markdown, relevant keys are paths under it
+                root = a.data / "hugo-docs" / "content" / "en"
+                docs = [p for p in root.rglob("*") if p.is_file()]
+                picked = unanswerable_pick(name, a.data, a.fixtures, a.count, len([p for p in docs if p.suffix == ".md"]))
+                gone = {k for q in picked for k in q.relevant}
+                corpus = Path(tmp) / "en"
+                for p in docs:
+                    rel = p.relative_to(root).as_posix()
+                    if rel not in gone:
+                        (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy2(p, corpus / rel)
+                args = [str(corpus)]
+            else:
+                lines = (a.data / source / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+                picked = unanswerable_pick(name, a.data, a.fixtures, a.count, len(lines))
+                gone = {k for q in picked for k in q.relevant}
+                corpus = Path(tmp) / "corpus.jsonl"
+                corpus.write_text("".join(line + "\n" for line in lines if line.strip() and str(json.loads(line)["_id"]) not in gone), encoding="utf-8")
+                args = ["--jsonl", str(corpus)]
+            out = a.art / f"{name}-minus.kb"
+            cmd = ["kb-build", *args, "-o", str(out), "--embedder", EMBEDDERS.get(name, "all-MiniLM-L6-v2"), "--quiet", "--force"]
+            t = time.time()
+            subprocess.run(cmd, check=True)
+            (a.art / f"{name}-minus.json").write_text(json.dumps({"queries": [q.id for q in picked], "removed_documents": sorted(gone)}, indent=1))
+            print(name, f"{len(picked)} queries, {len(gone)} documents removed, {time.time() - t:.0f}s", file=sys.stderr, flush=True)
+
+
+def unanswerable_queries(name: str, art: Path, data: Path, fixtures: Path) -> list:
+    """The queries DIR/NAME-minus.json lists, as negatives (their relevant documents are gone)."""
+    from kb.runtime.bench import BenchQuery
+
+    listed = art / f"{name}-minus.json"
+    if not listed.exists():
+        return []
+    ids = set(json.loads(listed.read_text())["queries"])
+    return [BenchQuery(q.id, q.text, {}, "unanswerable") for q in load_set(name, data, fixtures).queries if q.id in ids]
 
 
 def searches(searcher, bset, backend: str, options, top_k: int = 10):
@@ -169,19 +251,24 @@ def cmd_collect(a):
             bset = load_set(name, a.data, a.fixtures, a.limit)
             if a.foreign:
                 bset.queries += foreign_queries(name, a.data, a.fixtures, a.foreign)
-            with Index(a.art / f"{name}.kb") as ix:
-                s = Searcher(ix)
-                opts = resolve(stored_search(ix.meta))
-                for backend in a.backends.split(","):
-                    if backend == "hybrid+rerank" and not ix.has_reranker:
-                        continue
-                    t = time.time()
-                    for q, resp in searches(s, bset, backend, opts):
-                        rows = [{"features": r.explain.confidence_features, "relevant": getattr(r, bset.key) in q.relevant} for r in resp.results]
-                        source = q.id.split("/")[0] if q.kind == "foreign" else SETS[name][0]
-                        qid = q.id.split("/", 1)[1] if q.kind == "foreign" else q.id
-                        out.write(json.dumps({"set": name, "id": q.id, "backend": backend, "negative": not q.relevant, "kind": q.kind, "held_out": held_out(source, qid), "rows": rows}) + "\n")
-                    print(name, backend, f"{time.time() - t:.0f}s", file=sys.stderr, flush=True)
+            runs = [(a.art / f"{name}.kb", bset)]
+            if a.unanswerable:  # the set's unanswerable queries, on its artifact without their documents
+                minus = replace(bset, queries=unanswerable_queries(name, a.art, a.data, a.fixtures))
+                runs += [(a.art / f"{name}-minus.kb", minus)] if minus.queries else []
+            for path, queries in runs:
+                with Index(path) as ix:
+                    s = Searcher(ix)
+                    opts = resolve(stored_search(ix.meta))
+                    for backend in a.backends.split(","):
+                        if backend == "hybrid+rerank" and not ix.has_reranker:
+                            continue
+                        t = time.time()
+                        for q, resp in searches(s, queries, backend, opts):
+                            rows = [{"features": r.explain.confidence_features, "relevant": getattr(r, queries.key) in q.relevant} for r in resp.results]
+                            source = q.id.split("/")[0] if q.kind == "foreign" else SETS[name][0]
+                            qid = q.id.split("/", 1)[1] if q.kind == "foreign" else q.id
+                            out.write(json.dumps({"set": name, "id": q.id, "backend": backend, "negative": not q.relevant, "kind": q.kind, "held_out": held_out(source, qid), "rows": rows}) + "\n")
+                        print(name, path.name, backend, f"{time.time() - t:.0f}s", file=sys.stderr, flush=True)
 
 
 def fit_logistic(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 1e-2, steps: int = 50) -> np.ndarray:
@@ -230,28 +317,41 @@ def features_of(row: dict) -> list:
     return [f[n] for n in FEATURES]
 
 
-def training_weights(train: list, rs: list, sets: list, foreign_weight: float, set_power: float) -> np.ndarray:
-    """Each set weighs the same (or its queries ** ``set_power``); within a set its foreign
-    negatives weigh ``foreign_weight`` (their share of the set's weight) and its own queries the rest."""
+def kind_of(r: dict) -> str:
+    """A collected query's part of its set: "own" (the set's queries on its artifact), "foreign"
+    (another set's) or "unanswerable" (its own, on its artifact without their relevant documents)."""
+    return r["kind"] if r["kind"] in ("foreign", "unanswerable") else "own"
+
+
+def training_weights(train: list, rs: list, sets: list, a) -> np.ndarray:
+    """Each set weighs the same (or its queries ** --set-power); within a set its foreign
+    negatives weigh --foreign-weight (their share of the set's weight), its unanswerable queries
+    --unanswerable-weight, and its own queries the rest (shares of the parts a set lacks go to
+    the parts it has)."""
     per_part = {}
     for part, _ in train:
         per_part[part] = per_part.get(part, 0) + 1
-    share = {(s, foreign): (foreign_weight if foreign else 1.0 - foreign_weight) if (s, not foreign) in per_part else 1.0 for s, foreign in per_part}
-    queries = {s: sum(1 for r in rs if r["set"] == s and not r["held_out"] and r["kind"] != "foreign") for s in sets}
-    set_w = {s: max(queries[s], 1) ** set_power for s in sets}
+    shares = {"foreign": a.foreign_weight, "unanswerable": a.unanswerable_weight}
+    shares["own"] = 1.0 - sum(shares.values())
+    present = {}
+    for s, kind in per_part:
+        present[s] = present.get(s, 0.0) + shares[kind]
+    share = {(s, kind): shares[kind] / present[s] for s, kind in per_part}
+    queries = {s: sum(1 for r in rs if r["set"] == s and not r["held_out"] and kind_of(r) == "own") for s in sets}
+    set_w = {s: max(queries[s], 1) ** a.set_power for s in sets}
     total = sum(set_w[s] for s in {p[0] for p in per_part})
     return np.array([len(train) * share[part] * set_w[part[0]] / (total * per_part[part]) for part, _ in train])
 
 
-def fit_rows(rs: list, keep, foreign_weight: float, set_power: float) -> np.ndarray:
+def fit_rows(rs: list, keep, a) -> np.ndarray:
     """The logistic model's weights over the training rows of the records ``keep`` admits."""
     from kb.runtime.confidence import expand
 
     sets = sorted({r["set"] for r in rs})
-    train = [((r["set"], r["kind"] == "foreign"), row) for r in rs if not r["held_out"] and keep(r) for row in r["rows"]]
+    train = [((r["set"], kind_of(r)), row) for r in rs if not r["held_out"] and keep(r) for row in r["rows"]]
     X = expand(np.array([features_of(row) for _, row in train]))
     y = np.array([float(row["relevant"]) for _, row in train])
-    return fit_logistic(X, y, training_weights(train, rs, sets, foreign_weight, set_power))
+    return fit_logistic(X, y, training_weights(train, rs, sets, a))
 
 
 def noise_floor(conf: np.ndarray, draws: int = 200, seed: int = 0) -> float:
@@ -270,28 +370,38 @@ def leave_one_set_out(rs: list, a) -> dict:
     sets = sorted({r["set"] for r in rs})
     for s in sets:
         source = SETS[s][0]
-        beta = fit_rows(rs, lambda r: SETS[r["set"]][0] != source and not (r["kind"] == "foreign" and r["id"].split("/")[0] == source), a.foreign_weight, a.set_power)
-        test = [row for r in rs if r["set"] == s and r["kind"] != "foreign" for row in r["rows"]]
+        beta = fit_rows(rs, lambda r: SETS[r["set"]][0] != source and not (r["kind"] == "foreign" and r["id"].split("/")[0] == source), a)
+        test = [row for r in rs if r["set"] == s and kind_of(r) == "own" for row in r["rows"]]
         out[s] = ece(probability(np.array([features_of(row) for row in test]), beta), np.array([float(row["relevant"]) for row in test]))[0]
     return out
 
 
 def cmd_fit(a):
     from kb.runtime.confidence import MODEL_TERMS
+    from kb.runtime.confidence_model import MODEL as STORED
 
     recs = [json.loads(x) for x in open(a.rows)]
     model = {"features": list(MODEL_TERMS), "backends": {}, "low_confidence_floor": None, "fit": {}}
+    if a.keep_weights and STORED["features"] != list(MODEL_TERMS):
+        raise SystemExit("calibrate: --keep-weights: runtime/confidence_model.py was fitted on other terms than runtime/confidence.py's")
+    if a.keep_weights:
+        model["backends"] = {b: list(w) for b, w in STORED["backends"].items()}  # those without rows here too
     report, loso = {}, {}
     for backend in BACKENDS:
         rs = [r for r in recs if r["backend"] == backend]
         if not rs:
             continue
         sets = sorted({r["set"] for r in rs})
-        beta = fit_rows(rs, lambda r: True, a.foreign_weight, a.set_power)
+        if a.keep_weights:  # the stored model, its floors chosen again on these rows
+            if backend not in STORED["backends"]:
+                raise SystemExit(f"calibrate: --keep-weights: runtime/confidence_model.py has no {backend} model")
+            beta = np.asarray(STORED["backends"][backend], dtype=np.float64)
+        else:
+            beta = fit_rows(rs, lambda r: True, a)
         model["backends"][backend] = [round(float(b), 6) for b in beta]
         report[backend] = {}
         for s in sets + ["all"]:
-            for label, keep in (("", lambda r: r["kind"] != "foreign"), (" +foreign", lambda r: True)):
+            for label, keep in (("", lambda r: kind_of(r) == "own"), (" +negatives", lambda r: True)):
                 test = [row for r in rs if r["held_out"] and keep(r) and (s == "all" or r["set"] == s) for row in r["rows"]]
                 if not test:
                     continue
@@ -336,11 +446,17 @@ def cmd_fit(a):
         rates[backend] = {s: {"negatives_flagged": "%d/%d" % flagged(best, True, s), "answerable_flagged": "%d/%d" % flagged(best, False, s)} for s in sets}
         rates[backend]["hugo's own negatives"] = "%d/%d" % flagged(best, True, "hugo", "negative")
         rates[backend]["foreign negatives"] = "%d/%d" % flagged(best, True, kind="foreign")
+        rates[backend]["unanswerable"] = {s: "%d/%d" % flagged(best, True, s, "unanswerable") for s in sets if flagged(best, True, s, "unanswerable")[1]}
     if "hybrid" in model["low_confidence_floor"]:
         model["low_confidence_floor"]["hybrid+rerank"] = model["low_confidence_floor"]["hybrid"]
-    model["fit"] = {"command": " ".join(["python", "bench/calibrate.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"), "held_out": f"{HELD_OUT}/10 of each set's queries (crc32 of source set/id)", "foreign_weight": a.foreign_weight, "set_power": a.set_power, "ece_held_out": {b: {s: v["ece"] for s, v in r.items()} for b, r in report.items()}, "notice": rates}
+    model["fit"] = {"command": " ".join(["python", "bench/calibrate.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"), "held_out": f"{HELD_OUT}/10 of each set's queries (crc32 of source set/id)", "foreign_weight": a.foreign_weight, "unanswerable_weight": a.unanswerable_weight, "set_power": a.set_power, "ece_held_out": {b: {s: v["ece"] for s, v in r.items()} for b, r in report.items()}, "notice": rates}
     if loso:
         model["fit"]["ece_leave_one_set_out"] = loso
+    if a.keep_weights:  # this record is the floors'; the weights' own stays beside it
+        for key in ("foreign_weight", "unanswerable_weight", "set_power"):
+            del model["fit"][key]
+        model["fit"]["weights"] = "kept from weights_fit; only the floors were chosen on these rows"
+        model["fit"]["weights_fit"] = STORED["fit"].get("weights_fit", STORED["fit"])
     print(json.dumps({"floors": model["low_confidence_floor"], "notice": rates}, indent=1), file=sys.stderr)
     if a.write:
         Path(a.write).write_text(
@@ -387,21 +503,30 @@ def main(argv=None):
             p.add_argument("--out", required=True)
             p.add_argument("--limit", type=int, default=1000, help="at most this many queries of a set (chosen by crc32 of their ids)")
             p.add_argument("--foreign", type=int, default=20, help="negatives: this many queries of each other set, run against the set's artifact")
+            p.add_argument("--unanswerable", action="store_true", help="negatives: also the set's queries listed in DIR/NAME-minus.json, on DIR/NAME-minus.kb (calibrate.py unanswerable)")
         if name == "compare":
             p.add_argument("--limit", type=int, default=0, help="at most this many queries of a set (chosen by crc32 of their ids; 0: all)")
             p.add_argument("--default-only", action="store_true", help="only kb's defaults (adaptive fusion), not fixed weights as well")
         if name in ("collect", "compare"):
             p.add_argument("--backends", default=",".join(BACKENDS) if name == "collect" else "hybrid,hybrid+rerank")
+    p = sub.add_parser("unanswerable")
+    p.add_argument("--art", type=Path, required=True)
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--fixtures", type=Path, required=True)
+    p.add_argument("--sets", default=",".join(SETS))
+    p.add_argument("--count", type=int, default=60, help="at most this many queries a set made unanswerable")
     p = sub.add_parser("fit")
     p.add_argument("--rows", required=True)
     p.add_argument("--write")
     p.add_argument("--report")
     p.add_argument("--plots")
     p.add_argument("--foreign-weight", type=float, default=0.2, help="the share of each set's weight its foreign negatives get")
+    p.add_argument("--unanswerable-weight", type=float, default=0.0, help="the share of each set's weight its unanswerable queries get (collect --unanswerable; a set without any: its other parts share it)")
     p.add_argument("--set-power", type=float, default=0.0, help="each set weighs (its queries) ** this: 0 = all sets alike, 1 = every query alike")
     p.add_argument("--loso", action="store_true", help="also report each set's ECE under a model fitted without it (leave one set out)")
+    p.add_argument("--keep-weights", action="store_true", help="keep runtime/confidence_model.py's weights: report them and choose only the floors on these rows")
     a = ap.parse_args(argv)
-    {"grid": cmd_grid, "collect": cmd_collect, "compare": cmd_compare, "fit": cmd_fit}[a.cmd](a)
+    {"grid": cmd_grid, "collect": cmd_collect, "compare": cmd_compare, "fit": cmd_fit, "unanswerable": cmd_unanswerable}[a.cmd](a)
 
 
 if __name__ == "__main__":

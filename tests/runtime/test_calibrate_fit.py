@@ -63,3 +63,45 @@ def test_fit_on_a_well_specified_model_reaches_its_noise_floor(tmp_path, monkeyp
         assert held["results"] == 900
         assert held["ece"] < held["noise_floor"] + 0.03
         assert got["leave_one_set_out"]["hybrid"][s] < 0.06  # the sets are alike: leaving one out costs little
+
+
+def test_training_weights_give_each_set_and_part_its_share():
+    from types import SimpleNamespace
+
+    a = SimpleNamespace(foreign_weight=0.1, unanswerable_weight=0.2, set_power=0.0)
+    parts = [("a", "own")] * 30 + [("a", "foreign")] * 10 + [("a", "unanswerable")] * 5 + [("b", "own")] * 7 + [("b", "foreign")] * 3
+    train = [(p, None) for p in parts]
+    rs = [{"set": "a", "held_out": False, "kind": "natural"}] * 3 + [{"set": "b", "held_out": False, "kind": "natural"}]
+    w = calibrate.training_weights(train, rs, ["a", "b"], a)
+    total = {}
+    for p, x in zip(parts, w):
+        total[p] = total.get(p, 0.0) + x
+    n = len(parts)
+    assert total[("a", "own")] == pytest.approx(n * 0.7 / 2) and total[("a", "foreign")] == pytest.approx(n * 0.1 / 2)
+    assert total[("a", "unanswerable")] == pytest.approx(n * 0.2 / 2)
+    # b has no unanswerable queries: its own and foreign parts share its half in their ratio 0.7 : 0.1
+    assert total[("b", "own")] == pytest.approx(n / 2 * 0.7 / 0.8) and total[("b", "foreign")] == pytest.approx(n / 2 * 0.1 / 0.8)
+
+
+def test_keep_weights_rechooses_only_the_floors(tmp_path, monkeypatch):
+    from kb.runtime.confidence_model import MODEL
+
+    rows = tmp_path / "rows.jsonl"
+    _synthetic_rows(rows)
+    monkeypatch.setattr(calibrate, "SETS", {"a": ("a", "x"), "b": ("b", "x"), "c": ("c", "x")})
+    out = tmp_path / "model.py"
+    calibrate.main(["fit", "--rows", str(rows), "--keep-weights", "--write", str(out)])
+    spec = importlib.util.spec_from_file_location("written_model", out)
+    written = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(written)
+    assert written.MODEL["backends"] == MODEL["backends"]  # every backend's, also those without rows here
+    assert written.MODEL["fit"]["weights_fit"] == MODEL["fit"].get("weights_fit", MODEL["fit"])
+    floor = written.MODEL["low_confidence_floor"]["hybrid"]
+    assert floor == written.MODEL["low_confidence_floor"]["hybrid+rerank"]
+    # the rule: at most 10% of each set's answerable queries have their top result under the floor
+    recs = [json.loads(x) for x in rows.read_text().splitlines()]
+    from kb.runtime.confidence import predict
+
+    for s in ("a", "b", "c"):
+        top = [float(predict("hybrid", np.array([calibrate.features_of(r["rows"][0])]))[0]) for r in recs if r["set"] == s and not r["negative"]]
+        assert sum(t < floor for t in top) <= 0.1 * len(top)
