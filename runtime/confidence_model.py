@@ -175,187 +175,430 @@ MODEL = {
         ]
     },
     "low_confidence_floor": {
-        "bm25": 0.0781,
-        "vector": 0.0247,
-        "hybrid": 0.1119,
-        "hybrid+rerank": 0.1119
+        "bm25": 0.0791,
+        "vector": 0.049,
+        "hybrid": 0.1057,
+        "hybrid+rerank": 0.1057
     },
     "fit": {
-        "command": "python bench/calibrate.py fit --rows rows.jsonl --write runtime/confidence_model.py --report rep.json --plots bench/",
-        "date": "2026-11-30",
+        "command": "python bench/calibrate.py fit --rows /tmp/cal/rows-all.jsonl --keep-weights --loso --write runtime/confidence_model.py --report /tmp/cal/rep-final.json --plots bench/",
+        "date": "2026-12-02",
         "held_out": "3/10 of each set's queries (crc32 of source set/id)",
-        "foreign_weight": 0.2,
-        "set_power": 0.0,
         "ece_held_out": {
             "bm25": {
-                "cisi": 0.0887,
-                "cisi +foreign": 0.0465,
-                "cmrc2018-zh": 0.0103,
-                "cmrc2018-zh +foreign": 0.0092,
-                "cranfield": 0.0919,
-                "cranfield +foreign": 0.0694,
+                "cisi": 0.0895,
+                "cisi +negatives": 0.047,
+                "cmrc2018-zh": 0.0104,
+                "cmrc2018-zh +negatives": 0.0078,
+                "cranfield": 0.0934,
+                "cranfield +negatives": 0.06,
                 "hugo": 0.0202,
-                "hugo +foreign": 0.0243,
+                "hugo +negatives": 0.0332,
                 "hugo-e5": 0.0202,
-                "hugo-e5 +foreign": 0.0243,
-                "jsquad-ja": 0.0184,
-                "jsquad-ja +foreign": 0.0169,
-                "scifact": 0.0756,
-                "scifact +foreign": 0.0775,
-                "all": 0.0152,
-                "all +foreign": 0.0144
+                "hugo-e5 +negatives": 0.0332,
+                "jsquad-ja": 0.0185,
+                "jsquad-ja +negatives": 0.0211,
+                "scifact": 0.076,
+                "scifact +negatives": 0.0802,
+                "all": 0.0151,
+                "all +negatives": 0.0205
             },
             "vector": {
-                "cisi": 0.1294,
-                "cisi +foreign": 0.0581,
-                "cmrc2018-zh": 0.0143,
-                "cmrc2018-zh +foreign": 0.0134,
-                "cranfield": 0.0605,
-                "cranfield +foreign": 0.0405,
-                "hugo": 0.047,
-                "hugo +foreign": 0.0122,
-                "hugo-e5": 0.0302,
-                "hugo-e5 +foreign": 0.0193,
-                "jsquad-ja": 0.0163,
-                "jsquad-ja +foreign": 0.0149,
-                "scifact": 0.0811,
-                "scifact +foreign": 0.0728,
-                "all": 0.0177,
-                "all +foreign": 0.016
+                "cisi": 0.1355,
+                "cisi +negatives": 0.0614,
+                "cmrc2018-zh": 0.0146,
+                "cmrc2018-zh +negatives": 0.0164,
+                "cranfield": 0.0453,
+                "cranfield +negatives": 0.0296,
+                "hugo": 0.0584,
+                "hugo +negatives": 0.0223,
+                "hugo-e5": 0.0244,
+                "hugo-e5 +negatives": 0.0263,
+                "jsquad-ja": 0.0168,
+                "jsquad-ja +negatives": 0.0186,
+                "scifact": 0.0801,
+                "scifact +negatives": 0.0779,
+                "all": 0.018,
+                "all +negatives": 0.0226
             },
             "hybrid": {
-                "cisi": 0.0994,
-                "cisi +foreign": 0.0561,
-                "cmrc2018-zh": 0.0098,
-                "cmrc2018-zh +foreign": 0.009,
-                "cranfield": 0.0774,
-                "cranfield +foreign": 0.0621,
-                "hugo": 0.0589,
-                "hugo +foreign": 0.0289,
-                "hugo-e5": 0.0458,
-                "hugo-e5 +foreign": 0.0244,
-                "jsquad-ja": 0.0107,
-                "jsquad-ja +foreign": 0.0097,
-                "scifact": 0.0769,
-                "scifact +foreign": 0.0735,
-                "all": 0.0149,
-                "all +foreign": 0.0141
+                "cisi": 0.0906,
+                "cisi +negatives": 0.0506,
+                "cmrc2018-zh": 0.0084,
+                "cmrc2018-zh +negatives": 0.0074,
+                "cranfield": 0.0618,
+                "cranfield +negatives": 0.0384,
+                "hugo": 0.034,
+                "hugo +negatives": 0.0205,
+                "hugo-e5": 0.0161,
+                "hugo-e5 +negatives": 0.0277,
+                "jsquad-ja": 0.0102,
+                "jsquad-ja +negatives": 0.012,
+                "scifact": 0.0774,
+                "scifact +negatives": 0.0773,
+                "all": 0.0147,
+                "all +negatives": 0.0196
             },
             "hybrid+rerank": {
-                "cisi": 0.0982,
-                "cisi +foreign": 0.0552,
-                "cmrc2018-zh": 0.0096,
-                "cmrc2018-zh +foreign": 0.0089,
-                "cranfield": 0.0686,
-                "cranfield +foreign": 0.055,
-                "hugo": 0.0618,
-                "hugo +foreign": 0.0311,
-                "hugo-e5": 0.0318,
-                "hugo-e5 +foreign": 0.0183,
-                "jsquad-ja": 0.0111,
-                "jsquad-ja +foreign": 0.0101,
-                "scifact": 0.0778,
-                "scifact +foreign": 0.0744,
-                "all": 0.0146,
-                "all +foreign": 0.0139
+                "cisi": 0.0882,
+                "cisi +negatives": 0.049,
+                "cmrc2018-zh": 0.0084,
+                "cmrc2018-zh +negatives": 0.0075,
+                "cranfield": 0.0714,
+                "cranfield +negatives": 0.0443,
+                "hugo": 0.0535,
+                "hugo +negatives": 0.0234,
+                "hugo-e5": 0.0179,
+                "hugo-e5 +negatives": 0.0283,
+                "jsquad-ja": 0.0097,
+                "jsquad-ja +negatives": 0.0113,
+                "scifact": 0.0789,
+                "scifact +negatives": 0.0786,
+                "all": 0.0141,
+                "all +negatives": 0.0189
             }
         },
         "notice": {
             "bm25": {
                 "cisi": {
-                    "negatives_flagged": "86/100",
+                    "negatives_flagged": "87/103",
                     "answerable_flagged": "0/76"
                 },
                 "cmrc2018-zh": {
-                    "negatives_flagged": "97/100",
+                    "negatives_flagged": "115/160",
                     "answerable_flagged": "1/998"
                 },
                 "cranfield": {
-                    "negatives_flagged": "81/100",
+                    "negatives_flagged": "82/142",
                     "answerable_flagged": "0/225"
                 },
                 "hugo": {
-                    "negatives_flagged": "85/115",
+                    "negatives_flagged": "101/161",
                     "answerable_flagged": "4/46"
                 },
                 "hugo-e5": {
-                    "negatives_flagged": "85/115",
+                    "negatives_flagged": "101/161",
                     "answerable_flagged": "4/46"
                 },
                 "jsquad-ja": {
-                    "negatives_flagged": "99/100",
+                    "negatives_flagged": "99/160",
                     "answerable_flagged": "0/1000"
                 },
                 "scifact": {
-                    "negatives_flagged": "51/100",
-                    "answerable_flagged": "5/809"
+                    "negatives_flagged": "52/160",
+                    "answerable_flagged": "6/809"
                 },
                 "hugo's own negatives": "3/15",
-                "foreign negatives": "578/700"
+                "foreign negatives": "582/700",
+                "unanswerable": {
+                    "cisi": "0/3",
+                    "cmrc2018-zh": "16/60",
+                    "cranfield": "1/42",
+                    "hugo": "16/46",
+                    "hugo-e5": "16/46",
+                    "jsquad-ja": "0/60",
+                    "scifact": "0/60"
+                }
             },
             "vector": {
                 "cisi": {
-                    "negatives_flagged": "71/100",
+                    "negatives_flagged": "84/103",
                     "answerable_flagged": "0/76"
                 },
                 "cmrc2018-zh": {
-                    "negatives_flagged": "84/100",
+                    "negatives_flagged": "93/160",
                     "answerable_flagged": "0/998"
                 },
                 "cranfield": {
-                    "negatives_flagged": "90/100",
+                    "negatives_flagged": "95/142",
                     "answerable_flagged": "0/225"
                 },
                 "hugo": {
-                    "negatives_flagged": "68/115",
+                    "negatives_flagged": "93/161",
                     "answerable_flagged": "4/46"
                 },
                 "hugo-e5": {
-                    "negatives_flagged": "21/115",
-                    "answerable_flagged": "0/46"
+                    "negatives_flagged": "39/161",
+                    "answerable_flagged": "1/46"
                 },
                 "jsquad-ja": {
-                    "negatives_flagged": "73/100",
+                    "negatives_flagged": "80/160",
                     "answerable_flagged": "0/1000"
                 },
                 "scifact": {
-                    "negatives_flagged": "60/100",
-                    "answerable_flagged": "3/809"
+                    "negatives_flagged": "81/160",
+                    "answerable_flagged": "13/809"
                 },
-                "hugo's own negatives": "6/15",
-                "foreign negatives": "461/700"
+                "hugo's own negatives": "8/15",
+                "foreign negatives": "541/700",
+                "unanswerable": {
+                    "cisi": "0/3",
+                    "cmrc2018-zh": "0/60",
+                    "cranfield": "0/42",
+                    "hugo": "12/46",
+                    "hugo-e5": "2/46",
+                    "jsquad-ja": "0/60",
+                    "scifact": "2/60"
+                }
             },
             "hybrid": {
                 "cisi": {
-                    "negatives_flagged": "98/100",
-                    "answerable_flagged": "1/76"
+                    "negatives_flagged": "96/103",
+                    "answerable_flagged": "0/76"
                 },
                 "cmrc2018-zh": {
-                    "negatives_flagged": "97/100",
-                    "answerable_flagged": "3/998"
+                    "negatives_flagged": "106/160",
+                    "answerable_flagged": "2/998"
                 },
                 "cranfield": {
-                    "negatives_flagged": "98/100",
+                    "negatives_flagged": "99/142",
                     "answerable_flagged": "1/225"
                 },
                 "hugo": {
-                    "negatives_flagged": "101/115",
+                    "negatives_flagged": "115/161",
                     "answerable_flagged": "4/46"
                 },
                 "hugo-e5": {
-                    "negatives_flagged": "100/115",
-                    "answerable_flagged": "3/46"
+                    "negatives_flagged": "108/161",
+                    "answerable_flagged": "2/46"
                 },
                 "jsquad-ja": {
-                    "negatives_flagged": "99/100",
+                    "negatives_flagged": "111/160",
                     "answerable_flagged": "4/1000"
                 },
                 "scifact": {
-                    "negatives_flagged": "87/100",
-                    "answerable_flagged": "20/809"
+                    "negatives_flagged": "93/160",
+                    "answerable_flagged": "21/809"
                 },
-                "hugo's own negatives": "12/15",
-                "foreign negatives": "664/700"
+                "hugo's own negatives": "11/15",
+                "foreign negatives": "662/700",
+                "unanswerable": {
+                    "cisi": "0/3",
+                    "cmrc2018-zh": "9/60",
+                    "cranfield": "1/42",
+                    "hugo": "15/46",
+                    "hugo-e5": "7/46",
+                    "jsquad-ja": "12/60",
+                    "scifact": "6/60"
+                }
+            }
+        },
+        "ece_leave_one_set_out": {
+            "bm25": {
+                "cisi": 0.1543,
+                "cmrc2018-zh": 0.0183,
+                "cranfield": 0.0851,
+                "hugo": 0.0203,
+                "hugo-e5": 0.0203,
+                "jsquad-ja": 0.0251,
+                "scifact": 0.1139
+            },
+            "vector": {
+                "cisi": 0.2434,
+                "cmrc2018-zh": 0.0233,
+                "cranfield": 0.1044,
+                "hugo": 0.0363,
+                "hugo-e5": 0.1941,
+                "jsquad-ja": 0.0371,
+                "scifact": 0.1183
+            },
+            "hybrid": {
+                "cisi": 0.1846,
+                "cmrc2018-zh": 0.0148,
+                "cranfield": 0.0695,
+                "hugo": 0.0283,
+                "hugo-e5": 0.0349,
+                "jsquad-ja": 0.0195,
+                "scifact": 0.1431
+            },
+            "hybrid+rerank": {
+                "cisi": 0.1909,
+                "cmrc2018-zh": 0.0146,
+                "cranfield": 0.0706,
+                "hugo": 0.023,
+                "hugo-e5": 0.0406,
+                "jsquad-ja": 0.0191,
+                "scifact": 0.1401
+            }
+        },
+        "weights": "kept from weights_fit; only the floors were chosen on these rows",
+        "weights_fit": {
+            "command": "python bench/calibrate.py fit --rows rows.jsonl --write runtime/confidence_model.py --report rep.json --plots bench/",
+            "date": "2026-11-30",
+            "held_out": "3/10 of each set's queries (crc32 of source set/id)",
+            "foreign_weight": 0.2,
+            "set_power": 0.0,
+            "ece_held_out": {
+                "bm25": {
+                    "cisi": 0.0887,
+                    "cisi +foreign": 0.0465,
+                    "cmrc2018-zh": 0.0103,
+                    "cmrc2018-zh +foreign": 0.0092,
+                    "cranfield": 0.0919,
+                    "cranfield +foreign": 0.0694,
+                    "hugo": 0.0202,
+                    "hugo +foreign": 0.0243,
+                    "hugo-e5": 0.0202,
+                    "hugo-e5 +foreign": 0.0243,
+                    "jsquad-ja": 0.0184,
+                    "jsquad-ja +foreign": 0.0169,
+                    "scifact": 0.0756,
+                    "scifact +foreign": 0.0775,
+                    "all": 0.0152,
+                    "all +foreign": 0.0144
+                },
+                "vector": {
+                    "cisi": 0.1294,
+                    "cisi +foreign": 0.0581,
+                    "cmrc2018-zh": 0.0143,
+                    "cmrc2018-zh +foreign": 0.0134,
+                    "cranfield": 0.0605,
+                    "cranfield +foreign": 0.0405,
+                    "hugo": 0.047,
+                    "hugo +foreign": 0.0122,
+                    "hugo-e5": 0.0302,
+                    "hugo-e5 +foreign": 0.0193,
+                    "jsquad-ja": 0.0163,
+                    "jsquad-ja +foreign": 0.0149,
+                    "scifact": 0.0811,
+                    "scifact +foreign": 0.0728,
+                    "all": 0.0177,
+                    "all +foreign": 0.016
+                },
+                "hybrid": {
+                    "cisi": 0.0994,
+                    "cisi +foreign": 0.0561,
+                    "cmrc2018-zh": 0.0098,
+                    "cmrc2018-zh +foreign": 0.009,
+                    "cranfield": 0.0774,
+                    "cranfield +foreign": 0.0621,
+                    "hugo": 0.0589,
+                    "hugo +foreign": 0.0289,
+                    "hugo-e5": 0.0458,
+                    "hugo-e5 +foreign": 0.0244,
+                    "jsquad-ja": 0.0107,
+                    "jsquad-ja +foreign": 0.0097,
+                    "scifact": 0.0769,
+                    "scifact +foreign": 0.0735,
+                    "all": 0.0149,
+                    "all +foreign": 0.0141
+                },
+                "hybrid+rerank": {
+                    "cisi": 0.0982,
+                    "cisi +foreign": 0.0552,
+                    "cmrc2018-zh": 0.0096,
+                    "cmrc2018-zh +foreign": 0.0089,
+                    "cranfield": 0.0686,
+                    "cranfield +foreign": 0.055,
+                    "hugo": 0.0618,
+                    "hugo +foreign": 0.0311,
+                    "hugo-e5": 0.0318,
+                    "hugo-e5 +foreign": 0.0183,
+                    "jsquad-ja": 0.0111,
+                    "jsquad-ja +foreign": 0.0101,
+                    "scifact": 0.0778,
+                    "scifact +foreign": 0.0744,
+                    "all": 0.0146,
+                    "all +foreign": 0.0139
+                }
+            },
+            "notice": {
+                "bm25": {
+                    "cisi": {
+                        "negatives_flagged": "86/100",
+                        "answerable_flagged": "0/76"
+                    },
+                    "cmrc2018-zh": {
+                        "negatives_flagged": "97/100",
+                        "answerable_flagged": "1/998"
+                    },
+                    "cranfield": {
+                        "negatives_flagged": "81/100",
+                        "answerable_flagged": "0/225"
+                    },
+                    "hugo": {
+                        "negatives_flagged": "85/115",
+                        "answerable_flagged": "4/46"
+                    },
+                    "hugo-e5": {
+                        "negatives_flagged": "85/115",
+                        "answerable_flagged": "4/46"
+                    },
+                    "jsquad-ja": {
+                        "negatives_flagged": "99/100",
+                        "answerable_flagged": "0/1000"
+                    },
+                    "scifact": {
+                        "negatives_flagged": "51/100",
+                        "answerable_flagged": "5/809"
+                    },
+                    "hugo's own negatives": "3/15",
+                    "foreign negatives": "578/700"
+                },
+                "vector": {
+                    "cisi": {
+                        "negatives_flagged": "71/100",
+                        "answerable_flagged": "0/76"
+                    },
+                    "cmrc2018-zh": {
+                        "negatives_flagged": "84/100",
+                        "answerable_flagged": "0/998"
+                    },
+                    "cranfield": {
+                        "negatives_flagged": "90/100",
+                        "answerable_flagged": "0/225"
+                    },
+                    "hugo": {
+                        "negatives_flagged": "68/115",
+                        "answerable_flagged": "4/46"
+                    },
+                    "hugo-e5": {
+                        "negatives_flagged": "21/115",
+                        "answerable_flagged": "0/46"
+                    },
+                    "jsquad-ja": {
+                        "negatives_flagged": "73/100",
+                        "answerable_flagged": "0/1000"
+                    },
+                    "scifact": {
+                        "negatives_flagged": "60/100",
+                        "answerable_flagged": "3/809"
+                    },
+                    "hugo's own negatives": "6/15",
+                    "foreign negatives": "461/700"
+                },
+                "hybrid": {
+                    "cisi": {
+                        "negatives_flagged": "98/100",
+                        "answerable_flagged": "1/76"
+                    },
+                    "cmrc2018-zh": {
+                        "negatives_flagged": "97/100",
+                        "answerable_flagged": "3/998"
+                    },
+                    "cranfield": {
+                        "negatives_flagged": "98/100",
+                        "answerable_flagged": "1/225"
+                    },
+                    "hugo": {
+                        "negatives_flagged": "101/115",
+                        "answerable_flagged": "4/46"
+                    },
+                    "hugo-e5": {
+                        "negatives_flagged": "100/115",
+                        "answerable_flagged": "3/46"
+                    },
+                    "jsquad-ja": {
+                        "negatives_flagged": "99/100",
+                        "answerable_flagged": "4/1000"
+                    },
+                    "scifact": {
+                        "negatives_flagged": "87/100",
+                        "answerable_flagged": "20/809"
+                    },
+                    "hugo's own negatives": "12/15",
+                    "foreign negatives": "664/700"
+                }
             }
         }
     }
