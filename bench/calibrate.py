@@ -336,7 +336,7 @@ def training_weights(train: list, rs: list, sets: list, a) -> np.ndarray:
     present = {}
     for s, kind in per_part:
         present[s] = present.get(s, 0.0) + shares[kind]
-    share = {(s, kind): shares[kind] / present[s] for s, kind in per_part}
+    share = {(s, kind): shares[kind] / present[s] if present[s] else 0.0 for s, kind in per_part}
     queries = {s: sum(1 for r in rs if r["set"] == s and not r["held_out"] and kind_of(r) == "own") for s in sets}
     set_w = {s: max(queries[s], 1) ** a.set_power for s in sets}
     total = sum(set_w[s] for s in {p[0] for p in per_part})
@@ -415,9 +415,9 @@ def cmd_fit(a):
             print(backend, "leave one set out:", {s: round(e, 3) for s, e in loso[backend].items()}, file=sys.stderr)
     # The notice floor per backend: the highest floor under which the top result of at most 10% of
     # the answerable queries of every set falls (a query with no result always gets the notice).
-    # Negatives: the Hugo fixture's own and every set's foreign queries. A reranked search's notice
-    # reads the hybrid model's confidence in the top fused result (runtime/search.py
-    # low_confidence), so hybrid+rerank has the hybrid floor and the hybrid rates.
+    # Negatives: the Hugo fixture's own, every set's foreign queries and its unanswerable ones. A
+    # reranked search's notice reads the hybrid model's confidence in the top fused result
+    # (runtime/search.py low_confidence), so hybrid+rerank has the hybrid floor and the hybrid rates.
     model["low_confidence_floor"], rates = {}, {}
     for backend, beta in model["backends"].items():
         if backend == "hybrid+rerank":
