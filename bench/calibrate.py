@@ -376,6 +376,20 @@ def leave_one_set_out(rs: list, a) -> dict:
     return out
 
 
+def packages() -> dict:
+    """The versions of the installed packages a search's results depend on (this process's: run
+    fit where collect ran)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("numpy", "usearch", "numkong", "ctranslate2", "tokenizers", "PyStemmer", "pyroaring", "zlib-ng"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def cmd_fit(a):
     from kb.runtime.confidence import MODEL_TERMS
     from kb.runtime.confidence_model import MODEL as STORED
@@ -450,6 +464,7 @@ def cmd_fit(a):
     if "hybrid" in model["low_confidence_floor"]:
         model["low_confidence_floor"]["hybrid+rerank"] = model["low_confidence_floor"]["hybrid"]
     model["fit"] = {"command": " ".join(["python", "bench/calibrate.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"), "held_out": f"{HELD_OUT}/10 of each set's queries (crc32 of source set/id)", "foreign_weight": a.foreign_weight, "unanswerable_weight": a.unanswerable_weight, "set_power": a.set_power, "ece_held_out": {b: {s: v["ece"] for s, v in r.items()} for b, r in report.items()}, "notice": rates}
+    model["fit"]["packages"] = packages()  # the rows' searches depend on them: a refit elsewhere can differ
     if loso:
         model["fit"]["ece_leave_one_set_out"] = loso
     if a.keep_weights:  # this record is the floors'; the weights' own stays beside it

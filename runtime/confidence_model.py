@@ -181,7 +181,7 @@ MODEL = {
         "hybrid+rerank": 0.1057
     },
     "fit": {
-        "command": "python bench/calibrate.py fit --rows /tmp/cal/rows-all.jsonl --keep-weights --loso --write runtime/confidence_model.py --report /tmp/cal/rep-final.json --plots bench/",
+        "command": "python bench/calibrate.py fit --rows bench/out/cal/rows-2026-12-02.jsonl --keep-weights --loso --write runtime/confidence_model.py",
         "date": "2026-12-02",
         "held_out": "3/10 of each set's queries (crc32 of source set/id)",
         "ece_held_out": {
@@ -382,6 +382,16 @@ MODEL = {
                     "scifact": "6/60"
                 }
             }
+        },
+        "packages": {
+            "numpy": "2.4.6",
+            "usearch": "2.26.6",
+            "numkong": "7.8.6",
+            "ctranslate2": "4.8.5",
+            "tokenizers": "0.23.3",
+            "PyStemmer": "3.1.0",
+            "pyroaring": "1.2.0",
+            "zlib-ng": "1.1.0"
         },
         "ece_leave_one_set_out": {
             "bm25": {
