@@ -353,12 +353,13 @@ def first_byte_ms(art: Path, query: str) -> float:
 
 def open_interleaved(dirs: list[Path], rounds: int) -> dict:
     """open_ms of several runs' artifacts, measured in rounds that visit each artifact once (so
-    a shared machine's load drifts over all alike); the median over rounds, the first dropped."""
+    a shared machine's load drifts over all alike), each round starting one artifact further on
+    (none always runs right after another); the median over rounds, the first dropped."""
     runs = {d: json.loads((d / "scale.json").read_text()) for d in dirs}
     queries = [str(t) for t in np.load(dirs[0] / "queries.npz")["texts"]]
     times: dict = {d: [] for d in dirs}
     for i in range(rounds + 1):
-        for d in dirs:
+        for d in dirs[i % len(dirs):] + dirs[: i % len(dirs)]:
             times[d].append(first_byte_ms(d / "scale.kb", queries[i % len(queries)]))
     out = {}
     for d, r in runs.items():
