@@ -65,6 +65,7 @@ SETS = {
 ENGLISH = "hugo,scifact,cranfield,cisi"
 BACKENDS = ("bm25", "vector", "hybrid", "hybrid+rerank")
 HELD_OUT = 3  # of 10
+LIMIT = 1000  # collect's default: at most this many queries a set
 
 
 def held_out(source: str, qid: str) -> bool:
@@ -119,7 +120,7 @@ def unanswerable_pick(name: str, data: Path, fixtures: Path, count: int, documen
     MINUS_MAX_RELEVANT relevant documents, while the documents they need stay under
     MINUS_MAX_SHARE of the corpus's ``documents``."""
     source = SETS[name][0]
-    qs = [q for q in load_set(name, data, fixtures, 1000).queries if q.relevant and len(q.relevant) <= MINUS_MAX_RELEVANT]
+    qs = [q for q in load_set(name, data, fixtures, LIMIT).queries if q.relevant and len(q.relevant) <= MINUS_MAX_RELEVANT]
     qs.sort(key=lambda q: zlib.crc32(f"unanswerable/{source}/{q.id}".encode()))
     picked, removed = [], set()
     for q in qs:
@@ -396,9 +397,9 @@ def cmd_fit(a):
 
     recs = [json.loads(x) for x in open(a.rows)]
     model = {"features": list(MODEL_TERMS), "backends": {}, "low_confidence_floor": None, "fit": {}}
-    if a.keep_weights and STORED["features"] != list(MODEL_TERMS):
-        raise SystemExit("calibrate: --keep-weights: runtime/confidence_model.py was fitted on other terms than runtime/confidence.py's")
     if a.keep_weights:
+        if STORED["features"] != list(MODEL_TERMS):
+            raise SystemExit("calibrate: --keep-weights: runtime/confidence_model.py was fitted on other terms than runtime/confidence.py's")
         model["backends"] = {b: list(w) for b, w in STORED["backends"].items()}  # those without rows here too
     report, loso = {}, {}
     for backend in BACKENDS:
@@ -516,7 +517,7 @@ def main(argv=None):
         p.add_argument("--sets", default=",".join(SETS) if name == "collect" else ENGLISH)
         if name == "collect":
             p.add_argument("--out", required=True)
-            p.add_argument("--limit", type=int, default=1000, help="at most this many queries of a set (chosen by crc32 of their ids)")
+            p.add_argument("--limit", type=int, default=LIMIT, help="at most this many queries of a set (chosen by crc32 of their ids)")
             p.add_argument("--foreign", type=int, default=20, help="negatives: this many queries of each other set, run against the set's artifact")
             p.add_argument("--unanswerable", action="store_true", help="negatives: also the set's queries listed in DIR/NAME-minus.json, on DIR/NAME-minus.kb (calibrate.py unanswerable)")
         if name == "compare":

@@ -11,9 +11,14 @@ import pytest
 
 from kb.runtime.confidence import FEATURES
 
-_SPEC = importlib.util.spec_from_file_location("calibrate", Path(__file__).resolve().parents[2] / "bench" / "calibrate.py")
-calibrate = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(calibrate)
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+calibrate = _load("calibrate", Path(__file__).resolve().parents[2] / "bench" / "calibrate.py")
 
 
 def test_rows_are_read_by_feature_name():
@@ -37,11 +42,16 @@ def test_noise_floor_shrinks_with_more_results():
     assert calibrate.noise_floor(np.zeros(50)) == 0.0  # certain labels: no sampling noise
 
 
-def _synthetic_rows(path: Path, sets=("a", "b", "c"), queries=300, seed=0):
-    """Rows whose relevance is drawn from a logistic model of one feature (cos), alike in every set."""
-    rng = np.random.default_rng(seed)
+@pytest.fixture
+def synthetic_rows(tmp_path, monkeypatch) -> Path:
+    """rows.jsonl of three sets a, b, c (calibrate.SETS patched to name them), 300 queries each,
+    whose relevance is drawn from a logistic model of one feature (cos), alike in every set."""
+    monkeypatch.setattr(calibrate, "SETS", {s: (s, "x") for s in "abc"})
+    path = tmp_path / "rows.jsonl"
+    rng = np.random.default_rng(0)
+    queries = 300
     with open(path, "w") as out:
-        for s in sets:
+        for s in "abc":
             for q in range(queries):
                 rows = []
                 for rank in range(10):
@@ -49,14 +59,12 @@ def _synthetic_rows(path: Path, sets=("a", "b", "c"), queries=300, seed=0):
                     f["bias"], f["log_rank"], f["cos"] = 1.0, float(np.log(rank + 1)), float(rng.random())
                     rows.append({"features": f, "relevant": bool(rng.random() < 1 / (1 + np.exp(-(6 * f["cos"] - 4))))})
                 out.write(json.dumps({"set": s, "id": f"q{q}", "backend": "hybrid", "negative": not any(r["relevant"] for r in rows), "kind": "natural", "held_out": q % 10 < 3, "rows": rows}) + "\n")
+    return path
 
 
-def test_fit_on_a_well_specified_model_reaches_its_noise_floor(tmp_path, monkeypatch):
-    rows = tmp_path / "rows.jsonl"
-    _synthetic_rows(rows)
-    monkeypatch.setattr(calibrate, "SETS", {"a": ("a", "x"), "b": ("b", "x"), "c": ("c", "x")})
+def test_fit_on_a_well_specified_model_reaches_its_noise_floor(synthetic_rows, tmp_path):
     report = tmp_path / "rep.json"
-    calibrate.main(["fit", "--rows", str(rows), "--loso", "--report", str(report)])
+    calibrate.main(["fit", "--rows", str(synthetic_rows), "--loso", "--report", str(report)])
     got = json.loads(report.read_text())
     for s in ("a", "b", "c"):
         held = got["hybrid"][s]
@@ -83,23 +91,18 @@ def test_training_weights_give_each_set_and_part_its_share():
     assert total[("b", "own")] == pytest.approx(n / 2 * 0.7 / 0.8) and total[("b", "foreign")] == pytest.approx(n / 2 * 0.1 / 0.8)
 
 
-def test_keep_weights_rechooses_only_the_floors(tmp_path, monkeypatch):
+def test_keep_weights_rechooses_only_the_floors(synthetic_rows, tmp_path):
     from kb.runtime.confidence_model import MODEL
 
-    rows = tmp_path / "rows.jsonl"
-    _synthetic_rows(rows)
-    monkeypatch.setattr(calibrate, "SETS", {"a": ("a", "x"), "b": ("b", "x"), "c": ("c", "x")})
     out = tmp_path / "model.py"
-    calibrate.main(["fit", "--rows", str(rows), "--keep-weights", "--write", str(out)])
-    spec = importlib.util.spec_from_file_location("written_model", out)
-    written = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(written)
+    calibrate.main(["fit", "--rows", str(synthetic_rows), "--keep-weights", "--write", str(out)])
+    written = _load("written_model", out)
     assert written.MODEL["backends"] == MODEL["backends"]  # every backend's, also those without rows here
     assert written.MODEL["fit"]["weights_fit"] == MODEL["fit"].get("weights_fit", MODEL["fit"])
     floor = written.MODEL["low_confidence_floor"]["hybrid"]
     assert floor == written.MODEL["low_confidence_floor"]["hybrid+rerank"]
     # the rule: at most 10% of each set's answerable queries have their top result under the floor
-    recs = [json.loads(x) for x in rows.read_text().splitlines()]
+    recs = [json.loads(x) for x in synthetic_rows.read_text().splitlines()]
     from kb.runtime.confidence import predict
 
     for s in ("a", "b", "c"):
