@@ -438,6 +438,54 @@ def legs_depth(s) -> int:
     return max(LEG_DEPTH, 10, s.defaults.rerank_top)
 
 
+def exact_top10(ix, qvecs: np.ndarray) -> np.ndarray:
+    """The exact top 10 chunk ids of each query by cosine over the artifact's stored vectors."""
+    n = ix.n_chunks
+    q = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
+    best = np.full((len(q), 10), -np.inf, np.float32)
+    best_ids = np.zeros((len(q), 10), np.int64)
+    for lo in range(0, n, BLOCK):
+        ids = np.arange(lo, min(n, lo + BLOCK))
+        v = ix.vectors_of(ids)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        sims = q @ v.T
+        cand = np.concatenate([best, sims], axis=1)
+        cand_ids = np.concatenate([best_ids, np.broadcast_to(ids, sims.shape)], axis=1)
+        top = np.argsort(-cand, axis=1, kind="stable")[:, :10]
+        best, best_ids = np.take_along_axis(cand, top, 1), np.take_along_axis(cand_ids, top, 1)
+    return best_ids
+
+
+def recall_study(art: Path, queries_file: Path, efs: list[int], groups: int = 5) -> dict:
+    """Recall@10 of kb's dense leg at each ef, and where its misses are: the queries split into
+    ``groups`` equal parts by the top cosine the search finds (lowest first), the neighbours
+    missed in each part at each ef (which queries a larger beam would have to be spent on)."""
+    from kb.runtime.index import Index
+    from kb.runtime.legs import top_vector
+
+    qvecs = np.load(queries_file)["vectors"]
+    with Index(art) as ix:
+        allowed = np.ones(ix.n_chunks, dtype=bool)
+        exact = exact_top10(ix, qvecs)
+        found, top_cos, res = {}, None, {"chunks": ix.n_chunks, "queries": len(qvecs), "by_ef": {}}
+        for ef in efs:
+            ix.vectors.expansion_search = ef
+            hits, first, t = [], [], time.perf_counter()
+            for i, qv in enumerate(qvecs):
+                ids, sims = top_vector(ix, qv, 50, allowed)
+                hits.append(len(set(exact[i].tolist()) & set(ids[:10].tolist())))
+                first.append(float(sims[0]))
+            ms = (time.perf_counter() - t) * 1000 / len(qvecs)
+            found[ef] = np.array(hits)
+            if top_cos is None:
+                top_cos = np.array(first)
+            res["by_ef"][str(ef)] = {"recall_at_10": float(found[ef].mean() / 10), "ms": ms}
+        parts = np.array_split(np.argsort(top_cos, kind="stable"), groups)
+        res["top_cos_upper_bounds"] = [float(top_cos[p[-1]]) for p in parts]
+        res["missed_by_group"] = {str(ef): [int((10 - found[ef][p]).sum()) for p in parts] for ef in efs}
+    return res
+
+
 def recall(art: Path, qvecs: np.ndarray, depth: int, expansion: int | None = None) -> dict:
     """kb's dense leg and a plain HNSW search against exact search over the stored vectors."""
     from kb.runtime.index import Index
@@ -446,20 +494,8 @@ def recall(art: Path, qvecs: np.ndarray, depth: int, expansion: int | None = Non
     with Index(art) as ix:
         if expansion:
             ix.vectors.expansion_search = expansion
-        n = ix.n_chunks
-        allowed = np.ones(n, dtype=bool)
-        q = qvecs / np.linalg.norm(qvecs, axis=1, keepdims=True)
-        best = np.full((len(q), 10), -np.inf, np.float32)
-        best_ids = np.zeros((len(q), 10), np.int64)
-        for lo in range(0, n, BLOCK):
-            ids = np.arange(lo, min(n, lo + BLOCK))
-            v = ix.vectors_of(ids)
-            v /= np.linalg.norm(v, axis=1, keepdims=True)
-            sims = q @ v.T
-            cand = np.concatenate([best, sims], axis=1)
-            cand_ids = np.concatenate([best_ids, np.broadcast_to(ids, sims.shape)], axis=1)
-            top = np.argsort(-cand, axis=1, kind="stable")[:, :10]
-            best, best_ids = np.take_along_axis(cand, top, 1), np.take_along_axis(cand_ids, top, 1)
+        allowed = np.ones(ix.n_chunks, dtype=bool)
+        best_ids = exact_top10(ix, qvecs)
         leg = plain = 0
         for i, qv in enumerate(qvecs):
             exact = set(best_ids[i].tolist())
@@ -686,6 +722,8 @@ def main(argv=None):
     ap.add_argument("--reuse-corpus", action="store_true", help="build from DIR's corpus of an earlier run (same --chunks and --seed) instead of writing it again")
     ap.add_argument("--hnsw-threads", type=int, default=1, help="kb.toml [vectors] threads for the build (1: the same bytes at every build)")
     ap.add_argument("--expansion-search", type=int, default=0, help="search with this HNSW ef instead of the artifact's (ef is a search-time setting kb keeps in meta)")
+    ap.add_argument("--recall-study", nargs=2, type=Path, metavar=("ARTIFACT", "QUERIES"), help="only kb's dense-leg recall@10 at each --efs against exact search, and its misses by the queries' top cosine (fifths), as JSON")
+    ap.add_argument("--efs", default="1024,1536,2048", help="--recall-study: the HNSW ef values, comma-separated")
     ap.add_argument("--query-phase", nargs=2, type=Path, metavar=("ARTIFACT", "QUERIES"), help="only the warm in-process latencies and RSS of ARTIFACT with DIR's queries.npz (the embedding precomputed), as JSON")
     a = ap.parse_args(argv)
     if a.calibrate:
@@ -693,6 +731,9 @@ def main(argv=None):
         return
     if a.open:
         print(json.dumps(open_interleaved(a.open, a.rounds), indent=2))
+        return
+    if a.recall_study:
+        print(json.dumps(recall_study(*a.recall_study, [int(e) for e in a.efs.split(",")]), indent=2))
         return
     if a.query_phase:
         print(json.dumps(query_phase(*a.query_phase, a.expansion_search)))
