@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 
 import numpy as np
 
@@ -68,8 +69,9 @@ def _as_bytes(value, name: str):
 
 
 def open_encoder(files: dict, label: str, what: str, device: str, compute_type: str, threads: int):
-    """A ``ctranslate2.Encoder`` from in-memory files, with kb's device policy, shared by the
-    embedder and the cross-encoder. Returns (encoder, device, compute_type, threads).
+    """A ``ctranslate2.Encoder`` from in-memory files (wrapped in ``ForkSafeEncoder``), with kb's
+    device policy, shared by the embedder and the cross-encoder. Returns (encoder, device,
+    compute_type, threads).
 
     device "auto" = cuda when CTranslate2 sees a GPU, else cpu. compute_type "auto" = int8 on
     CPU whatever the stored weights (a float32-stored model is quantized at load, a fraction of
@@ -95,13 +97,69 @@ def open_encoder(files: dict, label: str, what: str, device: str, compute_type: 
         if compute_type not in supported:
             compute_type = "default"
     threads = int(threads) if threads and threads > 0 else physical_cores()
+    encoder = ForkSafeEncoder(files, label, what, device, compute_type, threads)
+    return encoder, device, compute_type, threads
+
+
+def _ct2_encoder(files: dict, label: str, what: str, device: str, compute_type: str, threads: int):
+    import ctranslate2
+
     ct2_files = {k: _as_bytes(v, k) for k, v in files.items() if k not in _KB_FILES}
     try:
-        encoder = ctranslate2.Encoder(label, device=device, compute_type=compute_type, intra_threads=threads, files=ct2_files)
+        return ctranslate2.Encoder(label, device=device, compute_type=compute_type, intra_threads=threads, files=ct2_files)
     except Exception as e:
         why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise ModelError(f"cannot load {what} on {device}/{compute_type}: {why}") from None
-    return encoder, device, compute_type, threads
+
+
+class ForkSafeEncoder:
+    """A ``ctranslate2.Encoder`` that a forked child can still use. CTranslate2's CPU threads
+    are a GNU OpenMP pool and a pool of its own, and neither survives fork(): in a child forked
+    after the model ran (a pre-fork server, a multiprocessing pool with the fork method, any
+    process kb runs in as a library), a forward on more than one thread waits forever, and so
+    does freeing the model (its destructor joins threads the child does not have). So in a
+    forked child (``_forked``, run by ``os.register_at_fork``) the parent's model is kept
+    forever, never freed, and the first forward loads the model again there, on one thread,
+    from the owner's files (kept for this); on CUDA, which no fork survives either, it raises
+    ModelError instead. tests/models/test_fork.py runs each case."""
+
+    def __init__(self, files: dict, label: str, what: str, device: str, compute_type: str, threads: int):
+        self._files, self._label, self._what = files, label, what
+        self.device, self.compute_type, self.threads = device, compute_type, threads
+        self._encoder = _ct2_encoder(files, label, what, device, compute_type, threads)
+        self._pid = os.getpid()
+        _LIVE.add(self)
+
+    def forward_batch(self, *args, **kwargs):
+        if self._pid != os.getpid():
+            self._load_here()
+        return self._encoder.forward_batch(*args, **kwargs)
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's model is never freed here (a reference no one drops)."""
+        import ctypes
+
+        if self._encoder is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self._encoder))
+        self._pid = None
+
+    def _load_here(self) -> None:
+        if self.device != "cpu":
+            raise ModelError(f"{self._what} was loaded on {self.device} before this process was forked, and CUDA does not survive a fork; start worker processes with the spawn method")
+        self._encoder = _ct2_encoder(self._files, self._label, self._what, "cpu", self.compute_type, 1)
+        self.threads, self._pid = 1, os.getpid()
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # this process's ForkSafeEncoders
+
+
+def _after_fork_in_child() -> None:
+    for encoder in list(_LIVE):
+        encoder._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def read_card(files: dict[str, bytes], int_fields: tuple[str, ...], what: str, remedy: str) -> dict:

@@ -16,6 +16,7 @@ the open index and the loaded models and is shared by every query (and thread) o
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -467,10 +468,16 @@ def ops_of(index):
 @lru_cache(maxsize=None)
 def _leg_pool():
     """The threads that run dense legs beside their searches' BM25 legs (``Searcher._run_legs``):
-    one per concurrent search, up to LEG_THREADS; a search past that waits for a free one."""
+    one per concurrent search, up to LEG_THREADS; a search past that waits for a free one. A
+    forked child gets a pool of its own (``os.register_at_fork`` below): the parent's copy counts
+    threads the child does not have, and a search submitted to it would wait forever."""
     from concurrent.futures import ThreadPoolExecutor
 
     return ThreadPoolExecutor(max_workers=LEG_THREADS, thread_name_prefix="kb-dense-leg")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_leg_pool.cache_clear)
 
 
 def _ms(t: float) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 
 import numpy as np
@@ -111,3 +113,26 @@ def test_an_error_in_the_dense_leg_beside_reaches_the_search(sample_artifact, mo
         monkeypatch.setattr(s.ops, "vector_leg", broken)
         with pytest.raises(RuntimeError, match="dense leg failed"):
             s.search(Query("rotate the database credentials", top_k=5), s.defaults)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_runs_the_dense_leg_beside_on_threads_of_its_own(sample_artifact):
+    """A long-lived process that has searched, then forks (a pre-fork server, a multiprocessing
+    pool): the child's hybrid search must not wait for the parent's dense-leg threads, which it
+    does not have (found by `python -m tests.fuzz.run --target artifact --seed 37`: the first
+    hybrid search of each forked worker hung)."""
+    with Index(sample_artifact) as ix:
+        s = Searcher(ix)
+        q = Query("rotate the database credentials", top_k=5)
+        want = [r.chunk_id for r in s.search(q, s.defaults).results]  # the pool's threads start here
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 with the same results, 1 with others, 2 on an error; SIGALRM kills a hang
+            code = 2
+            try:
+                signal.alarm(20)
+                code = 0 if [r.chunk_id for r in s.search(q, s.defaults).results] == want else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status), "the forked child's search hung (killed by its alarm)"
+        assert os.WEXITSTATUS(status) == 0
