@@ -228,7 +228,7 @@ class CT2Embedder:
         except Exception as e:
             raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {str(e)[:120]})") from None
 
-        self._encoder, self.device, self.compute_type, self.threads = open_encoder(
+        self._encoder, self.device, self.compute_type, _ = open_encoder(
             files, f"kb-model:{self.name}:{self.quantization}", f"model {self.name!r}", device, compute_type, threads
         )
         self._cpu = ctranslate2.Device.cpu
@@ -312,6 +312,11 @@ class CT2Embedder:
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query (with the model's query prefix) -> float32 (dim,)."""
         return self.embed([text], batch_size=1, prefix=self.query_prefix)[0]
+
+    @property
+    def threads(self) -> int:
+        """CTranslate2's intra-op threads (1 in a process forked after the model ran: ForkSafeEncoder)."""
+        return self._encoder.threads
 
     def __repr__(self) -> str:
         return f"CT2Embedder({self.name!r}, dim={self.dim}, device={self.device!r}, compute_type={self.compute_type!r}, threads={self.threads})"

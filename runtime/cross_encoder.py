@@ -128,7 +128,7 @@ class CT2CrossEncoder:
         # A query longer than half the window is cut to half: the passage keeps room.
         self._query_cap = (self.max_tokens - self._n_special) // 2
 
-        self._encoder, self.device, self.compute_type, self.threads = open_encoder(
+        self._encoder, self.device, self.compute_type, _ = open_encoder(
             files, f"kb-reranker:{self.name}:{self.quantization}", f"cross-encoder {self.name!r}", device, compute_type, threads
         )
         self._cpu = ctranslate2.Device.cpu
@@ -210,6 +210,11 @@ class CT2CrossEncoder:
     def files(self) -> dict[str, bytes]:
         """The model files this reranker was loaded from (what an artifact packs)."""
         return self._files
+
+    @property
+    def threads(self) -> int:
+        """CTranslate2's intra-op threads (1 in a process forked after the model ran: ForkSafeEncoder)."""
+        return self._encoder.threads
 
     def __repr__(self) -> str:
         return (

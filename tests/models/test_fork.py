@@ -43,10 +43,10 @@ def test_an_embedder_that_ran_on_two_threads_embeds_in_a_forked_child():
 
     def child() -> bool:
         got = emb.embed_query("rotate the database credentials")
-        return float(got @ want) > 0.999 and emb._encoder.threads == 1
+        return float(got @ want) > 0.999 and emb.threads == 1
 
     assert _in_child(child) == 0, "the forked child's embedding hung (-1) or differed (1)"
-    assert emb._encoder.threads == 2  # the parent keeps its own model
+    assert emb.threads == 2  # the parent keeps its own model
 
 
 @pytest.mark.skipif(not (RERANKER / "kb_model.json").is_file(), reason="this checkout ships no reranker")
