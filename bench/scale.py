@@ -456,29 +456,35 @@ def exact_top10(ix, qvecs: np.ndarray) -> np.ndarray:
     return best_ids
 
 
+def dense_hits(ix, qvecs: np.ndarray, exact: np.ndarray, depth: int = 50) -> tuple[np.ndarray, np.ndarray, float]:
+    """kb's dense leg (its top ``depth``) for each query at the index's current ef: (how many of
+    its top 10 are in the query's ``exact`` top 10, its top cosine, milliseconds a query)."""
+    from kb.runtime.legs import top_vector
+
+    allowed = np.ones(ix.n_chunks, dtype=bool)
+    hits, top, t = [], [], time.perf_counter()
+    for i, qv in enumerate(qvecs):
+        ids, sims = top_vector(ix, qv, depth, allowed)
+        hits.append(len(set(exact[i].tolist()) & set(ids[:10].tolist())))
+        top.append(float(sims[0]) if len(sims) else 0.0)
+    return np.array(hits), np.array(top), (time.perf_counter() - t) * 1000 / len(qvecs)
+
+
 def recall_study(art: Path, queries_file: Path, efs: list[int], groups: int = 5) -> dict:
     """Recall@10 of kb's dense leg at each ef, and where its misses are: the queries split into
     ``groups`` equal parts by the top cosine the search finds (lowest first), the neighbours
     missed in each part at each ef (which queries a larger beam would have to be spent on)."""
     from kb.runtime.index import Index
-    from kb.runtime.legs import top_vector
 
     qvecs = np.load(queries_file)["vectors"]
     with Index(art) as ix:
-        allowed = np.ones(ix.n_chunks, dtype=bool)
         exact = exact_top10(ix, qvecs)
         found, top_cos, res = {}, None, {"chunks": ix.n_chunks, "queries": len(qvecs), "by_ef": {}}
         for ef in efs:
             ix.vectors.expansion_search = ef
-            hits, first, t = [], [], time.perf_counter()
-            for i, qv in enumerate(qvecs):
-                ids, sims = top_vector(ix, qv, 50, allowed)
-                hits.append(len(set(exact[i].tolist()) & set(ids[:10].tolist())))
-                first.append(float(sims[0]))
-            ms = (time.perf_counter() - t) * 1000 / len(qvecs)
-            found[ef] = np.array(hits)
+            found[ef], first, ms = dense_hits(ix, qvecs, exact)
             if top_cos is None:
-                top_cos = np.array(first)
+                top_cos = first
             res["by_ef"][str(ef)] = {"recall_at_10": float(found[ef].mean() / 10), "ms": ms}
         parts = np.array_split(np.argsort(top_cos, kind="stable"), groups)
         res["top_cos_upper_bounds"] = [float(top_cos[p[-1]]) for p in parts]
@@ -489,27 +495,21 @@ def recall_study(art: Path, queries_file: Path, efs: list[int], groups: int = 5)
 def recall(art: Path, qvecs: np.ndarray, depth: int, expansion: int | None = None) -> dict:
     """kb's dense leg and a plain HNSW search against exact search over the stored vectors."""
     from kb.runtime.index import Index
-    from kb.runtime.legs import top_vector
 
+    per_query = 10 * len(qvecs)
     with Index(art) as ix:
         if expansion:
             ix.vectors.expansion_search = expansion
-        allowed = np.ones(ix.n_chunks, dtype=bool)
         best_ids = exact_top10(ix, qvecs)
-        leg = plain = 0
-        for i, qv in enumerate(qvecs):
-            exact = set(best_ids[i].tolist())
-            leg += len(exact & set(top_vector(ix, qv, depth, allowed)[0][:10].tolist()))
-            plain += len(exact & set(np.asarray(ix.vectors.search(qv, 10).keys).tolist()))
-        res = {"recall_at_10": leg / (10 * len(qvecs)), "hnsw_recall_at_10": plain / (10 * len(qvecs)), "expansion_search": ix.vectors.expansion_search}
+        leg = dense_hits(ix, qvecs, best_ids, depth)[0]
+        plain = sum(len(set(best_ids[i].tolist()) & set(np.asarray(ix.vectors.search(qv, 10).keys).tolist())) for i, qv in enumerate(qvecs))
+        res = {"recall_at_10": float(leg.sum()) / per_query, "hnsw_recall_at_10": plain / per_query, "expansion_search": ix.vectors.expansion_search}
         searched = ix.vectors.expansion_search
         by_ef = {}
         for ef in EF_STUDY:  # the dense leg's recall and latency by the search's expansion
             ix.vectors.expansion_search = ef
-            hits, t = 0, time.perf_counter()
-            for i, qv in enumerate(qvecs):
-                hits += len(set(best_ids[i].tolist()) & set(top_vector(ix, qv, depth, allowed)[0][:10].tolist()))
-            by_ef[ef] = {"recall_at_10": hits / (10 * len(qvecs)), "ms": (time.perf_counter() - t) * 1000 / len(qvecs)}
+            hits, _, ms = dense_hits(ix, qvecs, best_ids, depth)
+            by_ef[ef] = {"recall_at_10": float(hits.sum()) / per_query, "ms": ms}
         ix.vectors.expansion_search = searched
         res["recall_by_ef"] = by_ef
     with Index(art) as ix:  # a one-shot search's dense leg: kb's checked walk of the same graph
@@ -518,11 +518,9 @@ def recall(art: Path, qvecs: np.ndarray, depth: int, expansion: int | None = Non
         if ix.dense._walk is walk:  # else usearch (a stored kind numpy cannot view)
             if expansion:
                 walk.expansion_search = expansion
-            hits, t = 0, time.perf_counter()
-            for i, qv in enumerate(qvecs):
-                hits += len(set(best_ids[i].tolist()) & set(top_vector(ix, qv, depth, allowed)[0][:10].tolist()))
-            res["walk_recall_at_10"] = hits / (10 * len(qvecs))
-            res["walk_ms"] = (time.perf_counter() - t) * 1000 / len(qvecs)
+            hits, _, ms = dense_hits(ix, qvecs, best_ids, depth)
+            res["walk_recall_at_10"] = float(hits.sum()) / per_query
+            res["walk_ms"] = ms
     return res
 
 
