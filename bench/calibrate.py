@@ -111,7 +111,6 @@ def foreign_queries(name: str, data: Path, fixtures: Path, per_set: int) -> list
 # unanswerable query looks like; the Hugo fixture's 15 hand-written negatives are too few to fit on.
 MINUS_MAX_RELEVANT = 5  # a query is picked only if it has at most this many relevant documents
 MINUS_MAX_SHARE = 0.08  # and while the documents removed stay under this share of the corpus
-EMBEDDERS = {"cmrc2018-zh": "multilingual-e5-small", "jsquad-ja": "multilingual-e5-small", "hugo-e5": "multilingual-e5-small"}
 
 
 def unanswerable_pick(name: str, data: Path, fixtures: Path, count: int, documents: int) -> list:
@@ -140,6 +139,8 @@ def cmd_unanswerable(a):
     import subprocess
     import tempfile
 
+    from kb.runtime.index import Index
+
     for name in a.sets.split(","):
         source, split = SETS[name]
         with tempfile.TemporaryDirectory(dir=a.art) as tmp:
@@ -162,8 +163,10 @@ def cmd_unanswerable(a):
                 corpus = Path(tmp) / "corpus.jsonl"
                 corpus.write_text("".join(line + "\n" for line in lines if line.strip() and str(json.loads(line)["_id"]) not in gone), encoding="utf-8")
                 args = ["--jsonl", str(corpus)]
+            with Index(a.art / f"{name}.kb") as ix:
+                embedder = ix.meta.embedder["name"]
             out = a.art / f"{name}-minus.kb"
-            cmd = ["kb-build", *args, "-o", str(out), "--embedder", EMBEDDERS.get(name, "all-MiniLM-L6-v2"), "--quiet", "--force"]
+            cmd = ["kb-build", *args, "-o", str(out), "--embedder", embedder, "--quiet", "--force"]
             t = time.time()
             subprocess.run(cmd, check=True)
             (a.art / f"{name}-minus.json").write_text(json.dumps({"queries": [q.id for q in picked], "removed_documents": sorted(gone)}, indent=1))
@@ -461,7 +464,8 @@ def cmd_fit(a):
         rates[backend] = {s: {"negatives_flagged": "%d/%d" % flagged(best, True, s), "answerable_flagged": "%d/%d" % flagged(best, False, s)} for s in sets}
         rates[backend]["hugo's own negatives"] = "%d/%d" % flagged(best, True, "hugo", "negative")
         rates[backend]["foreign negatives"] = "%d/%d" % flagged(best, True, kind="foreign")
-        rates[backend]["unanswerable"] = {s: "%d/%d" % flagged(best, True, s, "unanswerable") for s in sets if flagged(best, True, s, "unanswerable")[1]}
+        unanswerable = {s: flagged(best, True, s, "unanswerable") for s in sets}
+        rates[backend]["unanswerable"] = {s: "%d/%d" % got for s, got in unanswerable.items() if got[1]}
     if "hybrid" in model["low_confidence_floor"]:
         model["low_confidence_floor"]["hybrid+rerank"] = model["low_confidence_floor"]["hybrid"]
     model["fit"] = {"command": " ".join(["python", "bench/calibrate.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"), "held_out": f"{HELD_OUT}/10 of each set's queries (crc32 of source set/id)", "foreign_weight": a.foreign_weight, "unanswerable_weight": a.unanswerable_weight, "set_power": a.set_power, "ece_held_out": {b: {s: v["ece"] for s, v in r.items()} for b, r in report.items()}, "notice": rates}
