@@ -12,18 +12,24 @@ itself moves a text by 0.002 when the batch around it changes), so this encoder 
 CTranslate2 agree at cosine 0.9993-0.9998 on average and 0.995 or more per query over the dev
 sets' queries (bench/RESULTS.md, "query-encoder"), not to the last bit.
 
-The int8 matrix products run on numkong's packed int8 kernels (AVX-512 VNNI, AMX, NEON dot
-products; numkong is declared in pyproject.toml and is usearch's own dependency). An install
-without it, or with a numkong too old for packed products, runs them in float32 numpy, which
-gives the same vectors: int8 x int8 products and their sums are exact while a sum stays below
-2^24 (1,040 products at the +-127 extreme; real rows stay far below it, and past it the
-rounding is 1e-7 relative). The rest (attention, layer norms, GELU) is float32 numpy. A query
+The dense layers run on kb's compiled kernels (common/_kernels.c, built by pip from setup.py):
+int8 weights multiplied as they lie in the mmap, with no pack and no copy (AVX2 where the CPU has
+it, plain C elsewhere), and layer norms. They give numpy's results bit for bit except GELU, whose
+expf may differ from numpy's exp in the last bit (tests/models/test_kernels.py). An install where
+they could not be compiled runs numkong's packed int8 kernels (numkong is declared in
+pyproject.toml and is usearch's own dependency), and one without numkong, or with one too old for
+packed products, runs them in float32 numpy; all three give the same int8 sums: int8 x int8
+products and their sums are exact while a sum stays below 2^24 in float32 (1,040 products at the
++-127 extreme; real rows stay far below it, and past it the rounding is 1e-7 relative). The rest
+(attention, and without the compiled kernels layer norms and GELU) is float32 numpy. A query
 reads the layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only
-the word-embedding rows of its tokens. The first query checks each dense layer's crc32s and packs
-its weight for numkong before using it, on helper threads that run ahead of the forward pass
-(``forward``). The packs are kept for later queries (``keep_packed``); in a one-shot process
-the helpers only check, and each layer is packed as the pass reaches it and let go after use,
-so that each pack reuses the memory of the last instead of touching fresh pages.
+the word-embedding rows of its tokens. The first query checks each dense layer's crc32s before
+using it, on helper threads that run ahead of the forward pass (``forward``). On numkong's
+kernels each layer's weight is also packed: the packs are kept for later queries
+(``keep_packed``), or, in a one-shot process, each layer is packed as the pass reaches it and let
+go after use, so that each pack reuses the memory of the last instead of touching fresh pages.
+The compiled kernels need no pack, which is what makes a one-shot query's first pass cheaper
+(bench/encoder_first_pass.py).
 
 The architecture is the BERT encoder CTranslate2's TransformerEncoderSpec describes for kb's
 converted models (common/convert.py): post-norm layers, fused QKV, erf GELU, absolute positions,
@@ -163,6 +169,10 @@ def saturation(q: np.ndarray, risky, outputs: int) -> np.ndarray:
     return fix
 
 
+# The layer norm that follows a dense layer of each encoder layer ("ao" -> "aln", "fo" -> "oln").
+_NORM_AFTER = {"ao": "aln", "fo": "oln"}
+
+
 def _helper_threads() -> int:
     """Threads that prepare dense layers ahead of the forward pass: the cores beside this one,
     at most 3."""
@@ -171,6 +181,16 @@ def _helper_threads() -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return max(1, min(3, cores - 1))
+
+
+def _native():
+    """kb's compiled kernels (common/_kernels.c), or None where the install could not build them."""
+    try:
+        from . import _kernels
+
+        return _kernels
+    except ImportError:
+        return None
 
 
 def _numkong():
@@ -187,8 +207,9 @@ def _numkong():
 
 class QueryEncoder:
     """Embeds queries like the artifact's CTranslate2 embedder, from a formats.query_model
-    ``QueryModel`` and the model card (meta.embedder). ``kernels``: "auto" (numkong when it
-    is installed), "numkong" or "numpy"; ``int8_pairs``: "exact", or "saturate" to sum as
+    ``QueryModel`` and the model card (meta.embedder). ``kernels``: "auto" (kb's compiled
+    kernels, else numkong, else numpy: whichever is installed), "native", "numkong" or "numpy";
+    ``int8_pairs``: "exact", or "saturate" to sum as
     CTranslate2 does on a CPU without int8 dot products (``saturation``); ``keep_packed``: keep
     each layer's numkong pack for later queries (False: a one-shot process, ``_dense``)."""
 
@@ -214,7 +235,13 @@ class QueryEncoder:
             raise ValueError(f"int8_pairs {int8_pairs!r}")
         self.saturates = int8_pairs == "saturate"  # kb-build's self-check only (``saturation``)
         self.keep_packed = keep_packed
-        self._nk = None if kernels == "numpy" else _numkong()
+        if kernels not in ("auto", "native", "numkong", "numpy"):
+            raise ValueError(f"kernels {kernels!r}")
+        # The compiled kernels sum exactly; the saturating sums are numpy's and numkong's.
+        self._native = _native() if kernels in ("auto", "native") and not self.saturates else None
+        if kernels == "native" and self._native is None:
+            raise ModelError("kb's compiled kernels (common/_kernels.c) are not installed" if not self.saturates else "the compiled kernels sum exactly; int8_pairs='saturate' needs numkong or numpy")
+        self._nk = _numkong() if kernels in ("auto", "numkong") and self._native is None else None
         if kernels == "numkong" and self._nk is None:
             raise ModelError("numkong with packed int8 products is not installed")
         # The dense layers, in the order the forward pass needs them, and each one's preparation
@@ -233,7 +260,11 @@ class QueryEncoder:
         packed for numkong or None, its ``risky_pairs`` when the sums saturate, else None)."""
         m = self.model
         m.verify((name + ".w", name + ".s", name + ".b"))
-        return self._packs(name) if self.keep_packed else None
+        norm = _NORM_AFTER.get(name.rsplit(".", 1)[1])
+        if norm:  # the layer norm after it: small, but its crc32 and view cost the main thread ~30 us each
+            prefix = name.rsplit(".", 1)[0]
+            m.verify((f"{prefix}.{norm}.g", f"{prefix}.{norm}.b"))
+        return self._packs(name) if self.keep_packed and self._native is None else None
 
     def _packs(self, name: str) -> tuple:
         w = self.model.tensor(name + ".w")
@@ -275,14 +306,32 @@ class QueryEncoder:
             if event is not None:
                 self._prepare_claimed(name, event)
 
-    def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
+    def _dense(self, x: np.ndarray, name: str, act: bool = False) -> np.ndarray:
+        """``x @ W.T + b`` for dense layer ``name``, then GELU when ``act``."""
+        m = self.model
+        if self._native is not None:  # no pack: the weight is multiplied as it lies in the mmap
+            self._ready(name)
+            w, x = m.tensor(name + ".w"), np.ascontiguousarray(x, dtype=_F)
+            y = np.empty((len(x), w.shape[0]), dtype=_F)
+            self._native.dense(x, w, m.tensor(name + ".s"), m.tensor(name + ".b"), y, len(x), w.shape[1], w.shape[0], act)
+            return y
         # Packs not kept (a one-shot process): packed here, as the pass reaches the layer, and
         # let go after use, so that each pack reuses the memory the last one freed. Packs kept
         # are fresh memory: about 5,300 first touches of a page for multilingual-e5-small's
         # 21 MB, 20-25 ms on a 2-core VM (bench/RESULTS.md "oneshot-quiet").
         packed, risky = self._ready(name) or self._packs(name)
-        m = self.model
-        return dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed, risky)
+        y = dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed, risky)
+        return gelu(y) if act else y
+
+    def _norm(self, x: np.ndarray, residual: np.ndarray | None, name: str) -> np.ndarray:
+        """LayerNorm(x + residual) with layer norm ``name``'s gamma and beta."""
+        g, b = self.model.tensor(name + ".g"), self.model.tensor(name + ".b")
+        if self._native is None:
+            return layer_norm(x if residual is None else x + residual, g, b, self.eps)
+        x = np.ascontiguousarray(x, dtype=_F)
+        y = np.empty_like(x)
+        self._native.layer_norm(x, None if residual is None else np.ascontiguousarray(residual, dtype=_F), g, b, y, x.shape[0], x.shape[1], self.eps)
+        return y
 
     def forward(self, ids: list[int]) -> np.ndarray:
         """The last hidden state (len(ids), hidden) of one sequence of token ids. The first call
@@ -292,14 +341,17 @@ class QueryEncoder:
         m, n, H = self.model, len(ids), self.heads
         if not 0 < n <= self.max_tokens:
             raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")
+        d = self.hidden // H
+        # The query's embedding rows before the helpers start: the main thread's first steps
+        # beside a starting helper wait on the GIL (the first pass 1-1.5 ms faster this way,
+        # bench/RESULTS.md "oneshot-quiet").
+        x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
         if len(self._packed) < len(self._linears):
             for _ in range(_helper_threads()):
                 threading.Thread(target=self._help, name="kb-prepare-layers", daemon=True).start()
-        d = self.hidden // H
-        x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
         x += m.tensor("embed.type")[0].astype(_F) * (_F(1) / m.tensor("embed.type.scale")[0])
         x += m.rows("embed.pos", np.arange(n))
-        x = layer_norm(x, m.tensor("embed.ln.g"), m.tensor("embed.ln.b"), self.eps)
+        x = self._norm(x, None, "embed.ln")
         for i in range(self.layers):
             p = f"l{i}."
             qkv = self._dense(x, p + "qkv")
@@ -308,9 +360,9 @@ class QueryEncoder:
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             a = (s @ v).transpose(1, 0, 2).reshape(n, self.hidden)
-            x = layer_norm(x + self._dense(a, p + "ao"), m.tensor(p + "aln.g"), m.tensor(p + "aln.b"), self.eps)
-            h = gelu(self._dense(x, p + "fi"))
-            x = layer_norm(x + self._dense(h, p + "fo"), m.tensor(p + "oln.g"), m.tensor(p + "oln.b"), self.eps)
+            x = self._norm(x, self._dense(a, p + "ao"), p + "aln")
+            h = self._dense(x, p + "fi", act=True)
+            x = self._norm(x, self._dense(h, p + "fo"), p + "oln")
         return x
 
     def token_ids(self, text: str) -> list[int]:
@@ -327,4 +379,5 @@ class QueryEncoder:
         return e
 
     def __repr__(self) -> str:
-        return f"QueryEncoder({self.name!r}, dim={self.dim}, kernels={'numkong' if self._nk else 'numpy'})"
+        kernels = "native" if self._native else "numkong" if self._nk else "numpy"
+        return f"QueryEncoder({self.name!r}, dim={self.dim}, kernels={kernels})"

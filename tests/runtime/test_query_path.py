@@ -28,7 +28,7 @@ from kb.formats import layout as L  # noqa: E402
 # come from CTranslate2 in float32, which the encoder's exact int8 sums agree with.
 CT2_INT8 = ct2_int8_pairs() == "exact"
 
-WATCH = ("usearch", "numkong", "tokenizers", "ctranslate2", "torch", "kb.common.encoders", "kb.common.query_encoder",
+WATCH = ("usearch", "numkong", "tokenizers", "ctranslate2", "torch", "kb.common.encoders", "kb.common.query_encoder", "kb.common._kernels",
          "kb.common.query_tokenizer", "kb.formats.query_model")
 QUERY = "the shared drive is out of space, what should I do"
 
@@ -118,7 +118,7 @@ def _kb(*args) -> tuple[int, dict, list[str], str]:
 def test_a_hybrid_search_uses_the_in_place_encoder_and_never_loads_ctranslate2(tiny_model_artifact):
     code, out, modules, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check")
     assert code == 0 and out["results"]
-    assert "kb.common.query_encoder" in modules
+    assert "kb.common.query_encoder" in modules and "kb.common._kernels" in modules  # its int8 products (common/_kernels.c)
     assert "ctranslate2" not in modules and "kb.common.encoders" not in modules and "torch" not in modules
     assert "usearch" not in modules  # a small artifact's dense leg scans its vectors (Index.scans_vectors)
     assert "tokenizers" not in modules  # printable ASCII is split into words in Python (common/query_tokenizer.py)

@@ -1,0 +1,11 @@
+"""The one compiled part of kb: common/_kernels.c, the in-place query encoder's int8 products
+(common/query_encoder.py). Everything else is declared in pyproject.toml. The extension is
+optional: where it cannot be compiled, the encoder runs numkong's or numpy's kernels instead,
+with the same results (tests/models/test_kernels.py)."""
+
+import sys
+
+from setuptools import Extension, setup
+
+args = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-fno-math-errno"]
+setup(ext_modules=[Extension("kb.common._kernels", ["common/_kernels.c"], extra_compile_args=args, optional=True)])

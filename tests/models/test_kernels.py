@@ -1,0 +1,99 @@
+"""kb's compiled kernels (common/_kernels.c): the int8 dense layer gives exactly what the numpy
+version (common/query_encoder.py ``dense_int8``) gives, and so does the layer norm; GELU agrees
+with numpy's to float rounding (expf against numpy's exp); and a buffer that does not match its shape is refused before it is read.
+
+The extension is built by ``pip install`` (setup.py); it is imported here without a skip, so an
+install that failed to compile it fails these tests.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kb.common import _kernels as K
+from kb.common.query_encoder import dense_int8, gelu, layer_norm
+
+
+def _native_dense(x, w, ws, b, act=False):
+    n, k = x.shape
+    y = np.empty((n, w.shape[0]), np.float32)
+    K.dense(x, w, ws, b, y, n, k, w.shape[0], act)
+    return y
+
+
+def _case(rng, n, k, m, spread=4.0):
+    x = (rng.standard_normal((n, k)) * spread).astype(np.float32)
+    w = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    return x, w, rng.uniform(20, 400, m).astype(np.float32), rng.standard_normal(m).astype(np.float32)
+
+
+# k: any width (the plain C loop) and multiples of 16 (the AVX2 kernel where the CPU has it)
+WIDTHS = st.one_of(st.integers(1, 70), st.integers(1, 100).map(lambda j: 16 * j))
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 13), k=WIDTHS, m=st.integers(1, 37), seed=st.integers(0, 2**32 - 1), spread=st.sampled_from([1e-30, 1e-3, 1.0, 50.0, 1e30]))
+def test_dense_equals_the_numpy_int8_layer_bit_for_bit(n, k, m, seed, spread):
+    x, w, ws, b = _case(np.random.default_rng(seed), n, k, m, spread)
+    np.testing.assert_array_equal(_native_dense(x, w, ws, b), dense_int8(x, w, ws, b))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 9), k=WIDTHS, m=st.integers(1, 40), seed=st.integers(0, 2**32 - 1))
+def test_dense_with_gelu_agrees_with_numpy_to_float_rounding(n, k, m, seed):
+    x, w, ws, b = _case(np.random.default_rng(seed), n, k, m)
+    want = gelu(dense_int8(x, w, ws, b))
+    np.testing.assert_allclose(_native_dense(x, w, ws, b, act=True), want, rtol=1e-5, atol=1e-6)  # expf against numpy's exp
+
+
+def test_rows_of_zeros_and_the_extremes_of_int8():
+    x = np.zeros((3, 32), np.float32)
+    x[1] = 1e-38  # under the amax floor (127 / FLT_MAX): its scale times the weight's is inf, as in numpy
+    x[2, ::2], x[2, 1::2] = 3e38, -3e38
+    w = np.full((5, 32), -128, np.int8)
+    w[1] = 127
+    ws, b = np.full(5, 100, np.float32), np.arange(5, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(_native_dense(x, w, ws, b), dense_int8(x, w, ws, b))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 9), k=st.integers(1, 800), seed=st.integers(0, 2**32 - 1), residual=st.booleans())
+def test_layer_norm_equals_numpys_bit_for_bit(n, k, seed, residual):
+    rng = np.random.default_rng(seed)
+    x, d = (rng.standard_normal((2, n, k)) * 3 + 1).astype(np.float32)
+    g, beta = (rng.standard_normal((2, k))).astype(np.float32)
+    y = np.empty_like(x)
+    K.layer_norm(x, d if residual else None, g, beta, y, n, k, 1e-12)
+    np.testing.assert_array_equal(y, layer_norm(x + d if residual else x, g, beta, 1e-12))
+
+
+def test_a_buffer_that_does_not_match_its_shape_is_refused():
+    x, w, ws, b = _case(np.random.default_rng(0), 2, 16, 3)
+    y = np.empty((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"^x holds 128 bytes, its shape needs 192$"):
+        K.dense(x, w, ws, b, y, 3, 16, 3, False)
+    with pytest.raises(ValueError, match=r"^the weight holds 48 bytes, its shape needs 64$"):
+        K.dense(x, w, ws, b, np.empty((2, 4), np.float32), 2, 16, 4, False)
+    with pytest.raises(ValueError, match=r"^the bias holds 8 bytes, its shape needs 12$"):
+        K.dense(x, w, ws, b[:2].copy(), y, 2, 16, 3, False)
+    with pytest.raises(ValueError, match=r"^out holds 24 bytes, its shape needs 128$"):
+        K.layer_norm(x, None, np.ones(16, np.float32), np.zeros(16, np.float32), y, 2, 16, 1e-12)
+    with pytest.raises(ValueError, match=r"^the residual holds 64 bytes, its shape needs 128$"):
+        K.layer_norm(x, x[:1].copy(), np.ones(16, np.float32), np.zeros(16, np.float32), np.empty_like(x), 2, 16, 1e-12)
+    with pytest.raises(ValueError, match=r"^dense: shapes out of range$"):
+        K.dense(x, w, ws, b, y, 0, 16, 3, False)
+    with pytest.raises(TypeError):  # a read-only output
+        K.dense(x, w, ws, b, b"\0" * 24, 2, 16, 3, False)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 only")
+def test_the_avx2_kernel_runs_where_the_cpu_has_avx2():
+    flags = open("/proc/cpuinfo").read() if platform.system() == "Linux" else ""
+    if " avx2" not in flags:
+        pytest.skip("no AVX2 here")
+    assert K.simd() == "avx2"
