@@ -10,6 +10,11 @@ A set is NAME=ARTIFACT:FIXTURE.json or NAME=ARTIFACT:BEIR_FOLDER:SPLIT. "ct2" is
 ``Searcher(ix, "cpu", "int8")`` (what kb search did on a CPU before the artifact had model.query,
 and what kb serve, kb mcp and kb bench still do); "in-place" is ``Searcher(ix, one_shot=True)``
 (kb search). Writes the "query-encoder" region of bench/RESULTS.md.
+
+``--against numkong`` (or ``numpy``) compares the in-place encoder on its default kernels (kb's
+compiled ones, common/_kernels.c) with the same encoder on numkong's (numpy's) instead of
+CTranslate2: on a CPU where CTranslate2's int8 sums saturate (x86 without VNNI) that is the
+comparison that isolates a change of kernels. It prints its tables and writes no region.
 """
 
 from __future__ import annotations
@@ -57,21 +62,31 @@ def main(argv=None):
     ap.add_argument("--latency-queries", type=int, default=200, help="queries per set timed for latency")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
+    ap.add_argument("--against", choices=["ct2", "numkong", "numpy"], default="ct2", help="the baseline embedder")
     a = ap.parse_args(argv)
     from kb.runtime.bench import run_bench
     from kb.runtime.index import Index
     from kb.runtime.search import Query, Searcher
 
     cmd = " ".join(argv if argv is not None else sys.argv[1:])
-    quality = ["| set | model | queries | vector nDCG@10 ct2 | vector nDCG@10 in-place | difference | query cosine min / mean |",
+    base = "ct2" if a.against == "ct2" else f"in-place {a.against}"
+    quality = [f"| set | model | queries | vector nDCG@10 {base} | vector nDCG@10 in-place | difference | query cosine min / mean |",
                "|---|---|---|---|---|---|---|"]
-    speed = ["| set | model | queries | embed p50 ct2 | embed p50 in-place | hybrid search p50 ct2 | hybrid search p50 in-place |",
+    speed = [f"| set | model | queries | embed p50 {base} | embed p50 in-place | hybrid search p50 {base} | hybrid search p50 in-place |",
              "|---|---|---|---|---|---|---|"]
     for spec in a.sets:
         name, art, bset = load(spec)
         ix = Index(art)
-        ct2, fast = Searcher(ix, "cpu", "int8"), Searcher(ix, one_shot=True)
-        assert type(ct2.embedder).__name__ == "CT2Embedder" and type(fast.embedder).__name__ == "QueryEncoder", "no model.query?"
+        if a.against == "ct2":
+            ct2 = Searcher(ix, "cpu", "int8")
+            assert type(ct2.embedder).__name__ == "CT2Embedder"
+        else:
+            from kb.common.query_encoder import QueryEncoder
+
+            ct2, space = Searcher(ix, one_shot=True), ix.dense
+            ct2.set_embedder(space, QueryEncoder(space.query_model, space.card or {}, a.against, keep_packed=False))
+        fast = Searcher(ix, one_shot=True)
+        assert type(fast.embedder).__name__ == "QueryEncoder", "no model.query?"
         model = fast.embedder.name
         nd = [run_bench(s, bset, 10, ["vector"])["backends"]["vector"]["ndcg@10"] for s in (ct2, fast)]
         texts = [q.text for q in bset.queries if q.text.strip()]
@@ -85,6 +100,8 @@ def main(argv=None):
         speed.append(f"| {name} | {model} | {len(sample)} | {p50(ea):.2f} | {p50(eb):.2f} | {p50(sa):.2f} | {p50(sb):.2f} |")
         print(quality[-1], speed[-1], sep="\n", flush=True)
         ix.close()
+    if a.against != "ct2":
+        return
     lines = [f"Machine: {machine()}  ", f"Date: {time.strftime('%Y-%m-%d')}  ", f"Command: `python bench/query_encoder_bench.py {cmd}`", "",
              "Vector leg alone (kb bench's documents, depth 100); the query vectors of both embedders over every query of the set:", "",
              *quality, "", f"Warm in-process milliseconds, per-query median of {a.repeat} interleaved passes (the first queries of each set):", "", *speed, "",

@@ -7,7 +7,8 @@ sequential benchmark such as hyperfine runs one command's runs back to back).
 
 ``times`` prints the median, min and max wall milliseconds of each command and its median CPU
 time (user + system of every thread: on a machine other jobs keep busy, wall time measures the
-scheduler as much as kb), then the ratios of every pair asked for with --ratio A/B. ``phases`` runs each command with KB_PHASES=1
+scheduler as much as kb), then the ratios of every pair asked for with --ratio A/B (of the medians, of the minima, and the
+median over rounds of the two commands' ratio within a round). ``phases`` runs each command with KB_PHASES=1
 (runtime/entry.py) and prints the median of each phase it reports. Commands are split like a
 shell would (shlex) and run without one; stdout is discarded. Markdown on stdout.
 """
@@ -62,10 +63,13 @@ def times(cmds, runs: int, warmup: int, ratios: list[str]) -> str:
              "| command | wall median | wall min | wall max | CPU median |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {n} | {med[n]:.1f} | {min(v):.1f} | {max(v):.1f} | {cmed[n]:.1f} |" for n, v in got.items()]
     if ratios:
-        lines += ["", "| ratio | of wall medians | of wall minima | of CPU medians |", "|---|---:|---:|---:|"]
+        # "of rounds": the median over rounds of A's wall time over B's in the same round, which
+        # ran within a second of each other; drift of the machine between rounds cancels.
+        lines += ["", "| ratio | of wall medians | of wall minima | of CPU medians | of rounds (median) |", "|---|---:|---:|---:|---:|"]
         for spec in ratios:
             a, b = spec.split("/")
-            lines.append(f"| {a} / {b} | {med[a] / med[b]:.2f} | {min(got[a]) / min(got[b]):.2f} | {cmed[a] / cmed[b]:.2f} |")
+            paired = statistics.median(x / y for x, y in zip(got[a], got[b]))
+            lines.append(f"| {a} / {b} | {med[a] / med[b]:.2f} | {min(got[a]) / min(got[b]):.2f} | {cmed[a] / cmed[b]:.2f} | {paired:.2f} |")
     return "\n".join(lines)
 
 
