@@ -256,8 +256,9 @@ class QueryEncoder:
 
     # ----------------------------------------------------------------------------------------
     def _prepare(self, name: str) -> tuple | None:
-        """Check a dense layer's weight, scale and bias; then, when packs are kept, (the weight
-        packed for numkong or None, its ``risky_pairs`` when the sums saturate, else None)."""
+        """Check a dense layer's weight, scale and bias (and the layer norm that follows it);
+        then, when numkong's packs are kept, (the weight packed for numkong or None, its
+        ``risky_pairs`` when the sums saturate, else None)."""
         m = self.model
         m.verify((name + ".w", name + ".s", name + ".b"))
         norm = _NORM_AFTER.get(name.rsplit(".", 1)[1])
