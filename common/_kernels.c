@@ -142,9 +142,24 @@ static inline float gelu(float x) {
 
 /* ---- the Python functions ------------------------------------------------------------------ */
 
-static int check(Py_buffer *b, Py_ssize_t items, Py_ssize_t itemsize, const char *what) {
+/* The model's small float tensors (scales, biases, layer norms) lie in model.embed at whatever
+   offsets CTranslate2's file gives them, many not a multiple of 4: they are read with memcpy,
+   which is defined at any address and compiles to a plain load. */
+static inline float load_float(const float *p) {
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+/* A buffer of ``items`` items of ``itemsize`` bytes; ``aligned``: read through typed pointers
+   (the activations, which numpy allocates aligned), so its address must be a multiple of it. */
+static int check(Py_buffer *b, Py_ssize_t items, Py_ssize_t itemsize, const char *what, int aligned) {
     if (b->len != items * itemsize) {
         PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, its shape needs %zd", what, b->len, items * itemsize);
+        return 0;
+    }
+    if (aligned && (uintptr_t)b->buf % itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s is not aligned to %zd bytes", what, itemsize);
         return 0;
     }
     return 1;
@@ -162,8 +177,8 @@ static PyObject *dense(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "dense: shapes out of range");
         goto done;
     }
-    if (!check(&x, (Py_ssize_t)n * k, 4, "x") || !check(&w, (Py_ssize_t)m * k, 1, "the weight") ||
-        !check(&ws, m, 4, "the weight's scales") || !check(&b, m, 4, "the bias") || !check(&out, (Py_ssize_t)n * m, 4, "out"))
+    if (!check(&x, (Py_ssize_t)n * k, 4, "x", 1) || !check(&w, (Py_ssize_t)m * k, 1, "the weight", 0) ||
+        !check(&ws, m, 4, "the weight's scales", 0) || !check(&b, m, 4, "the bias", 0) || !check(&out, (Py_ssize_t)n * m, 4, "out", 1))
         goto done;
     int nq = (n + TOKENS - 1) / TOKENS * TOKENS;
     q = calloc((size_t)nq * k, sizeof *q);
@@ -210,9 +225,9 @@ static PyObject *dense(PyObject *self, PyObject *args) {
         float s = qscale[t];
         for (int o = 0; o < m; o++) {
             float v = (float)a[o];
-            float sc = s * wsf[o];
+            float sc = s * load_float(wsf + o);
             v /= sc;
-            v += bf[o];
+            v += load_float(bf + o);
             y[o] = act ? gelu(v) : v;
         }
     }
@@ -269,8 +284,8 @@ static PyObject *layer_norm(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "layer_norm: shapes out of range");
         goto release;
     }
-    if (!check(&x, (Py_ssize_t)n * k, 4, "x") || (have_d && !check(&d, (Py_ssize_t)n * k, 4, "the residual")) ||
-        !check(&g, k, 4, "gamma") || !check(&beta, k, 4, "beta") || !check(&out, (Py_ssize_t)n * k, 4, "out"))
+    if (!check(&x, (Py_ssize_t)n * k, 4, "x", 1) || (have_d && !check(&d, (Py_ssize_t)n * k, 4, "the residual", 1)) ||
+        !check(&g, k, 4, "gamma", 0) || !check(&beta, k, 4, "beta", 0) || !check(&out, (Py_ssize_t)n * k, 4, "out", 1))
         goto release;
     const float *xf = x.buf, *df = have_d ? d.buf : NULL, *gf = g.buf, *bf = beta.buf;
     float *of = out.buf;
@@ -289,8 +304,8 @@ static PyObject *layer_norm(PyObject *self, PyObject *args) {
         for (int j = 0; j < k; j++) {
             float v = y[j] - mean;
             v /= sd;
-            v *= gf[j];
-            v += bf[j];
+            v *= load_float(gf + j);
+            v += load_float(bf + j);
             y[j] = v;
         }
     }

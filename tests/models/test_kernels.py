@@ -50,6 +50,25 @@ def test_dense_with_gelu_agrees_with_numpy_to_float_rounding(n, k, m, seed):
     np.testing.assert_allclose(_native_dense(x, w, ws, b, act=True), want, rtol=1e-5, atol=1e-6)  # expf against numpy's exp
 
 
+def test_the_models_float_tensors_may_lie_at_any_address():
+    """CTranslate2's file puts many scales, biases and layer norms at offsets that are not a
+    multiple of 4; the kernels read them where they lie."""
+    x, w, ws, b = _case(np.random.default_rng(5), 3, 32, 7)
+    buf = bytearray(1 + 8 * 7)
+    odd_ws = np.frombuffer(buf, dtype=np.float32, count=7, offset=1)
+    odd_b = np.frombuffer(buf, dtype=np.float32, count=7, offset=1 + 4 * 7)
+    odd_ws[:], odd_b[:] = ws, b
+    assert not odd_ws.flags.aligned and not odd_b.flags.aligned
+    np.testing.assert_array_equal(_native_dense(x, w, odd_ws, odd_b), dense_int8(x, w, ws, b))
+    g, beta = ws[:, None].repeat(32, 1)[0] / 100, b[:, None].repeat(32, 1)[0]
+    gbuf = bytearray(1 + 8 * 32)
+    odd_g, odd_beta = np.frombuffer(gbuf, np.float32, 32, 1), np.frombuffer(gbuf, np.float32, 32, 1 + 4 * 32)
+    odd_g[:], odd_beta[:] = g, beta
+    y = np.empty_like(x)
+    K.layer_norm(x, None, odd_g, odd_beta, y, 3, 32, 1e-12)
+    np.testing.assert_array_equal(y, layer_norm(x, g, beta, 1e-12))
+
+
 def test_rows_of_zeros_and_the_extremes_of_int8():
     x = np.zeros((3, 32), np.float32)
     x[1] = 1e-38  # under the amax floor (127 / FLT_MAX): its scale times the weight's is inf, as in numpy
@@ -85,6 +104,9 @@ def test_a_buffer_that_does_not_match_its_shape_is_refused():
         K.layer_norm(x, None, np.ones(16, np.float32), np.zeros(16, np.float32), y, 2, 16, 1e-12)
     with pytest.raises(ValueError, match=r"^the residual holds 64 bytes, its shape needs 128$"):
         K.layer_norm(x, x[:1].copy(), np.ones(16, np.float32), np.zeros(16, np.float32), np.empty_like(x), 2, 16, 1e-12)
+    odd = np.frombuffer(b"\0" + x.tobytes(), dtype=np.float32, count=32, offset=1).reshape(2, 16)  # activations at an odd address
+    with pytest.raises(ValueError, match=r"^x is not aligned to 4 bytes$"):
+        K.dense(odd, w, ws, b, y, 2, 16, 3, False)
     with pytest.raises(ValueError, match=r"^dense: shapes out of range$"):
         K.dense(x, w, ws, b, y, 0, 16, 3, False)
     with pytest.raises(TypeError):  # a read-only output
