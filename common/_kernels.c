@@ -145,7 +145,7 @@ static inline float gelu(float x) {
 /* The model's small float tensors (scales, biases, layer norms) lie in model.embed at whatever
    offsets CTranslate2's file gives them, many not a multiple of 4: they are read with memcpy,
    which is defined at any address and compiles to a plain load. */
-static inline float load_float(const float *p) {
+static inline float load_float(const unsigned char *p) {
     float f;
     memcpy(&f, p, sizeof f);
     return f;
@@ -188,17 +188,26 @@ static PyObject *dense(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    const float *xf = x.buf, *wsf = ws.buf, *bf = b.buf;
+    const float *xf = x.buf;
+    const unsigned char *wsb = ws.buf, *bb = b.buf;
     float *of = out.buf;
     Py_BEGIN_ALLOW_THREADS
-    /* quantize_rows: amax floored at 127 / FLT_MAX, scale = 127 / amax, rint(x * scale + 128) - 128 */
+    /* quantize_rows: amax floored at 127 / FLT_MAX, scale = 127 / amax, rint(x * scale + 128) - 128.
+       A row with a NaN or an infinity gets a NaN scale and zeros (a float that is not finite has
+       no int8 value), so that its outputs are NaN and the encoder refuses the query. */
     const float cap = 127.0f / 3.4028234663852886e38f;
     for (int t = 0; t < n; t++) {
         const float *r = xf + (size_t)t * k;
         float amax = 0.0f;
+        int finite = 1;
         for (int j = 0; j < k; j++) {
             float a = fabsf(r[j]);
-            if (a > amax) amax = a;
+            if (!(a <= 3.4028234663852886e38f)) finite = 0;
+            else if (a > amax) amax = a;
+        }
+        if (!finite) {
+            qscale[t] = NAN;
+            continue;  /* its q row stays zeros (calloc) */
         }
         if (amax < cap) amax = cap;
         float s = 127.0f / amax;
@@ -225,9 +234,9 @@ static PyObject *dense(PyObject *self, PyObject *args) {
         float s = qscale[t];
         for (int o = 0; o < m; o++) {
             float v = (float)a[o];
-            float sc = s * load_float(wsf + o);
+            float sc = s * load_float(wsb + 4 * (size_t)o);
             v /= sc;
-            v += load_float(bf + o);
+            v += load_float(bb + 4 * (size_t)o);
             y[o] = act ? gelu(v) : v;
         }
     }
@@ -287,7 +296,8 @@ static PyObject *layer_norm(PyObject *self, PyObject *args) {
     if (!check(&x, (Py_ssize_t)n * k, 4, "x", 1) || (have_d && !check(&d, (Py_ssize_t)n * k, 4, "the residual", 1)) ||
         !check(&g, k, 4, "gamma", 0) || !check(&beta, k, 4, "beta", 0) || !check(&out, (Py_ssize_t)n * k, 4, "out", 1))
         goto release;
-    const float *xf = x.buf, *df = have_d ? d.buf : NULL, *gf = g.buf, *bf = beta.buf;
+    const float *xf = x.buf, *df = have_d ? d.buf : NULL;
+    const unsigned char *gb = g.buf, *bb = beta.buf;
     float *of = out.buf;
     Py_BEGIN_ALLOW_THREADS
     for (int t = 0; t < n; t++) {
@@ -304,8 +314,8 @@ static PyObject *layer_norm(PyObject *self, PyObject *args) {
         for (int j = 0; j < k; j++) {
             float v = y[j] - mean;
             v /= sd;
-            v *= load_float(gf + j);
-            v += load_float(bf + j);
+            v *= load_float(gb + 4 * (size_t)j);
+            v += load_float(bb + 4 * (size_t)j);
             y[j] = v;
         }
     }

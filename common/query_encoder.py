@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -184,7 +185,10 @@ def _helper_threads() -> int:
 
 
 def _native():
-    """kb's compiled kernels (common/_kernels.c), or None where the install could not build them."""
+    """kb's compiled kernels (common/_kernels.c), or None where the install could not build them
+    or the CPU is big-endian (they read the artifact's little-endian floats as native ones)."""
+    if sys.byteorder != "little":
+        return None
     try:
         from . import _kernels
 

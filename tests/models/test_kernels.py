@@ -69,6 +69,14 @@ def test_the_models_float_tensors_may_lie_at_any_address():
     np.testing.assert_array_equal(y, layer_norm(x, g, beta, 1e-12))
 
 
+def test_a_row_that_is_not_finite_gives_nan_and_leaves_the_others_alone():
+    x, w, ws, b = _case(np.random.default_rng(6), 4, 32, 5)
+    x[1, 3], x[2, 0] = np.nan, np.inf
+    y = _native_dense(x, w, ws, b)
+    assert np.isnan(y[1:3]).all()
+    np.testing.assert_array_equal(y[[0, 3]], dense_int8(x[[0, 3]], w, ws, b))
+
+
 def test_rows_of_zeros_and_the_extremes_of_int8():
     x = np.zeros((3, 32), np.float32)
     x[1] = 1e-38  # under the amax floor (127 / FLT_MAX): its scale times the weight's is inf, as in numpy

@@ -403,6 +403,11 @@ def test_without_the_compiled_kernels_auto_runs_numkong(monkeypatch):
         m.open("native")
 
 
+def test_a_big_endian_cpu_does_not_run_the_compiled_kernels(monkeypatch):
+    monkeypatch.setattr(sys, "byteorder", "big")
+    assert repr(_tiny("unigram").open()).endswith("kernels=numkong)")
+
+
 def test_saturating_sums_never_run_on_the_compiled_kernels():
     m = _tiny("unigram")
     assert not repr(m.open(int8_pairs="saturate")).endswith("kernels=native)")
