@@ -37,7 +37,8 @@
 
 /* ---- int8 products ------------------------------------------------------------------------- */
 
-/* Rows of x per block (x is padded to a multiple with zero rows) and rows of W per block. */
+/* Rows of x per step of the AVX2 kernel, which pads x to a multiple of them with zero rows (and
+   takes two rows of W at a time). */
 #define TOKENS 4
 
 static void dots_plain(const int16_t *q, int nq, const int8_t *w, int m, int k, int32_t *acc) {
