@@ -364,9 +364,9 @@ def test_numkong_and_numpy_kernels_give_the_same_vectors():
 
 @pytest.mark.parametrize("kind", TINY)
 def test_compiled_and_numpy_kernels_agree_on_tiny_models(kind):
-    """kb's compiled kernels multiply exactly as numpy does; only GELU's expf and the layer norms'
-    sums round differently (tests/models/test_kernels.py), which int8 rounding of the next layer's
-    input can amplify."""
+    """kb's compiled kernels multiply and normalise exactly as numpy does; only GELU's expf rounds
+    differently (tests/models/test_kernels.py), which int8 rounding of the next layer's input can
+    amplify."""
     m = _tiny(kind)
     a, b = m.open("native"), m.open("numpy")
     assert repr(a).endswith("kernels=native)") and repr(m.open()).endswith("kernels=native)")
@@ -376,12 +376,12 @@ def test_compiled_and_numpy_kernels_agree_on_tiny_models(kind):
 
 @pytest.mark.parametrize("name", REAL)
 def test_compiled_and_numpy_kernels_agree_on_the_multilingual_sample(name):
-    """Measured: MiniLM mean 0.99999, min 0.9999; e5 mean 0.9998, min 0.9985 (int8 rounding of
-    float-rounding differences, as between numpy and CTranslate2)."""
+    """Measured: MiniLM mean 0.9999999, min 0.9999998; e5 mean 0.99995, min 0.99928 (GELU's last
+    bit, amplified by int8 rounding over twelve layers)."""
     m = _real(name)
     a, b = m.open("native"), m.open("numpy")
     cos = [_cos(a.embed_query(t), b.embed_query(t)) for t in MULTILINGUAL]
-    assert np.mean(cos) >= 0.9995 and min(cos) >= 0.998, (np.mean(cos), min(cos))
+    assert np.mean(cos) >= 0.9999 and min(cos) >= 0.999, (np.mean(cos), min(cos))
 
 
 def _hide_compiled_kernels(monkeypatch) -> None:
