@@ -69,9 +69,9 @@ def _as_bytes(value, name: str):
 
 
 def open_encoder(files: dict, label: str, what: str, device: str, compute_type: str, threads: int):
-    """A ``ctranslate2.Encoder`` from in-memory files (wrapped in ``ForkSafeEncoder``), with kb's
-    device policy, shared by the embedder and the cross-encoder. Returns (encoder, device,
-    compute_type, threads).
+    """A ``ctranslate2.Encoder`` from in-memory files, wrapped in ``ForkSafeEncoder`` (which
+    carries the device, compute type and threads chosen), with kb's device policy, shared by the
+    embedder and the cross-encoder.
 
     device "auto" = cuda when CTranslate2 sees a GPU, else cpu. compute_type "auto" = int8 on
     CPU whatever the stored weights (a float32-stored model is quantized at load, a fraction of
@@ -97,8 +97,7 @@ def open_encoder(files: dict, label: str, what: str, device: str, compute_type: 
         if compute_type not in supported:
             compute_type = "default"
     threads = int(threads) if threads and threads > 0 else physical_cores()
-    encoder = ForkSafeEncoder(files, label, what, device, compute_type, threads)
-    return encoder, device, compute_type, threads
+    return ForkSafeEncoder(files, label, what, device, compute_type, threads)
 
 
 def _ct2_encoder(files: dict, label: str, what: str, device: str, compute_type: str, threads: int):
@@ -228,9 +227,8 @@ class CT2Embedder:
         except Exception as e:
             raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {str(e)[:120]})") from None
 
-        self._encoder, self.device, self.compute_type, _ = open_encoder(
-            files, f"kb-model:{self.name}:{self.quantization}", f"model {self.name!r}", device, compute_type, threads
-        )
+        self._encoder = open_encoder(files, f"kb-model:{self.name}:{self.quantization}", f"model {self.name!r}", device, compute_type, threads)
+        self.device, self.compute_type = self._encoder.device, self._encoder.compute_type
         self._cpu = ctranslate2.Device.cpu
         # The first forward after loading is several times slower (allocations,
         # kernel selection): pay it here, not on the first query. A model whose config and

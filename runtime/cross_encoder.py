@@ -128,9 +128,8 @@ class CT2CrossEncoder:
         # A query longer than half the window is cut to half: the passage keeps room.
         self._query_cap = (self.max_tokens - self._n_special) // 2
 
-        self._encoder, self.device, self.compute_type, _ = open_encoder(
-            files, f"kb-reranker:{self.name}:{self.quantization}", f"cross-encoder {self.name!r}", device, compute_type, threads
-        )
+        self._encoder = open_encoder(files, f"kb-reranker:{self.name}:{self.quantization}", f"cross-encoder {self.name!r}", device, compute_type, threads)
+        self.device, self.compute_type = self._encoder.device, self._encoder.compute_type
         self._cpu = ctranslate2.Device.cpu
         # The first forward after loading is several times slower: pay it here.
         # It also tells whether CTranslate2 applies the pooler.
