@@ -78,24 +78,24 @@ def main(argv=None):
         name, art, bset = load(spec)
         ix = Index(art)
         if a.against == "ct2":
-            ct2 = Searcher(ix, "cpu", "int8")
-            assert type(ct2.embedder).__name__ == "CT2Embedder"
+            baseline = Searcher(ix, "cpu", "int8")
+            assert type(baseline.embedder).__name__ == "CT2Embedder"
         else:
             from kb.common.query_encoder import QueryEncoder
 
-            ct2, space = Searcher(ix, one_shot=True), ix.dense
-            ct2.set_embedder(space, QueryEncoder(space.query_model, space.card or {}, a.against, keep_packed=False))
+            baseline, space = Searcher(ix, one_shot=True), ix.dense
+            baseline.set_embedder(space, QueryEncoder(space.query_model, space.card or {}, a.against, keep_packed=False))
         fast = Searcher(ix, one_shot=True)
         assert type(fast.embedder).__name__ == "QueryEncoder", "no model.query?"
         model = fast.embedder.name
-        nd = [run_bench(s, bset, 10, ["vector"])["backends"]["vector"]["ndcg@10"] for s in (ct2, fast)]
+        nd = [run_bench(s, bset, 10, ["vector"])["backends"]["vector"]["ndcg@10"] for s in (baseline, fast)]
         texts = [q.text for q in bset.queries if q.text.strip()]
-        cos = [float(ct2.embedder.embed_query(t) @ fast.embedder.embed_query(t)) for t in texts]
+        cos = [float(baseline.embedder.embed_query(t) @ fast.embedder.embed_query(t)) for t in texts]
         quality.append(f"| {name} | {model} | {len(texts)} | {nd[0]:.4f} | {nd[1]:.4f} | {nd[1] - nd[0]:+.4f} | {min(cos):.4f} / {np.mean(cos):.5f} |")
         sample = texts[: a.latency_queries]
-        ea, eb = interleaved(ct2.embedder.embed_query, fast.embedder.embed_query, sample, a.repeat)
-        opts = ct2.defaults
-        sa, sb = interleaved(lambda t: ct2.search(Query(t, top_k=10), opts), lambda t: fast.search(Query(t, top_k=10), opts), sample, a.repeat)
+        ea, eb = interleaved(baseline.embedder.embed_query, fast.embedder.embed_query, sample, a.repeat)
+        opts = baseline.defaults
+        sa, sb = interleaved(lambda t: baseline.search(Query(t, top_k=10), opts), lambda t: fast.search(Query(t, top_k=10), opts), sample, a.repeat)
         p50 = lambda xs: float(np.percentile(xs, 50))  # noqa: E731
         speed.append(f"| {name} | {model} | {len(sample)} | {p50(ea):.2f} | {p50(eb):.2f} | {p50(sa):.2f} | {p50(sb):.2f} |")
         print(quality[-1], speed[-1], sep="\n", flush=True)

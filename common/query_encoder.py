@@ -265,9 +265,9 @@ class QueryEncoder:
         ``risky_pairs`` when the sums saturate, else None)."""
         m = self.model
         m.verify((name + ".w", name + ".s", name + ".b"))
-        norm = _NORM_AFTER.get(name.rsplit(".", 1)[1])
+        prefix, kind = name.rsplit(".", 1)
+        norm = _NORM_AFTER.get(kind)
         if norm:  # the layer norm after it: small, but its crc32 and view cost the main thread ~30 us each
-            prefix = name.rsplit(".", 1)[0]
             m.verify((f"{prefix}.{norm}.g", f"{prefix}.{norm}.b"))
         return self._packs(name) if self.keep_packed and self._native is None else None
 
