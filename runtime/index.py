@@ -673,6 +673,13 @@ class DenseSpace:
         return ids if perm is None else perm[ids]
 
     @property
+    def walks_graph(self) -> bool:
+        """Whether this leg searches by kb's walk of the graph: a one-shot search (``walks``) past
+        EXACT_SCAN_MAX chunks. ``walks`` turns False where the walk is given up for usearch (an
+        artifact without ``vectors.rows`` whose graph is not in key order)."""
+        return self.walks and self.n_chunks > EXACT_SCAN_MAX
+
+    @property
     def graph(self):
         """What the dense leg searches past EXACT_SCAN_MAX chunks: kb's walk for a one-shot
         search (``walks``), else the usearch index (``vectors``); both answer ``search(q, count)``."""
@@ -729,7 +736,7 @@ class DenseSpace:
         if state is None:
             with self._vector_lock:  # one opening, whichever thread comes first; the other waits
                 if self._layout is None:
-                    walk = self._open_walk() if self.walks and self.n_chunks > EXACT_SCAN_MAX else None
+                    walk = self._open_walk() if self.walks_graph else None
                     if walk is not None:
                         self._walk, self._layout = walk
                     elif self.n_chunks > EXACT_SCAN_MAX:

@@ -17,6 +17,7 @@ the open index and the loaded models and is shared by every query (and thread) o
 from __future__ import annotations
 
 import os
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -334,11 +335,24 @@ class Searcher:
         run_bm25, run_dense = use_bm25 and w_lex > 0, use_vectors and w_dense > 0
         # Both legs in a long-lived process: the dense one on a thread beside this one (usearch's
         # search and CTranslate2 let go of the GIL), so a hybrid search costs about its slower leg
-        # instead of the sum of both. A one-shot search keeps one thread: its dense leg is kb's
-        # in-place encoder and graph walk, Python and numpy that would only wait for the GIL.
+        # instead of the sum of both. A one-shot search keeps one thread where its dense leg scans
+        # a small artifact's vectors: the in-place encoder and the scan are short, and a thread
+        # would only wait for the GIL. Where it walks a graph (past EXACT_SCAN_MAX chunks), the
+        # walk spends most of its time in page checks that let go of the GIL (the first touch of
+        # each page it reads), so the BM25 leg runs on a plain thread beside it.
         pool = _leg_pool() if run_bm25 and run_dense and not self.one_shot else None
+        beside = run_bm25 and run_dense and self.one_shot and getattr(space, "walks_graph", False)
         for suffix, text, scale in texts:
             pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
+            if beside:
+                lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed)
+                v, leg, ms = dense(text, "vector" + suffix, w_dense * scale)
+                legs.append(lexical.result())
+                timings["bm25"] = timings.get("bm25", 0.0) + lexical.ms
+                qv = v if qv is None else qv
+                legs.append(leg)
+                timings["vector"] = timings.get("vector", 0.0) + ms
+                continue
             if run_bm25:
                 t = time.perf_counter()
                 legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
@@ -478,6 +492,32 @@ def _leg_pool():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_leg_pool.cache_clear)
+
+
+class _LegThread(threading.Thread):
+    """``fn(*args)`` on a thread of its own, started at once; ``result()`` waits for it and
+    returns its value or raises its exception here. For a one-shot search, where importing
+    concurrent.futures for one task would cost more than the thread saves."""
+
+    def __init__(self, fn, *args):
+        super().__init__(name="kb-bm25-leg", daemon=True)
+        self._call, self._value, self._error, self.ms = (fn, args), None, None, 0.0
+        self.start()
+
+    def run(self) -> None:
+        t = time.perf_counter()
+        try:
+            fn, args = self._call
+            self._value = fn(*args)
+        except BaseException as e:  # re-raised by result(), in the search's thread
+            self._error = e
+        self.ms = _ms(t)
+
+    def result(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _ms(t: float) -> float:

@@ -115,6 +115,48 @@ def test_an_error_in_the_dense_leg_beside_reaches_the_search(sample_artifact, mo
             s.search(Query("rotate the database credentials", top_k=5), s.defaults)
 
 
+def test_a_one_shot_search_that_walks_a_graph_runs_its_bm25_leg_beside_the_walk(sample_artifact, monkeypatch):
+    """Past EXACT_SCAN_MAX chunks a one-shot search walks the graph, whose page checks let go of
+    the GIL: its BM25 leg then runs on a thread of its own, with the same results; a small
+    artifact's one-shot search (a scan) keeps both legs on its thread."""
+    from kb.runtime import index as index_mod
+
+    q = Query("rotate the database credentials", top_k=5)
+    with Index(sample_artifact) as ix:
+        expected = [(r.chunk_id, round(r.score, 6)) for r in Searcher(ix).search(q).results]
+    for limit, bm25_thread in ((10**9, "MainThread"), (0, "kb-bm25-leg")):
+        monkeypatch.setattr(index_mod, "EXACT_SCAN_MAX", limit)
+        with Index(sample_artifact) as ix:
+            s = Searcher(ix, one_shot=True)
+            where: dict[str, str] = {}
+            for leg in ("bm25_leg", "vector_leg"):
+                def spy(*a, _leg=leg, _fn=getattr(s.ops, leg), **k):
+                    where[_leg] = threading.current_thread().name
+                    return _fn(*a, **k)
+
+                monkeypatch.setattr(s.ops, leg, spy)
+            got = s.search(q)
+            assert where == {"bm25_leg": bm25_thread, "vector_leg": "MainThread"}
+            assert ix.dense.walks_graph is (limit == 0) and (ix.dense._walk is not None) is (limit == 0)
+            assert [(r.chunk_id, round(r.score, 6)) for r in got.results] == expected
+            assert got.timings_ms["bm25"] > 0 and got.timings_ms["vector"] > 0
+
+
+def test_an_error_in_the_bm25_leg_beside_a_walk_reaches_the_search(sample_artifact, monkeypatch):
+    from kb.runtime import index as index_mod
+
+    monkeypatch.setattr(index_mod, "EXACT_SCAN_MAX", 0)
+    with Index(sample_artifact) as ix:
+        s = Searcher(ix, one_shot=True)
+
+        def broken(*a, **k):
+            raise RuntimeError("bm25 leg failed")
+
+        monkeypatch.setattr(s.ops, "bm25_leg", broken)
+        with pytest.raises(RuntimeError, match="bm25 leg failed"):
+            s.search(Query("rotate the database credentials", top_k=5))
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
 def test_a_forked_child_runs_the_dense_leg_beside_on_threads_of_its_own(sample_artifact):
     """A long-lived process that has searched, then forks (a pre-fork server, a multiprocessing
