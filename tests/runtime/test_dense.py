@@ -83,16 +83,22 @@ def test_the_readme_states_the_scan_limit():
     assert f"Up to {EXACT_SCAN_MAX:,} chunks the dense leg scans every stored vector" in readme
 
 
+def _threads_of_legs(s, monkeypatch) -> dict[str, str]:
+    """{leg: the name of the thread it last ran on}, filled as searcher ``s`` runs its legs."""
+    where: dict[str, str] = {}
+    for leg in ("bm25_leg", "vector_leg"):
+        def spy(*a, _leg=leg, _fn=getattr(s.ops, leg), **k):
+            where[_leg] = threading.current_thread().name
+            return _fn(*a, **k)
+
+        monkeypatch.setattr(s.ops, leg, spy)
+    return where
+
+
 def test_a_long_lived_search_runs_its_dense_leg_beside_the_bm25_leg_with_the_same_results(sample_artifact, monkeypatch):
     with Index(sample_artifact) as ix:
         s = Searcher(ix)
-        where: dict[str, str] = {}
-        for leg in ("bm25_leg", "vector_leg"):
-            def spy(*a, _leg=leg, _fn=getattr(s.ops, leg), **k):
-                where[_leg] = threading.current_thread().name
-                return _fn(*a, **k)
-
-            monkeypatch.setattr(s.ops, leg, spy)
+        where = _threads_of_legs(s, monkeypatch)
         q = Query("rotate the database credentials", top_k=5, explain=True)
         beside = s.search(q, s.defaults)
         assert where["bm25_leg"] == threading.current_thread().name
@@ -128,13 +134,7 @@ def test_a_one_shot_search_that_walks_a_graph_runs_its_bm25_leg_beside_the_walk(
         monkeypatch.setattr(index_mod, "EXACT_SCAN_MAX", limit)
         with Index(sample_artifact) as ix:
             s = Searcher(ix, one_shot=True)
-            where: dict[str, str] = {}
-            for leg in ("bm25_leg", "vector_leg"):
-                def spy(*a, _leg=leg, _fn=getattr(s.ops, leg), **k):
-                    where[_leg] = threading.current_thread().name
-                    return _fn(*a, **k)
-
-                monkeypatch.setattr(s.ops, leg, spy)
+            where = _threads_of_legs(s, monkeypatch)
             got = s.search(q)
             assert where == {"bm25_leg": bm25_thread, "vector_leg": "MainThread"}
             assert ix.dense.walks_graph is (limit == 0) and (ix.dense._walk is not None) is (limit == 0)
