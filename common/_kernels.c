@@ -1,5 +1,6 @@
-/* kb's compiled kernels: the in-place query encoder's (common/query_encoder.py) and crc32
-   (formats/checksum.py, below the encoder's).
+/* kb's compiled kernels: the in-place query encoder's (common/query_encoder.py), and below them
+   cosines over float16 rows (runtime/index.py, runtime/graph_walk.py) and crc32
+   (formats/checksum.py).
 
    One query's forward pass multiplies about 11 token rows by 24 (all-MiniLM-L6-v2) or 48
    (multilingual-e5-small) int8 weight matrices read in place from the artifact's mmap. numkong's
@@ -439,6 +440,98 @@ release:
     return result;
 }
 
+/* ---- cosines over float16 rows --------------------------------------------------------------- */
+
+/* cosines_f16(q, rows, out, n, k): out[i] = cosine of q (float32, k) with row i of rows (n x k
+   float16, the vectors as an artifact stores them), summed in float32: dot / sqrt(|row|^2 |q|^2).
+   A zero row gives NaN (0 / 0), a row that is not finite NaN or infinity: the caller decides
+   (runtime/index.py). Where the CPU has AVX2 and F16C only: ``f16_kernel()`` says which. The
+   dense leg's scan and kb's graph walk used numkong's cdist for this, whose import alone costs a
+   one-shot search 3-5 ms. */
+
+#ifdef KB_X86_AVX2
+static int have_f16c(void) {
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
+    }
+    return known;
+}
+
+__attribute__((target("avx2,f16c"))) static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,f16c"))) static void cos_rows_f16(const float *q, const unsigned char *rows, Py_ssize_t n, int k, float *out) {
+    __m256 qq8 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256 x = _mm256_loadu_ps(q + j);
+        qq8 = _mm256_add_ps(qq8, _mm256_mul_ps(x, x));
+    }
+    float qq = hsum_ps(qq8);
+    for (; j < k; j++) qq += q[j] * q[j];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = rows + (size_t)i * k * 2;
+        __m256 d8 = _mm256_setzero_ps(), rr8 = _mm256_setzero_ps();
+        for (j = 0; j + 8 <= k; j += 8) {
+            __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + 2 * (size_t)j)));
+            d8 = _mm256_add_ps(d8, _mm256_mul_ps(v, _mm256_loadu_ps(q + j)));
+            rr8 = _mm256_add_ps(rr8, _mm256_mul_ps(v, v));
+        }
+        float d = hsum_ps(d8), rr = hsum_ps(rr8);
+        for (; j < k; j++) {
+            uint16_t h;
+            memcpy(&h, r + 2 * (size_t)j, 2);
+            float v = _cvtsh_ss(h);
+            d += v * q[j];
+            rr += v * v;
+        }
+        out[i] = d / sqrtf(rr * qq);
+    }
+}
+#endif
+
+static PyObject *cosines_f16(PyObject *self, PyObject *args) {
+    Py_buffer q, rows, out;
+    Py_ssize_t n;
+    int k;
+    if (!PyArg_ParseTuple(args, "y*y*w*ni", &q, &rows, &out, &n, &k)) return NULL;
+    PyObject *result = NULL;
+    if (n < 0 || k <= 0 || k > 1 << 16) {
+        PyErr_SetString(PyExc_ValueError, "cosines_f16: shapes out of range");
+        goto done;
+    }
+    if (!check(&q, k, 4, "q", 1) || !check(&rows, n * k, 2, "the rows", 0) || !check(&out, n, 4, "out", 1)) goto done;
+#ifdef KB_X86_AVX2
+    if (have_f16c()) {
+        Py_BEGIN_ALLOW_THREADS
+        cos_rows_f16(q.buf, rows.buf, n, k, out.buf);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+#endif
+    PyErr_SetString(PyExc_RuntimeError, "cosines_f16 needs AVX2 and F16C (f16_kernel() says 'none' here)");
+done:
+    PyBuffer_Release(&q);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *f16_kernel(PyObject *self, PyObject *unused) {
+#ifdef KB_X86_AVX2
+    if (have_f16c()) return PyUnicode_FromString("f16c");
+#endif
+    return PyUnicode_FromString("none");
+}
+
 /* ---- crc32 ----------------------------------------------------------------------------------- */
 
 /* zlib's CRC-32 (reflected polynomial 0xEDB88320), the checksum of every section, page and row
@@ -625,6 +718,8 @@ static PyMethodDef methods[] = {
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},
     {"crc32_many", crc32_many, METH_VARARGS, "crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]])."},
     {"crc_kernel", crc_kernel, METH_NOARGS, "How crc32 sums on this CPU: 'pclmul' or 'table'."},
+    {"cosines_f16", cosines_f16, METH_VARARGS, "cosines_f16(q, rows, out, n, k): out[i] = cosine of float32 q with float16 row i."},
+    {"f16_kernel", f16_kernel, METH_NOARGS, "Whether cosines_f16 runs on this CPU: 'f16c' or 'none'."},
     {NULL, NULL, 0, NULL},
 };
 

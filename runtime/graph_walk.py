@@ -25,6 +25,8 @@ import numpy as np
 from kb.formats.artifact import sorted_unique
 from kb.formats.hnsw import NODE_HEAD, GraphLayout
 
+from .index import stored_cosines
+
 # Nodes the beam expands per step: ef / BATCH_PER_EF, within BATCH_MIN..BATCH_MAX. Wider steps
 # mean fewer numpy steps and a few more nodes read. At 16 the walk's recall@10 equals usearch's on
 # the same graphs (bench/RESULTS.md "scale"); at ef 1024 and 2048, 64 gave the same recall as 16
@@ -90,18 +92,12 @@ class GraphWalk:
         return found
 
     def _distances(self, slots: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """1 - cosine of ``q`` (unit length, in the stored kind) with the vectors of ``slots``:
-        numkong's SIMD kernel over the rows as stored, as usearch computes it; numpy without it."""
+        """1 - cosine of ``q`` (unit length, in the stored kind) with the vectors of ``slots``, over
+        the rows as stored (runtime/index.py ``stored_cosines``), as usearch computes it."""
         at = self.matrix_at + slots * self.row_bytes
         self._check(at, at + self.row_bytes)
         rows = self.matrix[slots]
-        try:
-            import numkong
-
-            d = np.asarray(numkong.cdist(q.reshape(1, -1), rows, metric="angular"), dtype=np.float64).ravel()
-        except (ImportError, AttributeError, TypeError, ValueError):  # no numkong, or one without this kind
-            wide = rows.astype(np.float32)
-            d = 1.0 - (wide @ q.astype(np.float32) / np.maximum(np.linalg.norm(wide, axis=1), 1e-12)).astype(np.float64)
+        d = 1.0 - stored_cosines(q, rows).astype(np.float64)
         bad = ~np.isfinite(d)
         if bad.any():
             if not np.isfinite(rows[bad].astype(np.float32)).all():

@@ -8,6 +8,7 @@ Each section's crc32 is checked the first time it is read (formats/artifact.py).
 from __future__ import annotations
 
 import struct
+import sys
 from functools import cached_property
 
 import numpy as np
@@ -76,6 +77,44 @@ def cosines_of(vecs: np.ndarray, qv: np.ndarray) -> np.ndarray:
     """The cosine of ``qv`` with each row of ``vecs`` (float32 rows), in float32 numpy."""
     norms = np.linalg.norm(vecs, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
     return (vecs @ np.asarray(qv, dtype=np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def stored_cosines(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The cosine of ``q`` with each of ``rows`` (vectors in their stored kind, C-contiguous), the
+    query cast to that kind first, as usearch casts it; float32. kb's compiled kernel where the
+    rows are float16 and the CPU has AVX2 and F16C (common/_kernels.c ``cosines_f16``), else
+    numkong's SIMD kernel (whose import costs a one-shot search 3-5 ms), else numpy over float32
+    copies. A zero row may give NaN and a row that is not finite NaN or infinity: callers decide."""
+    kernels = _f16_kernels() if rows.dtype == np.float16 and rows.ndim == 2 and rows.flags.c_contiguous else None
+    if kernels is not None:
+        out = np.empty(len(rows), dtype=np.float32)
+        kernels.cosines_f16(np.asarray(q, dtype=np.float16).astype(np.float32), rows, out, len(rows), rows.shape[1])
+        return out
+    try:
+        import numkong
+
+        return 1.0 - np.asarray(numkong.cdist(np.asarray(q, dtype=rows.dtype).reshape(1, -1), rows, metric="angular"), dtype=np.float32).ravel()
+    except (ImportError, AttributeError, TypeError, ValueError):  # no numkong, or one without cdist for this kind
+        return cosines_of(rows.astype(np.float32), q)
+
+
+def _f16_kernels():
+    """kb's compiled kernels when their float16 cosines run here (little-endian, AVX2 and F16C),
+    else None; asked once a process."""
+    global _F16
+    if _F16 is None:
+        _F16 = False
+        if sys.byteorder == "little":
+            try:
+                from kb.common import _kernels
+
+                _F16 = _kernels if _kernels.f16_kernel() == "f16c" else False
+            except ImportError:
+                pass
+    return _F16 or None
+
+
+_F16 = None
 
 
 def _matrix_view(view, image) -> np.ndarray | None:
@@ -857,8 +896,7 @@ class DenseSpace:
 
     def cosines(self, ids: np.ndarray, qv: np.ndarray) -> np.ndarray:
         """The cosine of ``qv`` with the stored vector of each of ``ids`` (float32, in order),
-        their bytes verified: numkong's SIMD kernel over the rows gathered in their stored kind
-        (the query cast to it, as usearch casts it), or numpy over float32 copies."""
+        their bytes verified, over the rows in their stored kind (``stored_cosines``)."""
         ids = np.asarray(ids, dtype=np.int64)
         m = self.vector_matrix
         if m is None or not len(ids):
@@ -869,13 +907,7 @@ class DenseSpace:
         # picked; gathering the rows would copy them all into fresh pages first (3.4 MB for
         # 4,398 384-d f16 vectors, ~4 ms of first touches in a one-shot search).
         whole = len(at) == len(m)
-        rows = m if whole else m[at]
-        try:
-            import numkong
-
-            sims = 1.0 - np.asarray(numkong.cdist(np.asarray(qv, dtype=m.dtype).reshape(1, -1), rows, metric="angular"), dtype=np.float32).ravel()
-        except (ImportError, AttributeError, TypeError, ValueError):  # no numkong, or one without cdist for this kind
-            sims = cosines_of(rows.astype(np.float32), qv)
+        sims = stored_cosines(qv, m if whole else m[at])
         if whole:
             sims = sims[at]
         bad = ~np.isfinite(sims)

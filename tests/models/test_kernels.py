@@ -149,3 +149,36 @@ def test_the_avx2_kernel_runs_where_the_cpu_has_avx2():
     if " avx2" not in flags:
         pytest.skip("no AVX2 here")
     assert K.simd() == "avx2"
+
+
+needs_f16c = pytest.mark.skipif(K.f16_kernel() != "f16c", reason="cosines_f16 runs on x86 with AVX2 and F16C")
+
+
+@needs_f16c
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(0, 40), k=st.integers(1, 70), seed=st.integers(0, 2**32 - 1))
+def test_cosines_of_float16_rows_agree_with_float64(n, k, seed):
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal((n, k)).astype(np.float16)
+    q = rng.standard_normal(k).astype(np.float32)
+    out = np.empty(n, np.float32)
+    K.cosines_f16(q, rows, out, n, k)
+    r = rows.astype(np.float64)
+    want = r @ q.astype(np.float64) / np.sqrt((r * r).sum(1) * float((q.astype(np.float64) ** 2).sum()))
+    np.testing.assert_allclose(out, want, atol=2e-6)
+
+
+@needs_f16c
+def test_cosines_f16_leaves_zero_and_non_finite_rows_to_the_caller_and_checks_its_buffers():
+    rows = np.zeros((3, 8), np.float16)
+    rows[1] = 1
+    rows[2, 0] = np.inf
+    out = np.empty(3, np.float32)
+    K.cosines_f16(np.ones(8, np.float32), rows, out, 3, 8)
+    assert np.isnan(out[0]) and out[1] == pytest.approx(1.0) and not np.isfinite(out[2])
+    with pytest.raises(ValueError, match=r"^the rows holds 48 bytes, its shape needs 64$"):
+        K.cosines_f16(np.ones(8, np.float32), rows, out, 4, 8)
+    with pytest.raises(ValueError, match=r"^q holds 32 bytes, its shape needs 36$"):
+        K.cosines_f16(np.ones(8, np.float32), np.zeros((3, 9), np.float16), out, 3, 9)
+    with pytest.raises(ValueError, match=r"^cosines_f16: shapes out of range$"):
+        K.cosines_f16(np.ones(8, np.float32), rows, out, -1, 8)

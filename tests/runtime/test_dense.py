@@ -178,3 +178,23 @@ def test_a_forked_child_runs_the_dense_leg_beside_on_threads_of_its_own(sample_a
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status), "the forked child's search hung (killed by its alarm)"
         assert os.WEXITSTATUS(status) == 0
+
+
+def test_stored_cosines_agree_whichever_kernel_computes_them(monkeypatch):
+    """kb's float16 kernel, numkong's cdist and numpy give the same cosines, up to float
+    rounding (runtime/index.py ``stored_cosines``)."""
+    import sys
+
+    from kb.runtime import index as index_mod
+
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((300, 384)).astype(np.float16)
+    q = rng.standard_normal(384).astype(np.float32)
+    compiled = index_mod.stored_cosines(q, rows)
+    monkeypatch.setattr(index_mod, "_F16", False)
+    by_numkong = index_mod.stored_cosines(q, rows)
+    monkeypatch.setitem(sys.modules, "numkong", None)  # import raises ImportError
+    by_numpy = index_mod.stored_cosines(q, rows)
+    assert compiled.dtype == by_numkong.dtype == by_numpy.dtype == np.float32
+    np.testing.assert_allclose(compiled, by_numkong, atol=1e-5)
+    np.testing.assert_allclose(compiled, by_numpy, atol=1e-3)  # numpy's query is not cast to float16
