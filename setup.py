@@ -1,5 +1,5 @@
 """The one compiled part of kb: common/_kernels.c, the in-place query encoder's int8 products
-(common/query_encoder.py), cosines over float16 vectors (runtime/index.py) and crc32
+(common/query_encoder.py), cosines over float16 vectors (runtime/cosines.py) and crc32
 (formats/checksum.py). Everything else is declared in pyproject.toml. The extension is optional:
 where it cannot be compiled, the encoder runs numkong's or numpy's kernels instead, with the same
 int8 sums and layer norms (only GELU may differ in its last bit, tests/models/test_kernels.py),

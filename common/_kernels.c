@@ -1,5 +1,5 @@
 /* kb's compiled kernels: the in-place query encoder's (common/query_encoder.py), and below them
-   cosines over float16 rows (runtime/index.py, runtime/graph_walk.py) and crc32
+   cosines over float16 rows (runtime/cosines.py) and crc32
    (formats/checksum.py).
 
    One query's forward pass multiplies about 11 token rows by 24 (all-MiniLM-L6-v2) or 48
@@ -445,7 +445,7 @@ release:
 /* cosines_f16(q, rows, out, n, k): out[i] = cosine of q (float32, k) with row i of rows (n x k
    float16, the vectors as an artifact stores them), summed in float32: dot / sqrt(|row|^2 |q|^2).
    A zero row gives NaN (0 / 0), a row that is not finite NaN or infinity: the caller decides
-   (runtime/index.py). Where the CPU has AVX2 and F16C only: ``f16_kernel()`` says which. The
+   (runtime/cosines.py). Where the CPU has AVX2 and F16C only: ``f16_kernel()`` says which. The
    dense leg's scan and kb's graph walk used numkong's cdist for this, whose import alone costs a
    one-shot search 3-5 ms. */
 

@@ -25,7 +25,7 @@ import numpy as np
 from kb.formats.artifact import sorted_unique
 from kb.formats.hnsw import NODE_HEAD, GraphLayout
 
-from .index import stored_cosines
+from .cosines import stored_cosines
 
 # Nodes the beam expands per step: ef / BATCH_PER_EF, within BATCH_MIN..BATCH_MAX. Wider steps
 # mean fewer numpy steps and a few more nodes read. At 16 the walk's recall@10 equals usearch's on
@@ -93,7 +93,7 @@ class GraphWalk:
 
     def _distances(self, slots: np.ndarray, q: np.ndarray) -> np.ndarray:
         """1 - cosine of ``q`` (unit length, in the stored kind) with the vectors of ``slots``, over
-        the rows as stored (runtime/index.py ``stored_cosines``), as usearch computes it."""
+        the rows as stored (runtime/cosines.py ``stored_cosines``), as usearch computes it."""
         at = self.matrix_at + slots * self.row_bytes
         self._check(at, at + self.row_bytes)
         rows = self.matrix[slots]

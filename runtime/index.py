@@ -8,7 +8,6 @@ Each section's crc32 is checked the first time it is read (formats/artifact.py).
 from __future__ import annotations
 
 import struct
-import sys
 from functools import cached_property
 
 import numpy as np
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from kb.formats import layout as L
 from kb.formats import records as R
 from kb.formats.artifact import CODEC_RAW, MAX_ZSTD_RATIO, Artifact, CorruptArtifact
+
+from .cosines import cosines_of, stored_cosines
 
 _CHUNK_ROW = struct.Struct("<IIIHH")  # a row of L.CHUNK_DTYPE, read alone
 assert _CHUNK_ROW.size == L.CHUNK_DTYPE.itemsize
@@ -71,50 +72,6 @@ def required_sections(version: int) -> tuple[str, ...]:
 USEARCH_EXPANSION_SEARCH = 64  # usearch's own default, what a restored index searches with when meta keeps none
 POSTING_SECTIONS = ((L.POSTING_OFFSETS, L.POSTING_IDS, L.POSTING_IMPACTS), (L.DOC_POSTING_OFFSETS, L.DOC_POSTING_IDS, L.DOC_POSTING_IMPACTS))  # chunk, document
 EXACT_SCAN_MAX = 20_000  # up to this many chunks the dense leg scans every vector (scans_vectors)
-
-
-def cosines_of(vecs: np.ndarray, qv: np.ndarray) -> np.ndarray:
-    """The cosine of ``qv`` with each row of ``vecs`` (float32 rows), in float32 numpy."""
-    norms = np.linalg.norm(vecs, axis=1) * max(float(np.linalg.norm(qv)), 1e-12)
-    return (vecs @ np.asarray(qv, dtype=np.float32) / np.maximum(norms, 1e-12)).astype(np.float32)
-
-
-def stored_cosines(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The cosine of ``q`` with each of ``rows`` (vectors in their stored kind, C-contiguous), the
-    query cast to that kind first, as usearch casts it; float32. kb's compiled kernel where the
-    rows are float16 and the CPU has AVX2 and F16C (common/_kernels.c ``cosines_f16``), else
-    numkong's SIMD kernel (whose import costs a one-shot search 3-5 ms), else numpy over float32
-    copies. A zero row may give NaN and a row that is not finite NaN or infinity: callers decide."""
-    kernels = _f16_kernels() if rows.dtype == np.float16 and rows.ndim == 2 and rows.flags.c_contiguous else None
-    if kernels is not None:
-        out = np.empty(len(rows), dtype=np.float32)
-        kernels.cosines_f16(np.asarray(q, dtype=np.float16).astype(np.float32), rows, out, len(rows), rows.shape[1])
-        return out
-    try:
-        import numkong
-
-        return 1.0 - np.asarray(numkong.cdist(np.asarray(q, dtype=rows.dtype).reshape(1, -1), rows, metric="angular"), dtype=np.float32).ravel()
-    except (ImportError, AttributeError, TypeError, ValueError):  # no numkong, or one without cdist for this kind
-        return cosines_of(rows.astype(np.float32), q)
-
-
-def _f16_kernels():
-    """kb's compiled kernels when their float16 cosines run here (little-endian, AVX2 and F16C),
-    else None; asked once a process."""
-    global _F16
-    if _F16 is None:
-        _F16 = False
-        if sys.byteorder == "little":
-            try:
-                from kb.common import _kernels
-
-                _F16 = _kernels if _kernels.f16_kernel() == "f16c" else False
-            except ImportError:
-                pass
-    return _F16 or None
-
-
-_F16 = None
 
 
 def _matrix_view(view, image) -> np.ndarray | None:

@@ -33,7 +33,8 @@ from .bm25 import analyzer_of, query_terms
 from .filters import allowed_mask, syntax_mask
 from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor, predict
 from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf
-from .index import cosines_of, members_of
+from .cosines import cosines_of
+from .index import members_of
 from .rerank import rerank
 from .query_syntax import parse
 from .results import Candidate, Explain, Notice, PathContext, Response, Result

@@ -182,10 +182,10 @@ def test_a_forked_child_runs_the_dense_leg_beside_on_threads_of_its_own(sample_a
 
 def test_stored_cosines_agree_whichever_kernel_computes_them(monkeypatch):
     """kb's float16 kernel, numkong's cdist and numpy give the same cosines, up to float
-    rounding (runtime/index.py ``stored_cosines``)."""
+    rounding (runtime/cosines.py ``stored_cosines``)."""
     import sys
 
-    from kb.runtime import index as index_mod
+    from kb.runtime import cosines as index_mod
 
     rng = np.random.default_rng(5)
     rows = rng.standard_normal((300, 384)).astype(np.float16)

@@ -124,7 +124,7 @@ def test_a_hybrid_search_uses_the_in_place_encoder_and_never_loads_ctranslate2(t
     assert "tokenizers" not in modules  # printable ASCII is split into words in Python (common/query_tokenizer.py)
     from kb.common import _kernels
 
-    if _kernels.f16_kernel() == "f16c":  # the scan's cosines by kb's kernel (runtime/index.py stored_cosines)
+    if _kernels.f16_kernel() == "f16c":  # the scan's cosines by kb's kernel (runtime/cosines.py stored_cosines)
         assert "numkong" not in modules
     code, out, modules, _ = _kb("search", "où est le disque partagé", "-i", tiny_model_artifact, "--json", "--no-stale-check")
     assert code == 0 and "tokenizers" in modules and "ctranslate2" not in modules
