@@ -347,7 +347,11 @@ class Searcher:
             pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
             if beside:
                 lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed)
-                v, leg, ms = dense(text, "vector" + suffix, w_dense * scale)
+                try:
+                    v, leg, ms = dense(text, "vector" + suffix, w_dense * scale)
+                except BaseException:
+                    lexical.join()  # never leave it reading the map after the search is over
+                    raise
                 legs.append(lexical.result())
                 timings["bm25"] = timings.get("bm25", 0.0) + lexical.ms
                 qv = v if qv is None else qv
@@ -356,7 +360,12 @@ class Searcher:
                 continue
             if run_bm25:
                 t = time.perf_counter()
-                legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
+                try:
+                    legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
+                except BaseException:
+                    if pending is not None:
+                        pending.exception()  # waits: never leave the dense leg reading the map after the search is over
+                    raise
                 timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
             if run_dense:
                 v, leg, ms = pending.result() if pending is not None else dense(text, "vector" + suffix, w_dense * scale)
