@@ -157,54 +157,33 @@ def test_an_error_in_the_bm25_leg_beside_a_walk_reaches_the_search(sample_artifa
             s.search(Query("rotate the database credentials", top_k=5))
 
 
-def test_an_error_in_the_walk_waits_for_the_bm25_leg_beside_it(sample_artifact, monkeypatch):
-    """The search raises only once its BM25 thread is done: a caller that then rewrites or
+@pytest.mark.parametrize("one_shot, slow, broken", [(True, "bm25_leg", "vector_leg"), (False, "vector_leg", "bm25_leg")],
+                         ids=["the walk fails beside the bm25 thread", "the bm25 leg fails beside the pool's dense leg"])
+def test_a_failing_leg_waits_for_the_other_legs_thread(sample_artifact, monkeypatch, one_shot, slow, broken):
+    """The search raises only once the other leg's thread is done: a caller that then rewrites or
     closes the artifact must not pull the map from under it (a SIGBUS in CI before this)."""
     import time
 
     from kb.runtime import index as index_mod
 
-    monkeypatch.setattr(index_mod, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(index_mod, "EXACT_SCAN_MAX", 0)  # a one-shot search walks the graph
     with Index(sample_artifact) as ix:
-        s = Searcher(ix, one_shot=True)
+        s = Searcher(ix, one_shot=one_shot)
         done = []
 
-        def slow_bm25(*a, _fn=s.ops.bm25_leg, **k):
+        def slow_leg(*a, _fn=getattr(s.ops, slow), **k):
             time.sleep(0.3)
             done.append(True)
             return _fn(*a, **k)
 
-        def broken(*a, **k):
-            raise RuntimeError("the walk failed")
+        def failing(*a, **k):
+            raise RuntimeError("a leg failed")
 
-        monkeypatch.setattr(s.ops, "bm25_leg", slow_bm25)
-        monkeypatch.setattr(s.ops, "vector_leg", broken)
-        with pytest.raises(RuntimeError, match="the walk failed"):
+        monkeypatch.setattr(s.ops, slow, slow_leg)
+        monkeypatch.setattr(s.ops, broken, failing)
+        with pytest.raises(RuntimeError, match="a leg failed"):
             s.search(Query("rotate the database credentials", top_k=5))
         assert done == [True] and not any(t.name == "kb-bm25-leg" for t in threading.enumerate())
-
-
-def test_an_error_in_the_bm25_leg_waits_for_the_dense_leg_beside_it(sample_artifact, monkeypatch):
-    """The same in a long-lived process, where the dense leg runs on the pool."""
-    import time
-
-    with Index(sample_artifact) as ix:
-        s = Searcher(ix)
-        done = []
-
-        def slow_dense(*a, _fn=s.ops.vector_leg, **k):
-            time.sleep(0.3)
-            done.append(True)
-            return _fn(*a, **k)
-
-        def broken(*a, **k):
-            raise RuntimeError("the bm25 leg failed")
-
-        monkeypatch.setattr(s.ops, "vector_leg", slow_dense)
-        monkeypatch.setattr(s.ops, "bm25_leg", broken)
-        with pytest.raises(RuntimeError, match="the bm25 leg failed"):
-            s.search(Query("rotate the database credentials", top_k=5))
-        assert done == [True]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
