@@ -34,6 +34,9 @@ def stored_cosines(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return cosines_of(rows.astype(np.float32), q)
 
 
+_F16 = None  # kb's kernels once asked for and their float16 cosines run here, False when not
+
+
 def _f16_kernels():
     """kb's compiled kernels when their float16 cosines run here (little-endian, AVX2 and F16C),
     else None; asked once a process."""
@@ -48,6 +51,3 @@ def _f16_kernels():
             except ImportError:
                 pass
     return _F16 or None
-
-
-_F16 = None
