@@ -15,7 +15,8 @@ sets' queries (bench/RESULTS.md, "query-encoder"), not to the last bit.
 The dense layers run on kb's compiled kernels (common/_kernels.c, built by pip from setup.py):
 int8 weights multiplied as they lie in the mmap, with no pack and no copy (AVX2 where the CPU has
 it, plain C elsewhere), and layer norms. They give numpy's results bit for bit except GELU, whose
-expf may differ from numpy's exp in the last bit (tests/models/test_kernels.py). An install where
+exp (kb's own, eight floats at a time, where the CPU has AVX2; glibc's expf elsewhere) may differ
+from numpy's in the last bit (tests/models/test_kernels.py). An install where
 they could not be compiled runs numkong's packed int8 kernels (numkong is declared in
 pyproject.toml and is usearch's own dependency), and one without numkong, or with one too old for
 packed products, runs them in float32 numpy; all three give the same int8 sums: int8 x int8

@@ -364,7 +364,7 @@ def test_numkong_and_numpy_kernels_give_the_same_vectors():
 
 @pytest.mark.parametrize("kind", TINY)
 def test_compiled_and_numpy_kernels_agree_on_tiny_models(kind):
-    """kb's compiled kernels multiply and normalise exactly as numpy does; only GELU's expf rounds
+    """kb's compiled kernels multiply and normalise exactly as numpy does; only GELU's exp rounds
     differently (tests/models/test_kernels.py), which int8 rounding of the next layer's input can
     amplify."""
     m = _tiny(kind)
