@@ -329,7 +329,7 @@ def build(
                 reference = embedder if embedder is not None else PackedEmbedder(model_files)
                 legs = [(reference, L.MODEL_EMBED, L.MODEL_QUERY)] + ([(embedder_en, L.MODEL_EMBED_EN, L.MODEL_QUERY_EN)] if vectors_en is not None else [])
                 for model_of, embed_name, query_name in legs:
-                    query, why = query_model_section(model_of, next(s.data for s in sections if s.name == embed_name))
+                    query, why = query_model_section(model_of, next(s.data for s in sections if s.name == embed_name), embedder is not None)
                     if query is not None:
                         sections.append(SectionData(query_name, query))
                     elif why:

@@ -8,10 +8,12 @@ weights; anything else (a float32 model, a tokenizer whose pre-tokenizer depends
 test stand-in) gets no section, and ``kb`` then embeds queries with CTranslate2 as before.
 Before the section is kept, kb-build checks it: the compiled tokenizer must give the library's
 ids on ``SELF_CHECK_TEXTS``, and the encoder must agree with the CTranslate2 embedder the
-passages were embedded with (cosine >= ``SELF_CHECK_COSINE`` on each of them), or, where this
-machine's CTranslate2 sums int8 products the saturating way of CPUs without int8 dot products,
-agree with it when summing that way too (common/query_encoder.py ``saturation``). Queries are
-then still embedded exactly: the saturation is that machine's noise, not the model.
+passages were embedded with (cosine >= ``SELF_CHECK_COSINE`` on each of them). Where this
+machine's CTranslate2 sums int8 products the saturating way of CPUs without int8 dot products
+(common/query_encoder.py ``saturation``) and the encoder agrees with it more closely summing that
+way too, the section records it (the encoder's ``int8_pairs``), and queries are embedded the way
+the passages were, on any machine. A --vectors build's passages come from elsewhere: its section
+keeps exact sums.
 """
 
 from __future__ import annotations
@@ -218,11 +220,13 @@ class PackedEmbedder:
         return self._model.embed_query(text)
 
 
-def query_model_section(embedder, embed: bytes) -> tuple[bytes | None, str | None]:
+def query_model_section(embedder, embed: bytes, embedded_here: bool = True) -> tuple[bytes | None, str | None]:
     """The ``model.query`` section for ``embedder`` (whose files ``embed``, the packed
     ``model.embed`` section, holds): (bytes, None), or (None, why not). ``why`` is None when the
     model is simply not one the query encoder reads (the artifact then works as before), and a
-    warning when the self-check failed."""
+    warning when the self-check failed. ``embedded_here``: the passages were embedded by this
+    machine's CTranslate2 (not given with --vectors), so the section records how its int8 sums
+    add up (``self_check``) and queries are embedded the same way."""
     files = embedder.files()
     try:
         encoder, tensors = _directory(files, embed)
@@ -230,36 +234,42 @@ def query_model_section(embedder, embed: bytes) -> tuple[bytes | None, str | Non
     except (Unsupported, KeyError, ValueError):
         return None, None
     data = pack_query_model(crc32(embed), encoder, tensors, tok_params, vocab)
-    why = self_check(data, embed, embedder)
-    return (None, why) if why else (data, None)
+    why, pairs = self_check(data, embed, embedder)
+    if why:
+        return None, why
+    if pairs != "exact" and embedded_here:
+        data = pack_query_model(crc32(embed), {**encoder, "int8_pairs": pairs}, tensors, tok_params, vocab)
+    return data, None
 
 
-def self_check(data: bytes, embed: bytes, embedder) -> str | None:
-    """None when the section's tokenizer and encoder agree with the library and CTranslate2 on
-    SELF_CHECK_TEXTS, else what disagreed."""
+def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, str]:
+    """(None, int8 pairs) when the section's tokenizer and encoder agree with the library and
+    CTranslate2 on SELF_CHECK_TEXTS, else (what disagreed, "exact"). The int8 pairs are
+    "saturate" where this machine's CTranslate2 cuts int8 pair sums to int16 (an x86 CPU without
+    int8 dot products: common/query_encoder.py ``saturation``) and the encoder summing that way
+    agrees with it more closely than summing exactly; else "exact"."""
     from tokenizers import Tokenizer
 
     from kb.common.query_encoder import QueryEncoder
 
     files = embedder.files()
     card = json.loads(files[R.CARD_FILE])
-    enc = QueryEncoder(QueryModel(data, embed, crc32(embed)), card)
+    enc = QueryEncoder(QueryModel(data, embed, crc32(embed)), card, int8_pairs="exact")
     ref = Tokenizer.from_str(bytes(files["tokenizer.json"]).decode("utf-8"))
     ref.no_padding()
     ref.no_truncation()
     ref.enable_truncation(enc.max_tokens)
     for text in SELF_CHECK_TEXTS:
         if enc.token_ids(text) != ref.encode(text).ids:
-            return f"the query tokenizer differs from the library's on {text[:40]!r}; queries use CTranslate2"
+            return f"the query tokenizer differs from the library's on {text[:40]!r}; queries use CTranslate2", "exact"
     ct2 = [embedder.embed_query(text) for text in SELF_CHECK_TEXTS]
-    cosines = [float(enc.embed_query(text) @ v) for text, v in zip(SELF_CHECK_TEXTS, ct2)]
-    if min(cosines) < SELF_CHECK_COSINE:
-        # This machine's CTranslate2 may cut int8 pair sums to int16 (a CPU without int8 dot
-        # products): then the encoder agrees with it when it sums that way too, and the
-        # difference is that CTranslate2's noise, not the encoder's (common/query_encoder.py).
-        saturating = QueryEncoder(enc.model, card, int8_pairs="saturate")  # the same checked section
-        if all(float(saturating.embed_query(text) @ v) >= SELF_CHECK_COSINE for text, v in zip(SELF_CHECK_TEXTS, ct2)):
-            return None
-        i = int(np.argmin(cosines))
-        return f"the query encoder differs from CTranslate2 on {SELF_CHECK_TEXTS[i][:40]!r} (cosine {cosines[i]:.4f}); queries use CTranslate2"
-    return None
+    cosines = {}
+    for pairs in ("exact", "saturate"):
+        e = enc if pairs == "exact" else QueryEncoder(enc.model, card, int8_pairs=pairs)  # the same checked section
+        cosines[pairs] = [float(e.embed_query(text) @ v) for text, v in zip(SELF_CHECK_TEXTS, ct2)]
+    # Where no pair sum leaves int16 the two agree to the bit, and exact is kept.
+    pairs = "saturate" if np.mean(cosines["saturate"]) > np.mean(cosines["exact"]) else "exact"
+    if min(cosines[pairs]) < SELF_CHECK_COSINE:
+        i = int(np.argmin(cosines[pairs]))
+        return f"the query encoder differs from CTranslate2 on {SELF_CHECK_TEXTS[i][:40]!r} (cosine {cosines[pairs][i]:.4f}); queries use CTranslate2", "exact"
+    return None, pairs

@@ -7,16 +7,19 @@
    fastest path on x86 without VNNI packs each weight first, and the packs cost more than the
    products they serve; this module multiplies the int8 weights as they lie, with no pack.
 
-   dense(x, w, ws, b, out, n, k, m, gelu): out = x @ W.T + b, then GELU when asked, where
-   x is float32 (n, k), W int8 (m, k) with float32 row scales ws (m,), b float32 (m,), out
-   float32 (n, m), all C-contiguous. The arithmetic is CTranslate2's int8 dense layer, step for
-   step as common/query_encoder.py's numpy version does it: each row of x quantized to int8
-   (scale 127 / max |x|, shifted into uint8 and rounded half to even), exact int32 sums of
+   dense(x, w, ws, b, out, n, k, m, gelu, saturate=False): out = x @ W.T + b, then GELU when
+   asked, where x is float32 (n, k), W int8 (m, k) with float32 row scales ws (m,), b float32
+   (m,), out float32 (n, m), all C-contiguous. The arithmetic is CTranslate2's int8 dense layer,
+   step for step as common/query_encoder.py's numpy version does it: each row of x quantized to
+   int8 (scale 127 / max |x|, shifted into uint8 and rounded half to even), exact int32 sums of
    int8 x int8 products (vpmaddwd on sign-extended int16 where the CPU has AVX2, plain C
-   elsewhere; both exact), then acc / (row scale x weight scale) + bias in float32. GELU is the
-   erf form with the same Abramowitz & Stegun polynomial as the numpy version; only its exp may
-   differ from numpy's in the last bit (with AVX2 a polynomial of kb's, eight at a time; glibc's
-   expf elsewhere). With AVX2 the quantization, the rescale and GELU also run eight floats at a
+   elsewhere; both exact), then acc / (row scale x weight scale) + bias in float32. With
+   ``saturate`` the sums are those of CTranslate2 on an x86 CPU without int8 dot products: pairs
+   of uint8 x int8 products cut to int16 (vpmaddubsw, as its kernels do; plain C elsewhere), for
+   an artifact whose passages were embedded that way (common/query_encoder.py ``saturation``).
+   GELU is the erf form with the same Abramowitz & Stegun polynomial as the numpy version; only
+   its exp may differ from numpy's in the last bit (with AVX2 a polynomial of kb's, eight at a
+   time; glibc's expf elsewhere). With AVX2 the quantization, the rescale and GELU also run eight floats at a
    time, in the same float steps: they took a third of a pass done a float at a time. Compiled
    with -ffp-contract=off so that no multiply and add fuse where numpy rounds twice.
 
@@ -54,6 +57,29 @@ static void dots_plain(const int16_t *q, int nq, const int8_t *w, int m, int k, 
             int32_t s = 0;
             for (int j = 0; j < k; j++) s += (int32_t)x[j] * (int32_t)wo[j];
             acc[(size_t)t * m + o] = s;
+        }
+    }
+}
+
+/* The saturating sums (dense's ``saturate``): CTranslate2's on an x86 CPU without int8 dot
+   products (oneDNN, or MKL, with vpmaddubsw). u is the quantized input shifted into uint8
+   (q + 128); each two neighbouring products u[2p] w[2p] + u[2p + 1] w[2p + 1] are cut to int16
+   before the int32 sum, and the shift is taken back exactly: acc = sum - 128 x sum(w). An odd last
+   column is a pair of its own (one product always fits int16). */
+static inline int32_t pair_sat(int32_t v) { return v > 32767 ? 32767 : v < -32768 ? -32768 : v; }
+
+static void dots_plain_sat(const uint8_t *u, int nq, const int8_t *w, int m, int k, int32_t *acc) {
+    for (int o = 0; o < m; o++) {
+        const int8_t *wo = w + (size_t)o * k;
+        int32_t c = 0;
+        for (int j = 0; j < k; j++) c += wo[j];
+        for (int t = 0; t < nq; t++) {
+            const uint8_t *x = u + (size_t)t * k;
+            int32_t s = 0;
+            int j = 0;
+            for (; j + 2 <= k; j += 2) s += pair_sat((int32_t)x[j] * wo[j] + (int32_t)x[j + 1] * wo[j + 1]);
+            if (j < k) s += (int32_t)x[j] * wo[j];
+            acc[(size_t)t * m + o] = s - 128 * c;
         }
     }
 }
@@ -98,6 +124,51 @@ __attribute__((target("avx2"))) static void dots_avx2(const int16_t *q, int nq, 
             __m256i a = _mm256_setzero_si256();
             for (int j = 0; j < k; j += 16) MADD(a, LOADW(w0 + j), LOADQ(x0 + j));
             acc[(size_t)t * m + o] = hsum(a);
+        }
+    }
+}
+
+/* The saturating sums with vpmaddubsw, as CTranslate2's kernels do them: u (uint8 rows, nq a
+   multiple of TOKENS, k a multiple of 32) by int8 weights, 32 products per instruction. */
+#define LOADB(p) _mm256_loadu_si256((const __m256i *)(p))
+#define SADD(a, y, v) a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(y, v), ones))
+
+__attribute__((target("avx2"))) static int32_t row_sum_avx2(const int8_t *w, int k) {
+    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+    __m256i a = _mm256_setzero_si256();
+    for (int j = 0; j < k; j += 32) SADD(a, ones8, LOADB(w + j));  /* pairs of int8: no cut */
+    return hsum(a);
+}
+
+__attribute__((target("avx2"))) static void dots_avx2_sat(const uint8_t *u, int nq, const int8_t *w, int m, int k, int32_t *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    int o = 0;
+    for (; o + 2 <= m; o += 2) {
+        const int8_t *w0 = w + (size_t)o * k, *w1 = w0 + k;
+        int32_t c0 = 128 * row_sum_avx2(w0, k), c1 = 128 * row_sum_avx2(w1, k);
+        for (int t = 0; t < nq; t += TOKENS) {
+            const uint8_t *x0 = u + (size_t)t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
+            __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00;
+            __m256i a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+            for (int j = 0; j < k; j += 32) {
+                __m256i v0 = LOADB(w0 + j), v1 = LOADB(w1 + j);
+                __m256i y0 = LOADB(x0 + j), y1 = LOADB(x1 + j), y2 = LOADB(x2 + j), y3 = LOADB(x3 + j);
+                SADD(a00, y0, v0); SADD(a01, y1, v0); SADD(a02, y2, v0); SADD(a03, y3, v0);
+                SADD(a10, y0, v1); SADD(a11, y1, v1); SADD(a12, y2, v1); SADD(a13, y3, v1);
+            }
+            int32_t *r = acc + (size_t)t * m + o;
+            r[0] = hsum(a00) - c0; r[m] = hsum(a01) - c0; r[2 * (size_t)m] = hsum(a02) - c0; r[3 * (size_t)m] = hsum(a03) - c0;
+            r[1] = hsum(a10) - c1; r[m + 1] = hsum(a11) - c1; r[2 * (size_t)m + 1] = hsum(a12) - c1; r[3 * (size_t)m + 1] = hsum(a13) - c1;
+        }
+    }
+    for (; o < m; o++) {  /* an odd last row */
+        const int8_t *w0 = w + (size_t)o * k;
+        int32_t c0 = 128 * row_sum_avx2(w0, k);
+        for (int t = 0; t < nq; t++) {
+            const uint8_t *x0 = u + (size_t)t * k;
+            __m256i a = _mm256_setzero_si256();
+            for (int j = 0; j < k; j += 32) SADD(a, LOADB(x0 + j), LOADB(w0 + j));
+            acc[(size_t)t * m + o] = hsum(a) - c0;
         }
     }
 }
@@ -260,10 +331,11 @@ static int check(Py_buffer *b, Py_ssize_t items, Py_ssize_t itemsize, const char
 
 static PyObject *dense(PyObject *self, PyObject *args) {
     Py_buffer x, w, ws, b, out;
-    int n, k, m, act;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*iiip", &x, &w, &ws, &b, &out, &n, &k, &m, &act)) return NULL;
+    int n, k, m, act, sat = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*iiip|p", &x, &w, &ws, &b, &out, &n, &k, &m, &act, &sat)) return NULL;
     PyObject *result = NULL;
     int16_t *q = NULL;
+    uint8_t *u = NULL;
     float *qscale = NULL;
     int32_t *acc = NULL;
     if (n <= 0 || k <= 0 || m <= 0 || n > 1 << 16 || k > 1 << 16 || m > 1 << 20) {
@@ -277,7 +349,8 @@ static PyObject *dense(PyObject *self, PyObject *args) {
     q = calloc((size_t)nq * k, sizeof *q);
     qscale = malloc((size_t)n * sizeof *qscale);
     acc = malloc((size_t)nq * m * sizeof *acc);
-    if (!q || !qscale || !acc) {
+    if (sat) u = malloc((size_t)nq * k);
+    if (!q || !qscale || !acc || (sat && !u)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -326,12 +399,22 @@ static PyObject *dense(PyObject *self, PyObject *args) {
             qt[j] = (int16_t)(int8_t)v;
         }
     }
+    if (sat) {
+        for (size_t i = 0; i < (size_t)nq * k; i++) u[i] = (uint8_t)(q[i] + 128);
 #ifdef KB_X86_AVX2
-    if (k % 16 == 0 && have_avx2())
-        dots_avx2(q, nq, w.buf, m, k, acc);
-    else
+        if (k % 32 == 0 && have_avx2())
+            dots_avx2_sat(u, nq, w.buf, m, k, acc);
+        else
 #endif
-        dots_plain(q, n, w.buf, m, k, acc);
+            dots_plain_sat(u, n, w.buf, m, k, acc);
+    } else {
+#ifdef KB_X86_AVX2
+        if (k % 16 == 0 && have_avx2())
+            dots_avx2(q, nq, w.buf, m, k, acc);
+        else
+#endif
+            dots_plain(q, n, w.buf, m, k, acc);
+    }
     /* acc / (row scale x weight scale) + bias, then GELU */
     for (int t = 0; t < n; t++) {
         const int32_t *a = acc + (size_t)t * m;
@@ -354,6 +437,7 @@ static PyObject *dense(PyObject *self, PyObject *args) {
     result = Py_None;
 done:
     free(q);
+    free(u);
     free(qscale);
     free(acc);
     PyBuffer_Release(&x);
@@ -712,7 +796,7 @@ static PyObject *simd(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef methods[] = {
-    {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu): out = x @ W.T + b (int8 like CTranslate2), GELU when asked."},
+    {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu, saturate=False): out = x @ W.T + b (int8 like CTranslate2), GELU when asked; int8 pair sums cut to int16 when saturate."},
     {"layer_norm", layer_norm, METH_VARARGS, "layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d); d may be None."},
     {"simd", simd, METH_NOARGS, "The product kernel this CPU runs: 'avx2' or 'plain'."},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},

@@ -5,8 +5,9 @@ kb-build embeds passages with CTranslate2 (common/encoders.py) at compute type i
 layer quantizes its input per row (scale 127 / max |x|, round half to even, shifted into uint8
 as the MKL kernel CTranslate2 prefers on x86 takes it), multiplies int8 by int8 into int32, and
 scales back by 1 / (input scale x weight scale). This encoder does the same arithmetic, so a
-query lands where CTranslate2 would put it: the int8 products are exact either way, and only
-float rounding elsewhere differs. Int8 activation rounding amplifies those differences (a 1e-6
+query lands where CTranslate2 would put it: the int8 sums are the same (exact, or cut to int16
+in pairs where the machine that embedded the passages did so, ``saturation``), and only float
+rounding elsewhere differs. Int8 activation rounding amplifies those differences (a 1e-6
 relative change of the inputs moves a MiniLM vector by up to 0.0035 in cosine, and CTranslate2
 itself moves a text by 0.002 when the batch around it changes), so this encoder and
 CTranslate2 agree at cosine 0.9993-0.9998 on average and 0.995 or more per query over the dev
@@ -139,21 +140,20 @@ def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias
 # the int8 weight, adding each two neighbouring products (columns 2p and 2p + 1) into an int16
 # with saturation before the int32 sums; the shift is taken back exactly. A pair sum beyond the
 # int16 range is thus cut, which moves a passage's vector by up to 0.012 in cosine (MiniLM on such
-# a CPU): noise of that machine's CTranslate2, not of the model. Queries are embedded exactly,
-# whatever machine built the artifact; kb-build's self-check (builder/query_model.py) tells that
-# noise from an error of this encoder by running it the saturating way too ("saturate").
+# a CPU), and moves its queries as much. kb-build's self-check (builder/query_model.py) finds
+# which way that machine's CTranslate2 sums and records it in the model.query section
+# ("int8_pairs"); the encoder then embeds queries the way the passages were embedded, on any
+# machine (the compiled kernels with vpmaddubsw as CTranslate2 does, or numpy with ``saturation``).
 INT16_MIN, INT16_MAX = -32768, 32767
 _RISKY = INT16_MAX // 255 + 1  # |w1| + |w2| below this cannot leave int16 for any uint8 input
 
 
-def risky_pairs(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def risky_pairs(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(output rows, pair indices p, weights of column 2p, of column 2p + 1) of the weight pairs
-    whose sum can leave the int16 range (about 3% of MiniLM's), as int32 arrays; None when the
-    input width is odd (no layer of kb's models)."""
+    whose sum can leave the int16 range (about 3% of MiniLM's), as int32 arrays. An odd last
+    column (no layer of kb's models) is a pair of its own: one product always fits int16."""
     rows, cols = weight.shape
-    if cols % 2:
-        return None
-    w = weight.reshape(rows, cols // 2, 2).astype(np.int32)
+    w = weight[:, : cols - cols % 2].reshape(rows, cols // 2, 2).astype(np.int32)
     out, p = np.nonzero(np.abs(w).sum(-1) >= _RISKY)
     return out, p, w[out, p, 0], w[out, p, 1]
 
@@ -214,11 +214,12 @@ class QueryEncoder:
     """Embeds queries like the artifact's CTranslate2 embedder, from a formats.query_model
     ``QueryModel`` and the model card (meta.embedder). ``kernels``: "auto" (kb's compiled
     kernels, else numkong, else numpy: whichever is installed), "native", "numkong" or "numpy";
-    ``int8_pairs``: "exact", or "saturate" to sum as
-    CTranslate2 does on a CPU without int8 dot products (``saturation``); ``keep_packed``: keep
-    each layer's numkong pack for later queries (False: a one-shot process, ``_dense``)."""
+    ``int8_pairs``: "exact", or "saturate" to sum as CTranslate2 does on a CPU without int8 dot
+    products (``saturation``); None: as the section records the passages were summed
+    (builder/query_model.py); ``keep_packed``: keep each layer's numkong pack for later queries
+    (False: a one-shot process, ``_dense``)."""
 
-    def __init__(self, model, card: dict, kernels: str = "auto", int8_pairs: str = "exact", keep_packed: bool = True):
+    def __init__(self, model, card: dict, kernels: str = "auto", int8_pairs: str | None = None, keep_packed: bool = True):
         from .query_tokenizer import QueryTokenizer
 
         self.model = model
@@ -236,16 +237,17 @@ class QueryEncoder:
             raise ModelError(f"the query encoder's hidden size {self.hidden} is not the model card's dim {self.dim}")
         if self.max_tokens > e["positions"]:
             raise ModelError(f"the model card's window of {self.max_tokens} tokens exceeds the encoder's {e['positions']} positions")
+        if int8_pairs is None:
+            int8_pairs = e.get("int8_pairs", "exact")
         if int8_pairs not in ("exact", "saturate"):
             raise ValueError(f"int8_pairs {int8_pairs!r}")
-        self.saturates = int8_pairs == "saturate"  # kb-build's self-check only (``saturation``)
+        self.saturates = int8_pairs == "saturate"
         self.keep_packed = keep_packed
         if kernels not in ("auto", "native", "numkong", "numpy"):
             raise ValueError(f"kernels {kernels!r}")
-        # The compiled kernels sum exactly; the saturating sums are numpy's and numkong's.
-        self._native = _native() if kernels in ("auto", "native") and not self.saturates else None
+        self._native = _native() if kernels in ("auto", "native") else None
         if kernels == "native" and self._native is None:
-            raise ModelError("kb's compiled kernels (common/_kernels.c) are not installed" if not self.saturates else "the compiled kernels sum exactly; int8_pairs='saturate' needs numkong or numpy")
+            raise ModelError("kb's compiled kernels (common/_kernels.c) are not installed")
         self._nk = _numkong() if kernels in ("auto", "numkong") and self._native is None else None
         if kernels == "numkong" and self._nk is None:
             raise ModelError("numkong with packed int8 products is not installed")
@@ -319,7 +321,7 @@ class QueryEncoder:
             self._ready(name)
             w, x = m.tensor(name + ".w"), np.ascontiguousarray(x, dtype=_F)
             y = np.empty((len(x), w.shape[0]), dtype=_F)
-            self._native.dense(x, w, m.tensor(name + ".s"), m.tensor(name + ".b"), y, len(x), w.shape[1], w.shape[0], act)
+            self._native.dense(x, w, m.tensor(name + ".s"), m.tensor(name + ".b"), y, len(x), w.shape[1], w.shape[0], act, self.saturates)
             return y
         # Packs not kept (a one-shot process): packed here, as the pass reaches the layer, and
         # let go after use, so that each pack reuses the memory the last one freed. Packs kept

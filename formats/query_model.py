@@ -55,6 +55,9 @@ PAGE_SIZE = 256  # pieces per vocabulary page (~4 KiB: a crc32 and a parse of ~2
 ROWS_PER_CRC = 64  # rows of the large tables (word and position embeddings) per crc32
 _PAGE_HEAD = struct.Struct("<II")
 MAX_DIRECTORY = 1 << 24
+# How the passages' int8 pair sums added up (the encoder's "int8_pairs"; absent: "exact"): exactly,
+# or cut to int16 as CTranslate2 does on an x86 CPU without int8 dot products.
+INT8_PAIRS = ("exact", "saturate")
 
 
 def _corrupt(why: str, label: str = "", section: str = "model.query") -> CorruptArtifact:
@@ -291,6 +294,8 @@ class QueryModel:
             raise _corrupt("encoder eps or activation is invalid")
         if e["hidden"] % e["heads"]:
             raise _corrupt("hidden size is not a multiple of the heads")
+        if e.setdefault("int8_pairs", "exact") not in INT8_PAIRS:
+            raise _corrupt("encoder int8_pairs is invalid")
         return e
 
     @staticmethod

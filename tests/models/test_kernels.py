@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kb.common import _kernels as K
-from kb.common.query_encoder import dense_int8, gelu, layer_norm
+from kb.common.query_encoder import dense_int8, gelu, layer_norm, risky_pairs
 
 
-def _native_dense(x, w, ws, b, act=False):
+def _native_dense(x, w, ws, b, act=False, saturate=False):
     n, k = x.shape
     y = np.empty((n, w.shape[0]), np.float32)
-    K.dense(x, w, ws, b, y, n, k, w.shape[0], act)
+    K.dense(x, w, ws, b, y, n, k, w.shape[0], act, saturate)
     return y
 
 
@@ -32,7 +32,8 @@ def _case(rng, n, k, m, spread=4.0):
     return x, w, rng.uniform(20, 400, m).astype(np.float32), rng.standard_normal(m).astype(np.float32)
 
 
-# k: any width (the plain C loop) and multiples of 16 (the AVX2 kernel where the CPU has it)
+# k: any width (the plain C loop) and multiples of 16 (the AVX2 kernel where the CPU has it; its
+# saturating one takes multiples of 32)
 WIDTHS = st.one_of(st.integers(1, 70), st.integers(1, 100).map(lambda j: 16 * j))
 
 
@@ -41,6 +42,28 @@ WIDTHS = st.one_of(st.integers(1, 70), st.integers(1, 100).map(lambda j: 16 * j)
 def test_dense_equals_the_numpy_int8_layer_bit_for_bit(n, k, m, seed, spread):
     x, w, ws, b = _case(np.random.default_rng(seed), n, k, m, spread)
     np.testing.assert_array_equal(_native_dense(x, w, ws, b), dense_int8(x, w, ws, b))
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 13), k=WIDTHS, m=st.integers(1, 37), seed=st.integers(0, 2**32 - 1), spread=st.sampled_from([1e-3, 1.0, 50.0]))
+def test_saturating_dense_equals_the_numpy_saturating_layer_bit_for_bit(n, k, m, seed, spread):
+    """``saturate``: int8 pair sums cut to int16 as CTranslate2 does without int8 dot products
+    (vpmaddubsw on AVX2 for widths that are multiples of 32, plain C otherwise, odd widths too)."""
+    x, w, ws, b = _case(np.random.default_rng(seed), n, k, m, spread)
+    want = dense_int8(x, w, ws, b, risky=risky_pairs(w))
+    np.testing.assert_array_equal(_native_dense(x, w, ws, b, saturate=True), want)
+
+
+def test_the_saturating_sums_cut_where_exact_ones_do_not():
+    x = np.ones((1, 64), np.float32)  # quantizes to 127: uint8 255
+    w = np.full((2, 64), 127, np.int8)
+    w[1] = -127
+    ws, b = np.ones(2, np.float32), np.zeros(2, np.float32)
+    exact, cut = _native_dense(x, w, ws, b), _native_dense(x, w, ws, b, saturate=True)
+    f = np.float32
+    np.testing.assert_array_equal(exact[0], [f(127 * 127 * 64) / f(127), f(-127 * 127 * 64) / f(127)])
+    # 32 pairs of 255 x +-127 x 2 = +-64,770, cut to 32,767 and -32,768; the shift 128 x sum(w) back
+    np.testing.assert_array_equal(cut[0], [f(32 * 32767 - 128 * 127 * 64) / f(127), f(-32 * 32768 + 128 * 127 * 64) / f(127)])
 
 
 @settings(max_examples=60, deadline=None)

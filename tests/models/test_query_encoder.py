@@ -69,7 +69,7 @@ class Model:
         self.encoder = self.open(kernels)
         self.reference = _reference(files, self.encoder.max_tokens)
 
-    def open(self, kernels: str = "auto", section: bytes | None = None, embed: bytes | None = None, int8_pairs: str = "exact") -> QueryEncoder:
+    def open(self, kernels: str = "auto", section: bytes | None = None, embed: bytes | None = None, int8_pairs: str | None = "exact") -> QueryEncoder:
         embed = self.embed if embed is None else embed
         return QueryEncoder(QueryModel(self.section if section is None else section, embed, zlib.crc32(self.embed)), self.card, kernels, int8_pairs)
 
@@ -408,11 +408,53 @@ def test_a_big_endian_cpu_does_not_run_the_compiled_kernels(monkeypatch):
     assert repr(_tiny("unigram").open()).endswith("kernels=numkong)")
 
 
-def test_saturating_sums_never_run_on_the_compiled_kernels():
-    m = _tiny("unigram")
-    assert not repr(m.open(int8_pairs="saturate")).endswith("kernels=native)")
-    with pytest.raises(ModelError, match=r"^the compiled kernels sum exactly; int8_pairs='saturate' needs numkong or numpy$"):
-        m.open("native", int8_pairs="saturate")
+@pytest.mark.parametrize("kind", TINY)
+def test_compiled_and_numpy_kernels_agree_when_the_sums_saturate(kind):
+    """int8_pairs="saturate" runs on the compiled kernels (vpmaddubsw with AVX2) as on numpy's."""
+    m = _tiny(kind)
+    a, b = m.open("native", int8_pairs="saturate"), m.open("numpy", int8_pairs="saturate")
+    assert repr(a).endswith("kernels=native)")
+    cos = [_cos(a.embed_query(t), b.embed_query(t)) for t in ["ab cd", "中文 <mask> test", "a" * 30, "the cat sat"]]
+    assert min(cos) > 0.9999, cos
+
+
+class _Saturating:
+    """A CTranslate2 embedder that cuts int8 pair sums to int16, as on an x86 CPU without int8
+    dot products: the encoder summing that way stands in for it."""
+
+    def __init__(self, m: Model):
+        self._m, self._enc = m, m.open("numpy", int8_pairs="saturate")
+
+    def files(self):
+        return self._m.files
+
+    def embed_query(self, text):
+        return self._enc.embed_query(text)
+
+
+@pytest.mark.parametrize("kind", TINY)
+def test_the_section_records_how_the_building_machines_int8_sums_add_up(kind):
+    """kb-build's self-check finds which way the CTranslate2 it embedded the passages with sums
+    int8 pairs and writes it in the section (encoder "int8_pairs"); an encoder opened without
+    saying embeds queries that way. A --vectors build (passages embedded elsewhere) keeps exact
+    sums."""
+    m = _tiny(kind)
+    assert QueryModel(m.section, m.embed, zlib.crc32(m.embed)).encoder["int8_pairs"] == CT2_PAIRS
+    section, why = B.query_model_section(_Saturating(m), m.embed)
+    assert why is None and _directory(section)["encoder"]["int8_pairs"] == "saturate"
+    enc = m.open(section=section, int8_pairs=None)
+    assert enc.saturates and m.open(int8_pairs=None).saturates == (CT2_PAIRS == "saturate")
+    texts = ["ab cd", "中文 <mask> test", "the cat sat"]
+    np.testing.assert_array_equal([enc.embed_query(t) for t in texts], [m.open(int8_pairs="saturate").embed_query(t) for t in texts])
+    byo, why = B.query_model_section(_Saturating(m), m.embed, embedded_here=False)
+    assert why is None and "int8_pairs" not in _directory(byo)["encoder"]
+    assert not m.open(section=byo, int8_pairs=None).saturates
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_a_real_models_section_records_this_machines_int8_sums(name):
+    m = _real(name)
+    assert m.open(int8_pairs=None).saturates == (CT2_PAIRS == "saturate")
 
 
 @pytest.mark.parametrize("int8_pairs", ["exact", "saturate"])
@@ -547,6 +589,7 @@ def _damaged() -> dict[str, bytes]:
         "vocabulary pages": s[:-3],
         "directory version": _with_directory(s, d | {"version": 2}),
         "encoder parameters": _with_directory(s, d | {"encoder": d["encoder"] | {"heads": 0}}),
+        "encoder int8_pairs is invalid": _with_directory(s, d | {"encoder": d["encoder"] | {"int8_pairs": "wrap"}}),
     }
 
 
@@ -554,7 +597,7 @@ DAMAGE = [
     "not a query-model section", "directory runs past", "directory crc mismatch", "another model.embed",
     "runs past model.embed", "'l0.fi.w' is missing", "'embed.word' is malformed", "checksums for",
     "'embed.pos' is missing or not", "ids past the word embeddings", "page index does not match", "vocabulary pages",
-    "directory version", "encoder parameters"]
+    "directory version", "encoder parameters", "encoder int8_pairs is invalid"]
 
 
 @pytest.mark.parametrize("why", DAMAGE)

@@ -24,8 +24,9 @@ from kb.formats import layout as L  # noqa: E402
 
 # On a CPU without int8 dot products, CTranslate2's int8 cuts pair sums to int16
 # (common/query_encoder.py ``saturation``): noise that a real model shrugs off (cosine 0.99) but
-# that reorders the tiny random model's few passages. There, vectors to compare rankings with
-# come from CTranslate2 in float32, which the encoder's exact int8 sums agree with.
+# that reorders the tiny random model's few passages. A --vectors build's section keeps exact
+# sums, so there its vectors come from CTranslate2 in float32, which exact int8 sums agree with;
+# an artifact kb-build embedded records the saturation, and its queries are embedded that way.
 CT2_INT8 = ct2_int8_pairs() == "exact"
 
 WATCH = ("usearch", "numkong", "tokenizers", "ctranslate2", "torch", "kb.common.encoders", "kb.common.query_encoder", "kb.common._kernels",
@@ -133,7 +134,7 @@ def test_a_hybrid_search_uses_the_in_place_encoder_and_never_loads_ctranslate2(t
 def test_ctranslate2_is_used_when_asked_for_and_ranks_alike(tiny_model_artifact):
     _, fast, _, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check", "--mode", "vector")
     code, ct2, modules, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check", "--mode", "vector",
-                                "--compute-type", "int8" if CT2_INT8 else "float32")
+                                "--compute-type", "int8")
     assert code == 0 and "ctranslate2" in modules and "kb.common.query_encoder" not in modules
     assert [r["chunk_id"] for r in fast["results"]][:3] == [r["chunk_id"] for r in ct2["results"]][:3]
 
