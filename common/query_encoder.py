@@ -14,8 +14,8 @@ CTranslate2 agree at cosine 0.9993-0.9998 on average and 0.995 or more per query
 sets' queries (bench/RESULTS.md, "query-encoder"), not to the last bit.
 
 The dense layers run on kb's compiled kernels (common/_kernels.c, built by pip from setup.py):
-int8 weights multiplied as they lie in the mmap, with no pack and no copy (AVX2 where the CPU has
-it, plain C elsewhere), and layer norms. They give numpy's results bit for bit except GELU, whose
+int8 weights multiplied as they lie in the mmap, with no pack and no copy (AVX-512 VNNI or AVX2
+where the CPU has them, plain C elsewhere), and layer norms. They give numpy's results bit for bit except GELU, whose
 exp (kb's own, eight floats at a time, where the CPU has AVX2; glibc's expf elsewhere) may differ
 from numpy's in the last bit (tests/models/test_kernels.py). An install where
 they could not be compiled runs numkong's packed int8 kernels (numkong is declared in
@@ -171,7 +171,9 @@ def saturation(q: np.ndarray, risky, outputs: int) -> np.ndarray:
     return fix
 
 
-# The layer norm that follows a dense layer of each encoder layer ("ao" -> "aln", "fo" -> "oln").
+# The dense layers of each encoder layer, and the layer norm that follows two of them ("ao" ->
+# "aln", "fo" -> "oln").
+_DENSE = ("qkv", "ao", "fi", "fo")
 _NORM_AFTER = {"ao": "aln", "fo": "oln"}
 
 
@@ -254,7 +256,7 @@ class QueryEncoder:
         # The dense layers, in the order the forward pass needs them, and each one's preparation
         # (its crc32s checked, its weight packed for numkong), done once by whichever thread
         # claims it first (``_ready``).
-        self._linears = [f"l{i}.{n}" for i in range(self.layers) for n in ("qkv", "ao", "fi", "fo")]
+        self._linears = [f"l{i}.{n}" for i in range(self.layers) for n in _DENSE]
         self._packed: dict[str, object] = {}
         self._claims: dict[str, threading.Event] = {}
         self._failed: dict[str, BaseException] = {}
@@ -262,57 +264,57 @@ class QueryEncoder:
         self.tokenizer = QueryTokenizer(model.tokenizer, model.find, self.max_tokens)
 
     # ----------------------------------------------------------------------------------------
-    def _prepare(self, name: str) -> tuple | None:
-        """Check a dense layer's weight, scale and bias (and the layer norm that follows it);
-        then, when numkong's packs are kept, (the weight packed for numkong or None, its
-        ``risky_pairs`` when the sums saturate, else None)."""
-        m = self.model
-        m.verify((name + ".w", name + ".s", name + ".b"))
-        prefix, kind = name.rsplit(".", 1)
-        norm = _NORM_AFTER.get(kind)
-        if norm:  # the layer norm after it: small, but its crc32 and view cost the main thread ~30 us each
-            m.verify((f"{prefix}.{norm}.g", f"{prefix}.{norm}.b"))
-        return self._packs(name) if self.keep_packed and self._native is None else None
+    def _prepare(self, layer: str) -> dict:
+        """Check encoder layer ``layer``'s (e.g. "l3") dense weights, scales and biases and its
+        layer norms, all in one crc32_many call (a helper thread that took the GIL back after
+        each tensor held up the thread running the pass); then, when numkong's packs are kept,
+        each dense layer's (pack or None, ``risky_pairs`` when the sums saturate, else None),
+        else None for each."""
+        names = [f"{layer}.{kind}" for kind in _DENSE]
+        self.model.verify([f"{n}.{p}" for n in names for p in ("w", "s", "b")] + [f"{layer}.{norm}.{p}" for norm in _NORM_AFTER.values() for p in ("g", "b")])
+        return {n: self._packs(n) if self.keep_packed and self._native is None else None for n in names}
 
     def _packs(self, name: str) -> tuple:
         w = self.model.tensor(name + ".w")
         return (self._nk.dots_pack(w) if self._nk is not None else None, risky_pairs(w) if self.saturates else None)
 
-    def _claim(self, name: str) -> threading.Event | None:
-        """An event to set once ``name`` is prepared, if this thread is the first to claim it."""
+    def _claim(self, layer: str) -> threading.Event | None:
+        """An event to set once ``layer`` is prepared, if this thread is the first to claim it."""
         with self._lock:
-            if name in self._claims:
+            if layer in self._claims:
                 return None
-            event = self._claims[name] = threading.Event()
+            event = self._claims[layer] = threading.Event()
             return event
 
-    def _prepare_claimed(self, name: str, event: threading.Event) -> None:
+    def _prepare_claimed(self, layer: str, event: threading.Event) -> None:
         try:
-            self._packed[name] = self._prepare(name)
+            self._packed.update(self._prepare(layer))
         except BaseException as e:  # raised where the layer is needed (``_ready``)
-            self._failed[name] = e
+            self._failed[layer] = e
         finally:
             event.set()
 
     def _ready(self, name: str):
-        """Dense layer ``name``'s ``_prepare`` result, prepared here unless a helper has claimed it."""
+        """Dense layer ``name``'s ``_prepare`` result, its encoder layer prepared here unless a
+        helper has claimed it."""
         if name in self._packed:
             return self._packed[name]
-        event = self._claim(name)
+        layer = name.split(".", 1)[0]
+        event = self._claim(layer)
         if event is not None:
-            self._prepare_claimed(name, event)
+            self._prepare_claimed(layer, event)
         else:
-            self._claims[name].wait()
-        if name in self._failed:
-            raise self._failed[name]
+            self._claims[layer].wait()
+        if layer in self._failed:
+            raise self._failed[layer]
         return self._packed[name]
 
     def _help(self) -> None:
-        """A helper thread: prepare the layers no thread has claimed yet, in forward order."""
-        for name in self._linears:
-            event = self._claim(name)
+        """A helper thread: prepare the encoder layers no thread has claimed yet, in forward order."""
+        for i in range(self.layers):
+            event = self._claim(f"l{i}")
             if event is not None:
-                self._prepare_claimed(name, event)
+                self._prepare_claimed(f"l{i}", event)
 
     def _dense(self, x: np.ndarray, name: str, act: bool = False) -> np.ndarray:
         """``x @ W.T + b`` for dense layer ``name``, then GELU when ``act``."""

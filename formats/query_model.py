@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .artifact import CorruptArtifact
-from .checksum import crc32
+from .checksum import crc32, crc32_many
 from .layout import BlobTable, pack_blobs
 
 MAGIC = b"KBQMOD1\n"
@@ -404,16 +404,30 @@ class QueryModel:
 
     def verify(self, names) -> None:
         """Check the crc32s of whole tensors ``names`` (once); CorruptArtifact on the first
-        mismatch. Helper threads call it ahead of use (zlib and zlib-ng release the GIL while they sum)."""
-        for name in names:
-            if name in self._whole:
-                continue
-            t = self._tensor(name)
-            v = self._view(t)
-            step = t.ref.rows_per_crc
-            for g in range(len(t.crcs)):
-                self._check(t, g, v[g * step : (g + 1) * step] if step else v)
-            self._whole[name] = v
+        mismatch. One crc32_many call sums all their row groups with the GIL let go, so helper
+        threads call it ahead of use without holding up the thread that runs the encoder."""
+        todo = [(t, g) for t in (self._tensor(n) for n in dict.fromkeys(names) if n not in self._whole)
+                for g in range(len(t.crcs)) if (t.ref.name, g) not in self._verified]
+        if todo:
+            starts, stops = zip(*(self._group_span(t, g) for t, g in todo))
+            got = crc32_many(self._embed, starts, stops)
+            for (t, g), crc in zip(todo, got.tolist()):
+                if crc != int(t.crcs[g]):
+                    raise _corrupt(f"crc mismatch in tensor {t.ref.name!r}, rows group {g}", self.label, "model.embed")
+            with self._lock:
+                self._verified.update((t.ref.name, g) for t, g in todo)
+        for n in names:
+            if n not in self._whole:
+                self._whole[n] = self._view(self._tensor(n))
+
+    def _group_span(self, t: _Tensor, group: int) -> tuple[int, int]:
+        """Byte offsets in model.embed of row group ``group`` of ``t``."""
+        r = t.ref
+        if not r.rows_per_crc:
+            return r.offset, r.offset + r.nbytes()
+        row = r.nbytes() // r.shape[0]
+        lo = r.offset + group * r.rows_per_crc * row
+        return lo, min(lo + r.rows_per_crc * row, r.offset + r.nbytes())
 
     def rows(self, name: str, index) -> np.ndarray:
         """Rows ``index`` of a tensor (a copy), verifying only the row groups they fall in."""

@@ -19,11 +19,25 @@ from kb.common import _kernels as K
 from kb.common.query_encoder import dense_int8, gelu, layer_norm, risky_pairs
 
 
-def _native_dense(x, w, ws, b, act=False, saturate=False):
+def _native_dense(x, w, ws, b, act=False, saturate=False, kernel="auto"):
     n, k = x.shape
     y = np.empty((n, w.shape[0]), np.float32)
-    K.dense(x, w, ws, b, y, n, k, w.shape[0], act, saturate)
+    K.dense(x, w, ws, b, y, n, k, w.shape[0], act, saturate, kernel)
     return y
+
+
+def _cpu_flags() -> set[str]:
+    if platform.system() != "Linux":
+        return set()
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+FLAGS = _cpu_flags()
+# The product kernels this CPU runs: each is tested, whichever "auto" picks.
+KERNELS = ["plain"] + (["avx2"] if "avx2" in FLAGS else []) + (["avx512vnni"] if {"avx512f", "avx512bw", "avx512_vnni"} <= FLAGS else [])
 
 
 def _case(rng, n, k, m, spread=4.0):
@@ -33,7 +47,7 @@ def _case(rng, n, k, m, spread=4.0):
 
 
 # k: any width (the plain C loop) and multiples of 16 (the AVX2 kernel where the CPU has it; its
-# saturating one takes multiples of 32)
+# saturating one takes multiples of 32, the AVX-512 VNNI one multiples of 64)
 WIDTHS = st.one_of(st.integers(1, 70), st.integers(1, 100).map(lambda j: 16 * j))
 
 
@@ -41,7 +55,9 @@ WIDTHS = st.one_of(st.integers(1, 70), st.integers(1, 100).map(lambda j: 16 * j)
 @given(n=st.integers(1, 13), k=WIDTHS, m=st.integers(1, 37), seed=st.integers(0, 2**32 - 1), spread=st.sampled_from([1e-30, 1e-3, 1.0, 50.0, 1e30]))
 def test_dense_equals_the_numpy_int8_layer_bit_for_bit(n, k, m, seed, spread):
     x, w, ws, b = _case(np.random.default_rng(seed), n, k, m, spread)
-    np.testing.assert_array_equal(_native_dense(x, w, ws, b), dense_int8(x, w, ws, b))
+    want = dense_int8(x, w, ws, b)
+    for kernel in ["auto"] + KERNELS:
+        np.testing.assert_array_equal(_native_dense(x, w, ws, b, kernel=kernel), want, err_msg=kernel)
 
 
 @settings(max_examples=150, deadline=None)
@@ -51,7 +67,8 @@ def test_saturating_dense_equals_the_numpy_saturating_layer_bit_for_bit(n, k, m,
     (vpmaddubsw on AVX2 for widths that are multiples of 32, plain C otherwise, odd widths too)."""
     x, w, ws, b = _case(np.random.default_rng(seed), n, k, m, spread)
     want = dense_int8(x, w, ws, b, risky=risky_pairs(w))
-    np.testing.assert_array_equal(_native_dense(x, w, ws, b, saturate=True), want)
+    for kernel in ["auto"] + [k for k in KERNELS if k != "avx512vnni"]:
+        np.testing.assert_array_equal(_native_dense(x, w, ws, b, saturate=True, kernel=kernel), want, err_msg=kernel)
 
 
 def test_the_saturating_sums_cut_where_exact_ones_do_not():
@@ -167,11 +184,18 @@ def test_a_buffer_that_does_not_match_its_shape_is_refused():
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 only")
-def test_the_avx2_kernel_runs_where_the_cpu_has_avx2():
-    flags = open("/proc/cpuinfo").read() if platform.system() == "Linux" else ""
-    if " avx2" not in flags:
+def test_the_best_kernel_the_cpu_has_runs():
+    if "avx2" not in FLAGS:
         pytest.skip("no AVX2 here")
-    assert K.simd() == "avx2"
+    assert K.simd() == KERNELS[-1]
+
+
+def test_a_kernel_the_cpu_lacks_or_an_unknown_one_is_refused():
+    x, w, ws, b = _case(np.random.default_rng(1), 2, 64, 3)
+    with pytest.raises(ValueError, match=r"^dense: no kernel fast here$"):
+        _native_dense(x, w, ws, b, kernel="fast")
+    with pytest.raises(ValueError, match=r"^dense: no kernel avx512vnni with saturate here$"):
+        _native_dense(x, w, ws, b, saturate=True, kernel="avx512vnni")
 
 
 needs_f16c = pytest.mark.skipif(K.f16_kernel() != "f16c", reason="cosines_f16 runs on x86 with AVX2 and F16C")
