@@ -78,8 +78,8 @@ class EmbeddingOptions:
 class VectorOptions:
     """kb.toml [vectors]: the usearch HNSW graph."""
 
-    connectivity: int = setting(32, "HNSW M: links per node; more = better recall, bigger index.", minimum=2, maximum=256)
-    expansion_add: int = setting(128, "HNSW ef at construction; more = better graph, slower build.", minimum=1, maximum=4096)
+    connectivity: int = setting(48, "HNSW M: links per node; more = better recall, bigger index.", minimum=2, maximum=256)
+    expansion_add: int = setting(160, "HNSW ef at construction; more = better graph, slower build.", minimum=1, maximum=4096)
     expansion_search: int = setting(1024, "HNSW ef at query time (stored in meta); more = better recall, slower search.", minimum=1, maximum=4096)
     dtype: str = setting("f16", "Stored vector precision.", choices=("f16", "bf16", "f32"))
     order: str = setting("clusters", "Where the graph's nodes and their vectors lie in the artifact: clusters = near vectors together (a two-level k-means; the same graph, but a one-shot search reads fewer pages of it), chunks = in the order they were added. Below 4096 vectors, as added either way.", choices=("clusters", "chunks"))
