@@ -7,23 +7,24 @@
    fastest path on x86 without VNNI packs each weight first, and the packs cost more than the
    products they serve; this module multiplies the int8 weights as they lie, with no pack.
 
-   dense(x, w, ws, b, out, n, k, m, gelu, saturate=False): out = x @ W.T + b, then GELU when
-   asked, where x is float32 (n, k), W int8 (m, k) with float32 row scales ws (m,), b float32
-   (m,), out float32 (n, m), all C-contiguous. The arithmetic is CTranslate2's int8 dense layer,
-   step for step as common/query_encoder.py's numpy version does it: each row of x quantized to
-   int8 (scale 127 / max |x|, shifted into uint8 and rounded half to even), exact int32 sums of
+   dense(x, w, ws, b, out, n, k, m, gelu, saturate=False, kernel="auto"): out = x @ W.T + b, then
+   GELU when asked, where x is float32 (n, k), W int8 (m, k) with float32 row scales ws (m,), b
+   float32 (m,), out float32 (n, m), all C-contiguous. The arithmetic is CTranslate2's int8 dense
+   layer, step for step as common/query_encoder.py's numpy version does it: each row of x quantized
+   to int8 (scale 127 / max |x|, shifted into uint8 and rounded half to even), exact int32 sums of
    int8 x int8 products (vpdpbusd on the uint8-shifted input where the CPU has AVX-512 VNNI, as
-   CTranslate2 does there, 2.2 times as fast as the next; vpmaddwd on sign-extended int16 where
-   it has AVX2; plain C elsewhere; all exact), then acc / (row scale x weight scale) + bias in
-   float32. With
-   ``saturate`` the sums are those of CTranslate2 on an x86 CPU without int8 dot products: pairs
-   of uint8 x int8 products cut to int16 (vpmaddubsw, as its kernels do; plain C elsewhere), for
-   an artifact whose passages were embedded that way (common/query_encoder.py ``saturation``).
-   GELU is the erf form with the same Abramowitz & Stegun polynomial as the numpy version; only
-   its exp may differ from numpy's in the last bit (with AVX2 a polynomial of kb's, eight at a
-   time; glibc's expf elsewhere). With AVX2 the quantization, the rescale and GELU also run eight floats at a
-   time, in the same float steps: they took a third of a pass done a float at a time. Compiled
-   with -ffp-contract=off so that no multiply and add fuse where numpy rounds twice.
+   CTranslate2 does there, 2.2 times as fast as the next; vpmaddwd on sign-extended int16 where it
+   has AVX2; plain C elsewhere; all exact), then acc / (row scale x weight scale) + bias in
+   float32. With ``saturate`` the sums are those of CTranslate2 on an x86 CPU without int8 dot
+   products: pairs of uint8 x int8 products cut to int16 (vpmaddubsw, as its kernels do; plain C
+   elsewhere), for an artifact whose passages were embedded that way (common/query_encoder.py
+   ``saturation``). ``kernel`` names the product kernel ("plain", "avx2", "avx512vnni"; "auto": the
+   best the CPU and the width allow), for the tests. GELU is the erf form with the same Abramowitz
+   & Stegun polynomial as the numpy version; only its exp may differ from numpy's in the last bit
+   (with AVX2 a polynomial of kb's, eight at a time; glibc's expf elsewhere). With AVX2 the
+   quantization, the rescale and GELU also run eight floats at a time, in the same float steps:
+   they took a third of a pass done a float at a time. Compiled with -ffp-contract=off so that no
+   multiply and add fuse where numpy rounds twice.
 
    layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d) (d may be None), with
    CTranslate2's variance E[x^2] - mean^2 clamped at 0, in numpy's float32 steps and summation

@@ -15,11 +15,11 @@ sets' queries (bench/RESULTS.md, "query-encoder"), not to the last bit.
 
 The dense layers run on kb's compiled kernels (common/_kernels.c, built by pip from setup.py):
 int8 weights multiplied as they lie in the mmap, with no pack and no copy (AVX-512 VNNI or AVX2
-where the CPU has them, plain C elsewhere), and layer norms. They give numpy's results bit for bit except GELU, whose
-exp (kb's own, eight floats at a time, where the CPU has AVX2; glibc's expf elsewhere) may differ
-from numpy's in the last bit (tests/models/test_kernels.py). An install where
-they could not be compiled runs numkong's packed int8 kernels (numkong is declared in
-pyproject.toml and is usearch's own dependency), and one without numkong, or with one too old for
+where the CPU has them, plain C elsewhere), and layer norms. They give numpy's results bit for
+bit except GELU, whose exp (kb's own, eight floats at a time, where the CPU has AVX2; glibc's
+expf elsewhere) may differ from numpy's in the last bit (tests/models/test_kernels.py). An
+install where they could not be compiled runs numkong's packed int8 kernels (numkong is declared
+in pyproject.toml and is usearch's own dependency), and one without numkong, or with one too old for
 packed products, runs them in float32 numpy; all three give the same int8 sums: int8 x int8
 products and their sums are exact while a sum stays below 2^24 in float32 (1,040 products at the
 +-127 extreme; real rows stay far below it, and past it the rounding is 1e-7 relative). The rest
@@ -254,8 +254,8 @@ class QueryEncoder:
         if kernels == "numkong" and self._nk is None:
             raise ModelError("numkong with packed int8 products is not installed")
         # The dense layers, in the order the forward pass needs them, and each one's preparation
-        # (its crc32s checked, its weight packed for numkong), done once by whichever thread
-        # claims it first (``_ready``).
+        # (its crc32s checked, its weight packed for numkong), done once for a whole encoder
+        # layer by whichever thread claims that layer first (``_ready``).
         self._linears = [f"l{i}.{n}" for i in range(self.layers) for n in _DENSE]
         self._packed: dict[str, object] = {}
         self._claims: dict[str, threading.Event] = {}
