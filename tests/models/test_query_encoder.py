@@ -608,6 +608,26 @@ def test_a_damaged_section_is_refused_when_opened(why):
     assert why in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("at", ["first", "last"])
+def test_verify_sums_every_row_group_of_a_tensor_in_one_call(at):
+    """``QueryModel.verify`` of a tensor checksummed in groups of rows (the word embeddings):
+    each group's own bytes, the last one short; a damaged byte names its group."""
+    m = _tiny("wordpiece")
+    dtype, shape, offset, step, crcs = _directory(m.section)["tensors"]["embed.word"]
+    groups = len(crcs) // 4
+    row = shape[1] * (1 if dtype == "int8" else 4)
+    g = 0 if at == "first" else groups - 1
+    assert shape[0] % step, "the last group should be short"
+    embed = bytearray(m.embed)
+    embed[offset + (g * step + (shape[0] - 1 - g * step if at == "last" else 0)) * row] ^= 0x10
+    intact = QueryModel(m.section, m.embed, zlib.crc32(m.embed))
+    intact.verify(["embed.word", "l0.qkv.w"])
+    assert intact.tensor("embed.word").shape == tuple(shape)
+    damaged = QueryModel(m.section, bytes(embed), zlib.crc32(m.embed))
+    with pytest.raises(CorruptArtifact, match=rf"crc mismatch in tensor 'embed.word', rows group {g}$"):
+        damaged.verify(["l0.qkv.w", "embed.word"])
+
+
 def test_damaged_weights_and_pages_are_refused_when_read():
     m = _tiny("wordpiece")
     d = _directory(m.section)
