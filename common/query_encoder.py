@@ -222,8 +222,6 @@ class QueryEncoder:
     (False: a one-shot process, ``_dense``)."""
 
     def __init__(self, model, card: dict, kernels: str = "auto", int8_pairs: str | None = None, keep_packed: bool = True):
-        from .query_tokenizer import QueryTokenizer
-
         self.model = model
         self.meta = card
         self.name = str(card.get("name", ""))
@@ -261,7 +259,8 @@ class QueryEncoder:
         self._claims: dict[str, threading.Event] = {}
         self._failed: dict[str, BaseException] = {}
         self._lock = threading.Lock()
-        self.tokenizer = QueryTokenizer(model.tokenizer, model.find, self.max_tokens)
+        self._helping = 0  # threads in ``prepare``
+        self._tokenizer = None
 
     # ----------------------------------------------------------------------------------------
     def _prepare(self, layer: str) -> dict:
@@ -316,6 +315,18 @@ class QueryEncoder:
             if event is not None:
                 self._prepare_claimed(f"l{i}", event)
 
+    def prepare(self) -> None:
+        """Prepare the layers ahead of the first pass, on the calling thread: a one-shot search
+        runs it beside its BM25 leg (runtime/search.py), and the pass then starts that many
+        fewer helpers of its own. A layer that fails to prepare raises where the pass needs it."""
+        with self._lock:
+            self._helping += 1
+        try:
+            self._help()
+        finally:
+            with self._lock:
+                self._helping -= 1
+
     def _dense(self, x: np.ndarray, name: str, act: bool = False) -> np.ndarray:
         """``x @ W.T + b`` for dense layer ``name``, then GELU when ``act``."""
         m = self.model
@@ -357,7 +368,7 @@ class QueryEncoder:
         # bench/RESULTS.md "oneshot-quiet").
         x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
         if len(self._packed) < len(self._linears):
-            for _ in range(_helper_threads()):
+            for _ in range(_helper_threads() - self._helping):
                 threading.Thread(target=self._help, name="kb-prepare-layers", daemon=True).start()
         x += m.tensor("embed.type")[0].astype(_F) * (_F(1) / m.tensor("embed.type.scale")[0])
         x += m.rows("embed.pos", np.arange(n))
@@ -374,6 +385,17 @@ class QueryEncoder:
             h = self._dense(x, p + "fi", act=True)
             x = self._norm(x, self._dense(h, p + "fo"), p + "oln")
         return x
+
+    @property
+    def tokenizer(self):
+        """The query tokenizer, set up at its first use: a one-shot search loads the encoder on a
+        thread beside its BM25 leg and starts checking the layers while the search's own thread
+        sets up the tokenizer (runtime/search.py ``_prepare_encoder``)."""
+        if self._tokenizer is None:
+            from .query_tokenizer import QueryTokenizer
+
+            self._tokenizer = QueryTokenizer(self.model.tokenizer, self.model.find, self.max_tokens)
+        return self._tokenizer
 
     def token_ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)

@@ -89,6 +89,7 @@ class Searcher:
         self.one_shot = one_shot
         self.device, self.compute_type = device, compute_type
         self._embedders: dict = {}  # per dense leg (its section name): the loaded query embedder
+        self._embedder_lock = threading.Lock()  # one embedder per leg, whichever thread asks first
         self._reranker = reranker
         self.defaults = resolve(stored_search(index.meta))  # the artifact's [search] over its model's and kb's defaults
         self.main = index.dense  # the main dense leg (a set's: the set itself, its model shared)
@@ -110,25 +111,56 @@ class Searcher:
         CTranslate2 setting was asked for (``--device cuda`` or a ``--compute-type``); else the
         CTranslate2 embedder the passages were embedded with."""
         embedder = self._embedders.get(getattr(space, "section", "main"))
-        if embedder is None:
-            if self.one_shot and space.has_query_model and self.device != "cuda" and self.compute_type == "auto":
-                from kb.common.query_encoder import QueryEncoder
-
-                # Its width is the card's dim (QueryEncoder checks), as the vector index's is
-                # (Index.vectors checks): no need to wait for the index here.
-                with self._packed_model("embedding model"):
-                    embedder = QueryEncoder(space.query_model, space.card or {}, keep_packed=False)
-            else:
-                from kb.common.encoders import load_embedder
-
-                with self._packed_model("embedding model"):
-                    embedder = load_embedder(space.model_files(), self.device, self.compute_type)
-                if self.ix.has_vectors and embedder.dim != space.vector_dims:
-                    from kb.formats.artifact import CorruptArtifact
-
-                    raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {space.vector_dims} dimensions, its embedder {embedder.dim}")
-            self.set_embedder(space, embedder)
+        if embedder is not None:
+            return embedder
+        with self._embedder_lock:
+            embedder = self._embedders.get(getattr(space, "section", "main"))
+            if embedder is None:
+                embedder = self._load_embedder(space)
+                self.set_embedder(space, embedder)
         return embedder
+
+    def _in_place(self, space) -> bool:
+        """Whether ``space``'s queries are embedded by kb's in-place encoder (``embedder_of``)."""
+        return self.one_shot and space.has_query_model and self.device != "cuda" and self.compute_type == "auto"
+
+    def _load_embedder(self, space):
+        """The query embedder ``embedder_of`` loads for ``space``."""
+        if self._in_place(space):
+            from kb.common.query_encoder import QueryEncoder
+
+            # Its width is the card's dim (QueryEncoder checks), as the vector index's is
+            # (Index.vectors checks): no need to wait for the index here.
+            with self._packed_model("embedding model"):
+                embedder = QueryEncoder(space.query_model, space.card or {}, keep_packed=False)
+        else:
+            from kb.common.encoders import load_embedder
+
+            with self._packed_model("embedding model"):
+                embedder = load_embedder(space.model_files(), self.device, self.compute_type)
+            if self.ix.has_vectors and embedder.dim != space.vector_dims:
+                from kb.formats.artifact import CorruptArtifact
+
+                raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {space.vector_dims} dimensions, its embedder {embedder.dim}")
+        return embedder
+
+    def _prepare_encoder(self, space) -> threading.Thread | None:
+        """For a one-shot search that runs its legs one after the other: a thread that loads
+        the in-place encoder and checks its layers while the BM25 leg runs (``QueryEncoder.prepare``),
+        so that the forward pass finds them ready. None where there is nothing to prepare. Its
+        errors are left for the dense leg to meet again on its own thread."""
+        if not self._in_place(space) or getattr(space, "section", "main") in self._embedders:
+            return None
+
+        def run() -> None:
+            try:
+                self.embedder_of(space).prepare()
+            except BaseException:  # noqa: BLE001 - raised again where the dense leg loads or runs it
+                pass
+
+        thread = threading.Thread(target=run, name="kb-prepare-encoder", daemon=True)
+        thread.start()
+        return thread
 
     def set_embedder(self, space, embedder) -> None:
         """Embed ``space``'s queries with ``embedder`` (a benchmark's precomputed vectors)."""
@@ -336,42 +368,49 @@ class Searcher:
         run_bm25, run_dense = use_bm25 and w_lex > 0, use_vectors and w_dense > 0
         # Both legs in a long-lived process: the dense one on a thread beside this one (usearch's
         # search and CTranslate2 let go of the GIL), so a hybrid search costs about its slower leg
-        # instead of the sum of both. A one-shot search keeps one thread where its dense leg scans
-        # a small artifact's vectors: the in-place encoder and the scan are short, and a thread
-        # would only wait for the GIL. Where it walks a graph (past EXACT_SCAN_MAX chunks), the
+        # instead of the sum of both. A one-shot search runs its legs one after the other where its
+        # dense leg scans a small artifact's vectors (the in-place encoder and the scan are short,
+        # and a leg's thread would only wait for the GIL), and meanwhile loads the encoder and
+        # checks its layers on a thread beside the BM25 leg (``_prepare_encoder``: the crc32s let
+        # go of the GIL). Where it walks a graph (past EXACT_SCAN_MAX chunks), the
         # walk spends most of its time in page checks that let go of the GIL (the first touch of
         # each page it reads), so the BM25 leg runs on a plain thread beside it.
         pool = _leg_pool() if run_bm25 and run_dense and not self.one_shot else None
         beside = run_bm25 and run_dense and self.one_shot and getattr(space, "walks_graph", False)
-        for suffix, text, scale in texts:
-            pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
-            if beside:
-                lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed)
-                try:
-                    v, leg, ms = dense(text, "vector" + suffix, w_dense * scale)
-                except BaseException:
-                    lexical.join()  # never leave it reading the map after the search is over
-                    raise
-                legs.append(lexical.result())
-                timings["bm25"] = timings.get("bm25", 0.0) + lexical.ms
-                qv = v if qv is None else qv
-                legs.append(leg)
-                timings["vector"] = timings.get("vector", 0.0) + ms
-                continue
-            if run_bm25:
-                t = time.perf_counter()
-                try:
-                    legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
-                except BaseException:
-                    if pending is not None:
-                        pending.exception()  # waits: never leave the dense leg reading the map after the search is over
-                    raise
-                timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
-            if run_dense:
-                v, leg, ms = pending.result() if pending is not None else dense(text, "vector" + suffix, w_dense * scale)
-                qv = v if qv is None else qv
-                legs.append(leg)
-                timings["vector"] = timings.get("vector", 0.0) + ms
+        early = self._prepare_encoder(space) if run_bm25 and run_dense and self.one_shot and not beside and texts else None
+        try:
+            for suffix, text, scale in texts:
+                pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
+                if beside:
+                    lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed)
+                    try:
+                        v, leg, ms = dense(text, "vector" + suffix, w_dense * scale)
+                    except BaseException:
+                        lexical.join()  # never leave it reading the map after the search is over
+                        raise
+                    legs.append(lexical.result())
+                    timings["bm25"] = timings.get("bm25", 0.0) + lexical.ms
+                    qv = v if qv is None else qv
+                    legs.append(leg)
+                    timings["vector"] = timings.get("vector", 0.0) + ms
+                    continue
+                if run_bm25:
+                    t = time.perf_counter()
+                    try:
+                        legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
+                    except BaseException:
+                        if pending is not None:
+                            pending.exception()  # waits: never leave the dense leg reading the map after the search is over
+                        raise
+                    timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
+                if run_dense:
+                    v, leg, ms = pending.result() if pending is not None else dense(text, "vector" + suffix, w_dense * scale)
+                    qv = v if qv is None else qv
+                    legs.append(leg)
+                    timings["vector"] = timings.get("vector", 0.0) + ms
+        finally:
+            if early is not None:
+                early.join()  # never leave it reading the map after the search is over
         if q.entities:
             tiebreak = {f.chunk: f.score for f in fuse_rrf(legs, _fusion(o))} if legs else {}
             tag = self.ops.tag_leg(self.ix, q.entities, o.tag_weight, depth, allowed, tiebreak)

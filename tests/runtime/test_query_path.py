@@ -221,3 +221,70 @@ def test_a_card_whose_window_cannot_hold_a_query_is_a_corrupt_artifact(tiny_mode
     bad = _rewritten(tiny_model_artifact, tmp_path / "one-token.kb", L.META, one_token)
     code, _, _, err = _kb("search", QUERY, "-i", bad, "--json", "--no-stale-check")
     assert code == 3 and "corrupt artifact: its embedding model does not load: a query of" in err, err
+
+
+def _alive(name: str) -> bool:
+    import threading
+
+    return any(t.name == name for t in threading.enumerate())
+
+
+def test_a_one_shot_search_checks_the_encoders_layers_beside_its_bm25_leg(tiny_model_artifact, monkeypatch):
+    """A one-shot hybrid search of a small artifact runs its legs one after the other; the
+    in-place encoder loads and checks its layers on a thread beside the BM25 leg
+    (Searcher._prepare_encoder), done before the search returns, with the same results."""
+    import threading
+
+    from kb.common.query_encoder import QueryEncoder
+    from kb.runtime.index import Index
+    from kb.runtime.search import Query, Searcher
+
+    threads = []
+    prepare = QueryEncoder.prepare
+
+    def spy(self):
+        threads.append(threading.current_thread().name)
+        prepare(self)
+
+    monkeypatch.setattr(QueryEncoder, "prepare", spy)
+    q = Query(QUERY, top_k=5)
+    with Index(tiny_model_artifact) as ix:
+        s = Searcher(ix, one_shot=True)
+        got = [(r.chunk_id, r.score) for r in s.search(q, s.defaults).results]
+        assert threads == ["kb-prepare-encoder"] and not _alive("kb-prepare-encoder")
+        assert len(s.embedder._packed) == len(s.embedder._linears)
+        again = [(r.chunk_id, r.score) for r in s.search(q, s.defaults).results]  # loaded: nothing to prepare
+        assert threads == ["kb-prepare-encoder"]
+    monkeypatch.setattr(Searcher, "_prepare_encoder", lambda self, space: None)
+    with Index(tiny_model_artifact) as ix:
+        s = Searcher(ix, one_shot=True)
+        assert [(r.chunk_id, r.score) for r in s.search(q, s.defaults).results] == got == again
+
+
+def test_a_failing_bm25_leg_waits_for_the_encoders_preparation(tiny_model_artifact, monkeypatch):
+    """The search raises only once the thread checking the encoder's layers is done: a caller
+    that then closes the artifact must not pull the map from under it."""
+    import time
+
+    from kb.common.query_encoder import QueryEncoder
+    from kb.runtime.index import Index
+    from kb.runtime.search import Query, Searcher
+
+    done = []
+    prepare = QueryEncoder.prepare
+
+    def slow(self):
+        time.sleep(0.3)
+        prepare(self)
+        done.append(True)
+
+    def failing(*a, **k):
+        raise RuntimeError("bm25 leg failed")
+
+    monkeypatch.setattr(QueryEncoder, "prepare", slow)
+    with Index(tiny_model_artifact) as ix:
+        s = Searcher(ix, one_shot=True)
+        monkeypatch.setattr(s.ops, "bm25_leg", failing)
+        with pytest.raises(RuntimeError, match="^bm25 leg failed$"):
+            s.search(Query(QUERY, top_k=5), s.defaults)
+        assert done == [True] and not _alive("kb-prepare-encoder")
