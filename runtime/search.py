@@ -146,9 +146,10 @@ class Searcher:
 
     def _prepare_encoder(self, space) -> threading.Thread | None:
         """For a one-shot search that runs its legs one after the other: a thread that loads
-        the in-place encoder and checks its layers while the BM25 leg runs (``QueryEncoder.prepare``),
-        so that the forward pass finds them ready. None where there is nothing to prepare. Its
-        errors are left for the dense leg to meet again on its own thread."""
+        the in-place encoder and checks its layers while the BM25 leg runs
+        (``QueryEncoder.prepare``), so that the forward pass finds them ready. None where there
+        is nothing to prepare. Its errors are left for the dense leg to meet again on its own
+        thread."""
         if not self._in_place(space) or getattr(space, "section", "main") in self._embedders:
             return None
 
