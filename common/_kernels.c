@@ -131,51 +131,6 @@ __attribute__((target("avx2"))) static void dots_avx2(const int16_t *q, int nq, 
     }
 }
 
-/* The saturating sums with vpmaddubsw, as CTranslate2's kernels do them: u (uint8 rows, nq a
-   multiple of TOKENS, k a multiple of 32) by int8 weights, 32 products per instruction. */
-#define LOADB(p) _mm256_loadu_si256((const __m256i *)(p))
-#define SADD(a, y, v) a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(y, v), ones))
-
-__attribute__((target("avx2"))) static int32_t row_sum_avx2(const int8_t *w, int k) {
-    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
-    __m256i a = _mm256_setzero_si256();
-    for (int j = 0; j < k; j += 32) SADD(a, ones8, LOADB(w + j));  /* pairs of int8: no cut */
-    return hsum(a);
-}
-
-__attribute__((target("avx2"))) static void dots_avx2_sat(const uint8_t *u, int nq, const int8_t *w, int m, int k, int32_t *acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    int o = 0;
-    for (; o + 2 <= m; o += 2) {
-        const int8_t *w0 = w + (size_t)o * k, *w1 = w0 + k;
-        int32_t c0 = 128 * row_sum_avx2(w0, k), c1 = 128 * row_sum_avx2(w1, k);
-        for (int t = 0; t < nq; t += TOKENS) {
-            const uint8_t *x0 = u + (size_t)t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
-            __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00;
-            __m256i a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-            for (int j = 0; j < k; j += 32) {
-                __m256i v0 = LOADB(w0 + j), v1 = LOADB(w1 + j);
-                __m256i y0 = LOADB(x0 + j), y1 = LOADB(x1 + j), y2 = LOADB(x2 + j), y3 = LOADB(x3 + j);
-                SADD(a00, y0, v0); SADD(a01, y1, v0); SADD(a02, y2, v0); SADD(a03, y3, v0);
-                SADD(a10, y0, v1); SADD(a11, y1, v1); SADD(a12, y2, v1); SADD(a13, y3, v1);
-            }
-            int32_t *r = acc + (size_t)t * m + o;
-            r[0] = hsum(a00) - c0; r[m] = hsum(a01) - c0; r[2 * (size_t)m] = hsum(a02) - c0; r[3 * (size_t)m] = hsum(a03) - c0;
-            r[1] = hsum(a10) - c1; r[m + 1] = hsum(a11) - c1; r[2 * (size_t)m + 1] = hsum(a12) - c1; r[3 * (size_t)m + 1] = hsum(a13) - c1;
-        }
-    }
-    for (; o < m; o++) {  /* an odd last row */
-        const int8_t *w0 = w + (size_t)o * k;
-        int32_t c0 = 128 * row_sum_avx2(w0, k);
-        for (int t = 0; t < nq; t++) {
-            const uint8_t *x0 = u + (size_t)t * k;
-            __m256i a = _mm256_setzero_si256();
-            for (int j = 0; j < k; j += 32) SADD(a, LOADB(x0 + j), LOADB(w0 + j));
-            acc[(size_t)t * m + o] = hsum(a) - c0;
-        }
-    }
-}
-
 static int have_avx2(void) {
     static int known = -1;
     if (known < 0) {
@@ -185,55 +140,64 @@ static int have_avx2(void) {
     return known;
 }
 
+/* The kernels whose input is u = q + 128 (uint8 rows, nq a multiple of TOKENS, k a multiple of
+   STEP), as CTranslate2's kernels take it on x86: two weight rows by four tokens per step, as
+   dots_avx2, less 128 x each weight row's sum. ACC(a, y, v) adds the products of the input
+   bytes y and the weight bytes v into the int32 lanes of a; SUM adds up a's lanes; ONES8 is
+   every byte 1 (a weight row's sum is its products with it). */
+#define DOTS_U8(NAME, TARGET, VEC, STEP, ZERO, LOAD, ACC, SUM, ONES8)                                  \
+    TARGET static int32_t NAME##_row_sum(const int8_t *w, int k) {                                   \
+        VEC a = ZERO;                                                                                \
+        for (int j = 0; j < k; j += STEP) ACC(a, ONES8, LOAD(w + j));                                \
+        return SUM(a);                                                                               \
+    }                                                                                                \
+    TARGET static void NAME(const uint8_t *u, int nq, const int8_t *w, int m, int k, int32_t *acc) { \
+        int o = 0;                                                                                   \
+        for (; o + 2 <= m; o += 2) {                                                                 \
+            const int8_t *w0 = w + (size_t)o * k, *w1 = w0 + k;                                      \
+            int32_t c0 = 128 * NAME##_row_sum(w0, k), c1 = 128 * NAME##_row_sum(w1, k);              \
+            for (int t = 0; t < nq; t += TOKENS) {                                                   \
+                const uint8_t *x0 = u + (size_t)t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;     \
+                VEC a00 = ZERO, a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00; \
+                for (int j = 0; j < k; j += STEP) {                                                  \
+                    VEC v0 = LOAD(w0 + j), v1 = LOAD(w1 + j);                                        \
+                    VEC y0 = LOAD(x0 + j), y1 = LOAD(x1 + j), y2 = LOAD(x2 + j), y3 = LOAD(x3 + j);  \
+                    ACC(a00, y0, v0); ACC(a01, y1, v0); ACC(a02, y2, v0); ACC(a03, y3, v0);          \
+                    ACC(a10, y0, v1); ACC(a11, y1, v1); ACC(a12, y2, v1); ACC(a13, y3, v1);          \
+                }                                                                                    \
+                int32_t *r = acc + (size_t)t * m + o;                                                \
+                r[0] = SUM(a00) - c0; r[m] = SUM(a01) - c0;                                          \
+                r[2 * (size_t)m] = SUM(a02) - c0; r[3 * (size_t)m] = SUM(a03) - c0;                  \
+                r[1] = SUM(a10) - c1; r[m + 1] = SUM(a11) - c1;                                      \
+                r[2 * (size_t)m + 1] = SUM(a12) - c1; r[3 * (size_t)m + 1] = SUM(a13) - c1;          \
+            }                                                                                        \
+        }                                                                                            \
+        for (; o < m; o++) { /* an odd last row */                                                   \
+            const int8_t *w0 = w + (size_t)o * k;                                                    \
+            int32_t c0 = 128 * NAME##_row_sum(w0, k);                                                \
+            for (int t = 0; t < nq; t++) {                                                           \
+                const uint8_t *x0 = u + (size_t)t * k;                                               \
+                VEC a = ZERO;                                                                        \
+                for (int j = 0; j < k; j += STEP) ACC(a, LOAD(x0 + j), LOAD(w0 + j));                \
+                acc[(size_t)t * m + o] = SUM(a) - c0;                                                \
+            }                                                                                        \
+        }                                                                                            \
+    }
+
+/* The saturating sums with vpmaddubsw, as CTranslate2's kernels do them: each two neighbouring
+   uint8 x int8 products added into an int16 with saturation (dots_plain_sat), then into int32;
+   32 products per instruction. A weight row's sum cannot saturate (pairs of int8). */
+#define LOADB(p) _mm256_loadu_si256((const __m256i *)(p))
+#define SADD(a, y, v) a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(y, v), _mm256_set1_epi16(1)))
+DOTS_U8(dots_avx2_sat, __attribute__((target("avx2"))), __m256i, 32, _mm256_setzero_si256(), LOADB, SADD, hsum, _mm256_set1_epi8(1))
+
 /* Exact sums with AVX-512 VNNI (vpdpbusd: four uint8 x int8 products added into each int32 lane,
    with no cut: each product fits int16 and the lane sums in 32 bits), 64 products per
-   instruction, as CTranslate2's kernels do on such CPUs: u = q + 128 (uint8 rows, nq a multiple
-   of TOKENS, k a multiple of 64) by the int8 weights, less 128 x the weight row's sum. The same
-   int32 sums as dots_avx2's. */
+   instruction, as CTranslate2's kernels do on such CPUs: the same int32 sums as dots_avx2's. */
 #define VNNI512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #define LOADZ(p) _mm512_loadu_si512((const void *)(p))
 #define DPB(a, y, v) a = _mm512_dpbusd_epi32(a, y, v)
-
-VNNI512 static int32_t row_sum_vnni512(const int8_t *w, int k) {
-    const __m512i ones8 = _mm512_set1_epi8(1);
-    __m512i a = _mm512_setzero_si512();
-    for (int j = 0; j < k; j += 64) DPB(a, ones8, LOADZ(w + j));
-    return _mm512_reduce_add_epi32(a);
-}
-
-VNNI512 static void dots_vnni512(const uint8_t *u, int nq, const int8_t *w, int m, int k, int32_t *acc) {
-    int o = 0;
-    for (; o + 2 <= m; o += 2) {
-        const int8_t *w0 = w + (size_t)o * k, *w1 = w0 + k;
-        int32_t c0 = 128 * row_sum_vnni512(w0, k), c1 = 128 * row_sum_vnni512(w1, k);
-        for (int t = 0; t < nq; t += TOKENS) {
-            const uint8_t *x0 = u + (size_t)t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
-            __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00;
-            __m512i a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-            for (int j = 0; j < k; j += 64) {
-                __m512i v0 = LOADZ(w0 + j), v1 = LOADZ(w1 + j);
-                __m512i y0 = LOADZ(x0 + j), y1 = LOADZ(x1 + j), y2 = LOADZ(x2 + j), y3 = LOADZ(x3 + j);
-                DPB(a00, y0, v0); DPB(a01, y1, v0); DPB(a02, y2, v0); DPB(a03, y3, v0);
-                DPB(a10, y0, v1); DPB(a11, y1, v1); DPB(a12, y2, v1); DPB(a13, y3, v1);
-            }
-            int32_t *r = acc + (size_t)t * m + o;
-            r[0] = _mm512_reduce_add_epi32(a00) - c0; r[m] = _mm512_reduce_add_epi32(a01) - c0;
-            r[2 * (size_t)m] = _mm512_reduce_add_epi32(a02) - c0; r[3 * (size_t)m] = _mm512_reduce_add_epi32(a03) - c0;
-            r[1] = _mm512_reduce_add_epi32(a10) - c1; r[m + 1] = _mm512_reduce_add_epi32(a11) - c1;
-            r[2 * (size_t)m + 1] = _mm512_reduce_add_epi32(a12) - c1; r[3 * (size_t)m + 1] = _mm512_reduce_add_epi32(a13) - c1;
-        }
-    }
-    for (; o < m; o++) {  /* an odd last row */
-        const int8_t *w0 = w + (size_t)o * k;
-        int32_t c0 = 128 * row_sum_vnni512(w0, k);
-        for (int t = 0; t < nq; t++) {
-            const uint8_t *x0 = u + (size_t)t * k;
-            __m512i a = _mm512_setzero_si512();
-            for (int j = 0; j < k; j += 64) DPB(a, LOADZ(x0 + j), LOADZ(w0 + j));
-            acc[(size_t)t * m + o] = _mm512_reduce_add_epi32(a) - c0;
-        }
-    }
-}
+DOTS_U8(dots_vnni512, VNNI512, __m512i, 64, _mm512_setzero_si512(), LOADZ, DPB, _mm512_reduce_add_epi32, _mm512_set1_epi8(1))
 
 static int have_vnni512(void) {
     static int known = -1;
