@@ -238,7 +238,7 @@ class QueryEncoder:
         if self.max_tokens > e["positions"]:
             raise ModelError(f"the model card's window of {self.max_tokens} tokens exceeds the encoder's {e['positions']} positions")
         if int8_pairs is None:
-            int8_pairs = e.get("int8_pairs", "exact")
+            int8_pairs = e["int8_pairs"]  # formats/query_model.py: "exact" where the section has none
         if int8_pairs not in ("exact", "saturate"):
             raise ValueError(f"int8_pairs {int8_pairs!r}")
         self.saturates = int8_pairs == "saturate"

@@ -385,14 +385,20 @@ class QueryModel:
         r = t.ref
         return np.frombuffer(self._embed, dtype=DTYPES[r.dtype], count=r.nbytes() // DTYPES[r.dtype].itemsize, offset=r.offset).reshape(r.shape)
 
-    def _check(self, t: _Tensor, group: int, data) -> None:
-        key = (t.ref.name, group)
-        if key in self._verified:
+    def _check_groups(self, groups) -> None:
+        """Verify row groups ``groups`` ((tensor, group) pairs) not verified yet, in one
+        crc32_many call (the GIL let go while it sums); CorruptArtifact names the first that
+        does not match."""
+        todo = [(t, g) for t, g in groups if (t.ref.name, g) not in self._verified]
+        if not todo:
             return
-        if crc32(data) != int(t.crcs[group]):
-            raise _corrupt(f"crc mismatch in tensor {t.ref.name!r}, rows group {group}", self.label, "model.embed")
+        starts, stops = zip(*(self._group_span(t, g) for t, g in todo))
+        got = crc32_many(self._embed, starts, stops)
+        for (t, g), crc in zip(todo, got.tolist()):
+            if crc != int(t.crcs[g]):
+                raise _corrupt(f"crc mismatch in tensor {t.ref.name!r}, rows group {g}", self.label, "model.embed")
         with self._lock:
-            self._verified.add(key)
+            self._verified.update((t.ref.name, g) for t, g in todo)
 
     def tensor(self, name: str) -> np.ndarray:
         """The whole tensor, viewed in place (read-only), its bytes verified."""
@@ -406,16 +412,7 @@ class QueryModel:
         """Check the crc32s of whole tensors ``names`` (once); CorruptArtifact on the first
         mismatch. One crc32_many call sums all their row groups with the GIL let go, so helper
         threads call it ahead of use without holding up the thread that runs the encoder."""
-        todo = [(t, g) for t in (self._tensor(n) for n in dict.fromkeys(names) if n not in self._whole)
-                for g in range(len(t.crcs)) if (t.ref.name, g) not in self._verified]
-        if todo:
-            starts, stops = zip(*(self._group_span(t, g) for t, g in todo))
-            got = crc32_many(self._embed, starts, stops)
-            for (t, g), crc in zip(todo, got.tolist()):
-                if crc != int(t.crcs[g]):
-                    raise _corrupt(f"crc mismatch in tensor {t.ref.name!r}, rows group {g}", self.label, "model.embed")
-            with self._lock:
-                self._verified.update((t.ref.name, g) for t, g in todo)
+        self._check_groups((t, g) for t in (self._tensor(n) for n in dict.fromkeys(names) if n not in self._whole) for g in range(len(t.crcs)))
         for n in names:
             if n not in self._whole:
                 self._whole[n] = self._view(self._tensor(n))
@@ -435,11 +432,9 @@ class QueryModel:
         index = np.asarray(index, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= t.ref.shape[0]):
             raise _corrupt(f"a row of {name!r} outside its {t.ref.shape[0]} rows was asked for", self.label)
-        v = self._view(t)
         step = t.ref.rows_per_crc
-        for g in (sorted({i // step for i in index.tolist()}) if step else [0]):  # not np.unique: numpy 2 imports numpy.ma for it (~20 ms)
-            self._check(t, g, v[g * step : (g + 1) * step] if step else v)
-        return v[index]
+        self._check_groups((t, g) for g in (sorted({i // step for i in index.tolist()}) if step else [0]))  # not np.unique: numpy 2 imports numpy.ma for it (~20 ms)
+        return self._view(t)[index]
 
     # --- vocabulary -----------------------------------------------------------------------------
     def _page(self, p: int) -> tuple[bytes, list[int], np.ndarray, np.ndarray]:
