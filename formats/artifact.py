@@ -547,6 +547,23 @@ class Artifact:
         ok = self._pages_ok[name]
         self._check_many(name, sorted_unique(pages[~ok[pages]]), crcs)  # nothing to sort once the pages were seen
 
+    def page_table(self, name: str) -> tuple | None:
+        """(the crc32 of each page of section ``name``, which of them were verified: a numpy u32
+        and a bool array, the second written as pages are verified) for a reader that checks pages
+        itself (runtime/graph_walk.py's compiled walk, ``page_mismatch`` for a wrong one); None once
+        the whole section is verified, as it is here when it has no page checksums."""
+        if name in self._checked:
+            return None
+        crcs = self._page_crcs(name)
+        if crcs is None:
+            self.raw(name)
+            return None
+        return crcs, self._pages_ok[name]
+
+    def page_mismatch(self, name: str, p: int) -> CorruptArtifact:
+        """The error for page ``p`` of section ``name`` when its crc32 is wrong."""
+        return self._page_mismatch(name, p)
+
     def _check_many(self, name: str, pages, crcs) -> None:
         """``_check_page`` of each of ``pages`` (an integer array): one call sums them all
         (formats/checksum.py ``crc32_many``), then one comparison, so a search that reads

@@ -10,10 +10,13 @@ count within its list's capacity, each slot inside the graph), the keys of the n
 Opening costs the headers and the 2-byte levels array (formats/hnsw.py ``graph_layout``).
 
 The search is HNSW's (Malkov and Yashunin, algorithm 5): a greedy descent through the upper
-levels, then a beam search of width ``ef`` on level 0. The beam expands up to ef / 16 (16 to 64) of its
-nearest unexpanded nodes at a time, so that numpy does the work of one step per batch rather
-than per node; it stops when no unexpanded node is nearer than the beam's farthest. Long-lived
-processes (kb serve, kb mcp, kb bench) check the graph once and search it with usearch.
+levels, then a beam search of width ``ef`` on level 0; it stops when no unexpanded node is nearer
+than the beam's farthest. Over float16 rows, where kb's compiled kernels run (AVX2 and F16C), the
+walk is theirs (common/_kernels.c ``walk_f16``): one node expanded at a time, with the page checks
+in the same loop, so that its time is that of the pages it reads. Elsewhere numpy walks: the beam
+expands up to ef / 16 (16 to 64) of its nearest unexpanded nodes at a time, so that numpy does the
+work of one step per batch rather than per node. Long-lived processes (kb serve, kb mcp, kb bench)
+check the graph once and search it with usearch.
 """
 
 from __future__ import annotations
@@ -43,13 +46,40 @@ class Matches:
     distances: np.ndarray  # cosine distance, 1 - cosine
 
 
+@dataclass(frozen=True)
+class Pages:
+    """The section's page checks, for the compiled walk, which does them itself: the crc32 of each
+    4 KiB page and which were verified (Artifact.page_table; both empty when the whole section
+    was), and ``mismatch(page)``, the exception for a page whose crc32 is wrong."""
+
+    crcs: np.ndarray  # u32 a page
+    ok: np.ndarray  # bool a page, set as pages are verified
+    mismatch: object
+
+    @classmethod
+    def none(cls) -> "Pages":
+        """No page to check: the whole section was verified."""
+        return cls(np.zeros(0, np.uint32), np.zeros(0, bool), None)
+
+
+# Statuses of common/_kernels.c walk_f16 that a graph breaking its rules gives, and what they mean.
+_WALK_ERRORS = {
+    2: "vector index: a neighbour list is longer than its capacity",
+    3: "vector index: a neighbour slot points outside the graph",
+    4: "a stored vector is not finite",
+    6: "vector index: a node lies outside the graph",
+}
+
+
 class GraphWalk:
     """Searches a checked ``GraphLayout`` over ``buf`` (the section's bytes). ``matrix``: the
     vectors as a (rows, dims) numpy view (row r is node r's vector); ``check(starts, stops)``:
     verifies those byte ranges of the section before they are read (Artifact.check_pages);
-    ``corrupt(why)``: the exception to raise for a node that breaks the graph's rules."""
+    ``corrupt(why)``: the exception to raise for a node that breaks the graph's rules; ``pages``:
+    the section's page checks (``Pages``), given where the compiled walk may do them itself
+    (without them, numpy walks, through ``check``)."""
 
-    def __init__(self, buf, layout: GraphLayout, matrix: np.ndarray, check, expansion_search: int, corrupt=ValueError):
+    def __init__(self, buf, layout: GraphLayout, matrix: np.ndarray, check, expansion_search: int, corrupt=ValueError, pages: Pages | None = None):
         self.b = np.frombuffer(buf, dtype=np.uint8)
         self.g = layout
         self.matrix = matrix
@@ -59,6 +89,8 @@ class GraphWalk:
         self.expansion_search = expansion_search
         self._corrupt = corrupt  # why -> the exception a node that breaks the graph's rules raises
         self._windows: dict[int, np.ndarray] = {}  # width -> sliding-window view of the section (rows by start)
+        self._pages = pages
+        self._kernels = _f16_kernels() if pages is not None and matrix.dtype == np.float16 else None
 
     def _rows(self, starts: np.ndarray, width: int) -> np.ndarray:
         """The ``width`` bytes at each of ``starts``, one row each (a copy; formats/hnsw.py ``_rows``)."""
@@ -118,9 +150,11 @@ class GraphWalk:
         """The ``count`` nearest nodes found by a beam of width max(count, expansion_search)."""
         g = self.g
         ef = max(count, self.expansion_search)
-        batch = min(BATCH_MAX, max(BATCH_MIN, ef // BATCH_PER_EF))
         q = np.asarray(query, dtype=np.float32).ravel()
         q = (q / max(float(np.linalg.norm(q)), 1e-12)).astype(self.matrix.dtype)
+        if self._kernels is not None:
+            return self._compiled(q, count, ef)
+        batch = min(BATCH_MAX, max(BATCH_MIN, ef // BATCH_PER_EF))
         cur = np.array([g.entry], dtype=np.int64)
         cur_d = self._distances(cur, q)[0]
         for level in range(g.max_level, 0, -1):  # greedy: move to the nearest neighbour while it is nearer
@@ -166,3 +200,25 @@ class GraphWalk:
             todo, todo_d = np.concatenate([todo, nb]), np.concatenate([todo_d, d])
         order = np.argsort(found_d, kind="stable")[:count]
         return Matches(self.keys_of(found[order]), found_d[order])
+
+    def _compiled(self, q: np.ndarray, count: int, ef: int) -> Matches:
+        """``search`` by common/_kernels.c ``walk_f16`` (``q``: unit length, float16)."""
+        g, p = self.g, self._pages
+        slots, dist = np.empty(count, np.int64), np.empty(count, np.float64)
+        status, info, found = self._kernels.walk_f16(
+            self.b, q.astype(np.float32), np.ascontiguousarray(g.upper, np.int64), np.ascontiguousarray(g.upper_levels, np.int64),
+            p.crcs, p.ok.view(np.uint8), slots, dist, g.size, g.conn, g.base, g.max_level, g.entry, g.levels_at, g.nodes_at,
+            self.matrix_at, self.matrix.shape[1], ef, count,
+        )  # fmt: skip
+        if status == 1:
+            raise p.mismatch(info)
+        if status:
+            raise self._corrupt(_WALK_ERRORS[status])
+        return Matches(self.keys_of(slots[:found]), dist[:found])
+
+
+def _f16_kernels():
+    from .cosines import _f16_kernels as kernels
+
+    k = kernels()
+    return k if k is not None and hasattr(k, "walk_f16") else None

@@ -762,7 +762,7 @@ class DenseSpace:
         from kb.formats.artifact import PAGE
         from kb.formats.hnsw import NODE_HEAD, NUMPY_SCALARS, GraphLayout, graph_layout
 
-        from .graph_walk import GraphWalk
+        from .graph_walk import GraphWalk, Pages
 
         view, g = self._checked(lambda v: graph_layout(v, self.n_chunks), graph_head_only=True)
         if not isinstance(g, GraphLayout) or g.image.scalar not in NUMPY_SCALARS:
@@ -772,7 +772,9 @@ class DenseSpace:
         ef = (self.meta.vectors or {}).get("expansion_search") or USEARCH_EXPANSION_SEARCH
         art = self.artifact
         check = lambda starts, stops: art.check_pages(self.section, starts, stops)  # noqa: E731
-        walk = GraphWalk(view, g, _matrix_view(view, g.image), check, ef, corrupt=self._corrupt)
+        table = art.page_table(self.section)
+        pages = Pages.none() if table is None else Pages(*table, lambda p: art.page_mismatch(self.section, p))
+        walk = GraphWalk(view, g, _matrix_view(view, g.image), check, ef, corrupt=self._corrupt, pages=pages)
         return walk, (walk.matrix, g.image)
 
     def _checked_image(self, neighbours: bool) -> tuple:

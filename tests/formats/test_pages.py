@@ -104,6 +104,28 @@ def test_a_flipped_byte_in_a_stored_vector_is_caught_when_it_is_read(paged):
             ix.vectors_of(np.array([mid]))
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_flipped_byte_in_a_stored_vector_is_caught_by_a_one_shot_walk_of_the_graph(paged, monkeypatch, compiled):
+    """Past EXACT_SCAN_MAX a one-shot search walks the graph (runtime/graph_walk.py), compiled or
+    in numpy, and checks each page it reads: a row its beam scores, on a page of its own."""
+    from kb.runtime import graph_walk
+    from kb.runtime import index as index_module
+    from kb.runtime.search import Query, Searcher
+
+    monkeypatch.setattr(index_module, "EXACT_SCAN_MAX", 0)
+    if not compiled:
+        monkeypatch.setattr(graph_walk, "_f16_kernels", lambda: None)
+    with Index(paged) as ix:
+        row = ix.vector_matrix.strides[0]
+        mid = 2 * A.PAGE // row + 1
+    flip(paged, L.VECTORS, 8 + mid * row + 1)
+    with Index(paged) as ix:
+        s = Searcher(ix, one_shot=True)
+        with pytest.raises(A.CorruptArtifact, match=rf"crc mismatch in section 'vectors.hnsw' \(page {(8 + mid * row) // A.PAGE}\)$"):
+            s.search(Query("disk full", mode="vector", all_statuses=True))
+        assert (ix.dense._walk._kernels is not None) == (compiled and graph_walk._f16_kernels() is not None)
+
+
 def test_a_search_verifies_the_rows_its_scan_reads_on_the_prefetch_thread_and_reports_a_bad_one_itself(paged):
     from kb.runtime.search import Query, Searcher
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kb.formats.hnsw import check_hnsw, graph_layout
 from kb.runtime import index as index_module
-from kb.runtime.graph_walk import GraphWalk
+from kb.runtime.graph_walk import GraphWalk, Pages, _f16_kernels
 from kb.runtime.index import Index, _matrix_view
 
 from corpora import TINY, artifact_parts, build_hash, rewrite
@@ -34,19 +34,29 @@ def _image(n: int, dim: int = 16, threads: int = 1, seed: int = 0) -> tuple[byte
     return bytes(u.save()), vecs
 
 
-def _walk(buf: bytes, n: int, ef: int = 64) -> GraphWalk:
+COMPILED = _f16_kernels() is not None
+KINDS = ["numpy", pytest.param("compiled", marks=pytest.mark.skipif(not COMPILED, reason="kb's kernels are not built, or the CPU lacks AVX2 and F16C"))]
+
+
+def _walk(buf: bytes, n: int, ef: int = 64, kind: str = "numpy") -> GraphWalk:
+    """The walk of ``kind``: numpy's, or the compiled one (common/_kernels.c walk_f16), both with
+    no page to check (the test's bytes have no checksums)."""
     g = graph_layout(buf, n)
-    return GraphWalk(buf, g, _matrix_view(buf, g.image), lambda starts, stops: None, ef, corrupt=Forged)
+    pages = Pages.none() if kind == "compiled" else None
+    walk = GraphWalk(buf, g, _matrix_view(buf, g.image), lambda starts, stops: None, ef, corrupt=Forged, pages=pages)
+    assert (walk._kernels is not None) == (kind == "compiled")
+    return walk
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("threads", [1, 4])
-def test_the_walk_finds_what_usearch_finds_on_the_same_graph(threads):
+def test_the_walk_finds_what_usearch_finds_on_the_same_graph(threads, kind):
     from usearch.index import Index as UIndex
 
     n = 3000
     ef = 128  # at 64, a 4-thread graph (a new one each run) put both searches at 377-390 of 400: the floor below failed now and then
     buf, vecs = _image(n, threads=threads)
-    walk = _walk(buf, n, ef)
+    walk = _walk(buf, n, ef, kind)
     u = UIndex.restore(buf, view=True)
     u.expansion_search = ef
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -58,7 +68,28 @@ def test_the_walk_finds_what_usearch_finds_on_the_same_graph(threads):
         assert len(set(got.keys.tolist())) == 10 and np.all(np.diff(got.distances) >= 0)
         ours += len(exact & set(got.keys.tolist()))
         theirs += len(exact & set(np.asarray(u.search(q, 10).keys).tolist()))
-    assert ours >= theirs - 8 and ours >= 0.95 * 400, (ours, theirs)  # the same search, batched: no worse
+    assert ours >= theirs - 8 and ours >= 0.95 * 400, (ours, theirs)  # the same search (numpy's batched): no worse
+
+
+@pytest.mark.skipif(not COMPILED, reason="kb's kernels are not built, or the CPU lacks AVX2 and F16C")
+def test_the_compiled_walk_scores_as_numpy_does_and_finds_as_much():
+    """The same distances for the same nodes (the same float16 cosines), nearest first, ties by
+    slot; and over 40 queries as many of the exact top 10 as numpy's batched walk, give or take."""
+    n = 3000
+    buf, vecs = _image(n, threads=1)
+    compiled, batched = _walk(buf, n, 128, "compiled"), _walk(buf, n, 128, "numpy")
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    rng = np.random.default_rng(2)
+    ours = theirs = 0
+    for q in rng.normal(size=(40, 16)).astype(np.float32):
+        a, b = compiled.search(q, 20), batched.search(q, 20)
+        assert np.all(np.diff(a.distances) >= 0)
+        common = np.intersect1d(a.keys, b.keys)
+        np.testing.assert_array_equal(a.distances[np.isin(a.keys, common)], np.sort(b.distances[np.isin(b.keys, common)]))
+        exact = set(np.argsort(-(unit @ q), kind="stable")[:10].tolist())
+        ours += len(exact & set(a.keys[:10].tolist()))
+        theirs += len(exact & set(b.keys[:10].tolist()))
+    assert abs(ours - theirs) <= 8 and ours >= 0.95 * 400, (ours, theirs)
 
 
 def test_a_node_key_is_read_from_its_record_whatever_the_order():
@@ -73,19 +104,22 @@ def test_a_node_key_is_read_from_its_record_whatever_the_order():
 SMALL, SMALL_BUF = 300, None
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_a_forged_graph_raises_the_corrupt_error_never_anything_else(data):
+def test_a_forged_graph_raises_the_corrupt_error_never_anything_else(data, kind):
     global SMALL_BUF
     if SMALL_BUF is None:
         SMALL_BUF = _image(SMALL, dim=8)[0]
     g = graph_layout(SMALL_BUF, SMALL)
-    first = int(g.starts[0])
+    records = (int(g.starts[0]), len(SMALL_BUF))  # the node records, the slots and counts among them
+    rows = (g.image.graph_start - g.image.rows * g.image.cols, g.image.graph_start)  # the stored vectors
+    lo, hi = records if data.draw(st.booleans()) else rows
     b = bytearray(SMALL_BUF)
-    for _ in range(data.draw(st.integers(1, 8))):  # bytes of the node records, the slots and counts among them
-        at = data.draw(st.integers(first, len(b) - 1))
+    for _ in range(data.draw(st.integers(1, 8))):
+        at = data.draw(st.integers(lo, hi - 1))
         b[at] = data.draw(st.integers(0, 255))
-    walk = _walk(bytes(b), SMALL)
+    walk = _walk(bytes(b), SMALL, kind=kind)
     q = np.asarray(data.draw(st.lists(st.floats(-1, 1, width=32), min_size=8, max_size=8)), dtype=np.float32)
     try:
         got = walk.search(q, data.draw(st.integers(1, 20)))
