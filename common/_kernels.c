@@ -1,5 +1,6 @@
 /* kb's compiled kernels: the in-place query encoder's (common/query_encoder.py), and below them
-   cosines over float16 rows (runtime/cosines.py) and crc32
+   cosines over float16 rows (runtime/cosines.py), kb's walk of an HNSW graph
+   (runtime/graph_walk.py), BM25 sums over impact postings (runtime/bm25.py) and crc32
    (formats/checksum.py).
 
    One query's forward pass multiplies about 11 token rows by 24 (all-MiniLM-L6-v2) or 48
@@ -1134,6 +1135,49 @@ done:
     return result;
 }
 
+/* ---- BM25 sums over impact postings ---------------------------------------------------------- */
+
+/* impact_add(ids, imp, scale, acc, n_ids, n) -> bad: acc[ids[i]] += imp[i] * scale for each of
+   the n_ids postings of a term (ids u32, imp u8 impacts, acc float64 of n), in posting order:
+   the same sums, bit for bit, as numpy's bincount over the term's weights (runtime/bm25.py
+   ``_weighted_sum``), without its float64 and intp copies of every posting. Returns 0, or 1 with
+   acc untouched where an id is not below n (a corrupt artifact). The GIL is let go meanwhile: at
+   a million chunks a long query's postings number near a million. */
+static PyObject *impact_add(PyObject *self, PyObject *args) {
+    Py_buffer ids, imp, acc;
+    double scale;
+    Py_ssize_t m, n;
+    if (!PyArg_ParseTuple(args, "y*y*dw*nn", &ids, &imp, &scale, &acc, &m, &n)) return NULL;
+    PyObject *result = NULL;
+    if (m < 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "impact_add: sizes out of range");
+        goto done;
+    }
+    if (!check(&ids, m, 4, "ids", 0) || !check(&imp, m, 1, "imp", 0) || !check(&acc, n, 8, "acc", 1)) goto done;
+    const unsigned char *id = ids.buf, *w = imp.buf;
+    double *a = acc.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < m && !bad; i++) {
+        uint32_t v;
+        memcpy(&v, id + 4 * (size_t)i, 4);
+        bad = (Py_ssize_t)v >= n;
+    }
+    if (!bad)
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t v;
+            memcpy(&v, id + 4 * (size_t)i, 4);
+            a[v] += (double)w[i] * scale;
+        }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromLong(bad);
+done:
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&imp);
+    PyBuffer_Release(&acc);
+    return result;
+}
+
 static PyObject *crc_kernel(PyObject *self, PyObject *unused) {
 #ifdef KB_X86_AVX2
     if (have_pclmul()) return PyUnicode_FromString("pclmul");
@@ -1156,6 +1200,7 @@ static PyMethodDef methods[] = {
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},
     {"crc32_many", crc32_many, METH_VARARGS, "crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]])."},
     {"walk_f16", walk_f16, METH_VARARGS, "walk_f16(image, q, upper, upper_levels, crcs, ok, out_slots, out_dist, size, conn, base, max_level, entry, levels_at, nodes_at, matrix_at, dims, ef, count) -> (status, info, found): kb's walk of an HNSW graph."},
+    {"impact_add", impact_add, METH_VARARGS, "impact_add(ids, imp, scale, acc, n_ids, n) -> bad: acc[ids[i]] += imp[i] * scale (u32 ids, u8 impacts, float64 acc)."},
     {"crc_kernel", crc_kernel, METH_NOARGS, "How crc32 sums on this CPU: 'pclmul' or 'table'."},
     {"cosines_f16", cosines_f16, METH_VARARGS, "cosines_f16(q, rows, out, n, k): out[i] = cosine of float32 q with float16 row i."},
     {"f16_kernel", f16_kernel, METH_NOARGS, "Whether cosines_f16 runs on this CPU: 'f16c' or 'none'."},

@@ -229,3 +229,28 @@ def test_cosines_f16_leaves_zero_and_non_finite_rows_to_the_caller_and_checks_it
         K.cosines_f16(np.ones(8, np.float32), np.zeros((3, 9), np.float16), out, 3, 9)
     with pytest.raises(ValueError, match=r"^cosines_f16: shapes out of range$"):
         K.cosines_f16(np.ones(8, np.float32), rows, out, -1, 8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 3000), terms=st.lists(st.tuples(st.integers(0, 400), st.floats(1e-6, 50.0)), min_size=1, max_size=5), seed=st.integers(0, 2**31))
+def test_impact_add_equals_numpys_weighted_bincount_bit_for_bit(n, terms, seed):
+    """runtime/bm25.py ``_weighted_sum``: the compiled sums are numpy's, in the same order."""
+    rng = np.random.default_rng(seed)
+    parts = [(np.sort(rng.choice(n, min(m, n), replace=False)).astype(np.uint32), rng.integers(1, 256, min(m, n)).astype(np.uint8)) for m, _ in terms]
+    scales = [s for _, s in terms]
+    acc = np.zeros(n)
+    for (ids, imp), s in zip(parts, scales):
+        assert K.impact_add(ids, imp, s, acc, len(ids), n) == 0
+    ids = np.concatenate([p[0] for p in parts])
+    w = np.concatenate([p[1] for p in parts]) * np.repeat(scales, [len(p[0]) for p in parts])
+    np.testing.assert_array_equal(acc, np.bincount(ids, weights=w, minlength=n))
+
+
+def test_impact_add_refuses_an_id_past_the_sums_and_adds_nothing():
+    acc = np.zeros(4)
+    assert K.impact_add(np.array([1, 4], np.uint32), np.array([9, 9], np.uint8), 1.0, acc, 2, 4) == 1
+    assert not acc.any()
+    with pytest.raises(ValueError, match="ids holds 4 bytes, its shape needs 8"):
+        K.impact_add(np.array([1], np.uint32), np.array([9, 9], np.uint8), 1.0, acc, 2, 4)
+    with pytest.raises(ValueError, match="acc holds 32 bytes, its shape needs 40"):
+        K.impact_add(np.array([1], np.uint32), np.array([9], np.uint8), 1.0, acc, 1, 5)
