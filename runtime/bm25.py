@@ -84,7 +84,7 @@ def term_weight(ix, tid: int) -> float:
     """A term's idf: over documents (formats 2-4; with statistics per language, over its main
     language's documents), or over chunks (format 1)."""
     if ix.version >= 2:
-        return idf_scalar(int(ix.doc_df[tid]), ix.term_documents(tid))
+        return idf_scalar(ix.term_df(tid), ix.term_documents(tid))
     return idf_scalar(int(ix.tf_offsets[tid + 1] - ix.tf_offsets[tid]), ix.n_chunks)
 
 

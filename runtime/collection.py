@@ -346,7 +346,7 @@ def corpus_df(coll: Collection, terms) -> dict[str, int]:
     for m in coll.members:
         for t in terms:
             tid = m.term_id(t)
-            df[t] = df.get(t, 0) + (int(m.doc_df[tid]) if tid is not None else 0)
+            df[t] = df.get(t, 0) + (m.term_df(tid) if tid is not None else 0)
     return df
 
 

@@ -126,6 +126,28 @@ def test_a_flipped_byte_in_a_stored_vector_is_caught_by_a_one_shot_walk_of_the_g
         assert (ix.dense._walk._kernels is not None) == (compiled and graph_walk._f16_kernels() is not None)
 
 
+def test_a_terms_document_frequency_is_read_from_its_own_page_verified(paged):
+    """A BM25 search reads the df of its query's terms only (terms.doc_df, page by page): a
+    flipped byte on another term's page goes unread, one on the page of a term it reads is
+    caught."""
+    from kb.runtime.search import Query, Searcher
+
+    with Index(paged) as ix:
+        n = ix.n_terms
+        tid = ix.term_id("backup")
+        assert tid is not None and 4 * n > A.PAGE  # two pages at least
+    far = (tid * 4 // A.PAGE + 1) % (-(-4 * n // A.PAGE))  # a page of other terms
+    flip(paged, L.TERM_DOC_DF, far * A.PAGE + 1)
+    with Index(paged) as ix:
+        Searcher(ix, one_shot=True).search(Query("backup", mode="bm25"))
+        assert not ix.artifact._pages_ok[L.TERM_DOC_DF][far]
+    flip(paged, L.TERM_DOC_DF, far * A.PAGE + 1)  # back
+    flip(paged, L.TERM_DOC_DF, 4 * tid)
+    with Index(paged) as ix:
+        with pytest.raises(A.CorruptArtifact, match=rf"crc mismatch in section 'terms.doc_df' \(page {4 * tid // A.PAGE}\)$"):
+            Searcher(ix, one_shot=True).search(Query("backup", mode="bm25"))
+
+
 def test_a_search_verifies_the_rows_its_scan_reads_on_the_prefetch_thread_and_reports_a_bad_one_itself(paged):
     from kb.runtime.search import Query, Searcher
 
