@@ -251,7 +251,7 @@ class Index:
         return self._term_value(L.TERM_DOC_DF, tid)
 
     @cached_property
-    def _doc_n(self) -> bool:
+    def _has_doc_n(self) -> bool:
         return L.TERM_DOC_N in self.artifact.sections
 
     def _term_column(self, name: str) -> np.ndarray:
@@ -272,7 +272,7 @@ class Index:
         """BM25's N for term ``tid``: with statistics per language (format 4), the documents of
         the language most of its documents are in (at least its document frequency); else every
         document."""
-        if not self._doc_n:
+        if not self._has_doc_n:
             return self.n_docs
         n, df = self._term_value(L.TERM_DOC_N, tid), self.term_df(tid)
         if not df <= n <= self.n_docs:
