@@ -62,7 +62,7 @@ class Pages:
         return cls(np.zeros(0, np.uint32), np.zeros(0, bool), None)
 
 
-# Statuses of common/_kernels.c walk_f16 that a graph breaking its rules gives, and what they mean.
+# What a graph that breaks its rules raises, either walk, by common/_kernels.c walk_f16's status.
 _WALK_ERRORS = {
     2: "vector index: a neighbour list is longer than its capacity",
     3: "vector index: a neighbour slot points outside the graph",
@@ -117,10 +117,10 @@ class GraphWalk:
         lists = self._rows(at, width).view("<u4")
         counts, cap = lists[:, 0], width // 4 - 1
         if np.any(counts > cap):
-            raise self._corrupt("vector index: a neighbour list is longer than its capacity")
+            raise self._corrupt(_WALK_ERRORS[2])
         found = lists[:, 1:][np.arange(cap) < counts[:, None]].astype(np.int64)
         if np.any(found >= g.size):
-            raise self._corrupt("vector index: a neighbour slot points outside the graph")
+            raise self._corrupt(_WALK_ERRORS[3])
         return found
 
     def _distances(self, slots: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -133,7 +133,7 @@ class GraphWalk:
         bad = ~np.isfinite(d)
         if bad.any():
             if not np.isfinite(rows[bad].astype(np.float32)).all():
-                raise self._corrupt("a stored vector is not finite")
+                raise self._corrupt(_WALK_ERRORS[4])
             d[bad] = 1.0  # a zero vector: no direction, no similarity
         return d
 
