@@ -190,14 +190,9 @@ def _helper_threads() -> int:
 def _native():
     """kb's compiled kernels (common/_kernels.c), or None where the install could not build them
     or the CPU is big-endian (they read the artifact's little-endian floats as native ones)."""
-    if sys.byteorder != "little":
-        return None
-    try:
-        from . import _kernels
+    from .native import kernels
 
-        return _kernels
-    except ImportError:
-        return None
+    return kernels() if sys.byteorder == "little" else None
 
 
 def _numkong():

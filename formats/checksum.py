@@ -29,12 +29,10 @@ def _kernels():
     """kb's compiled kernels if their crc32 folds on this CPU, else None (asked once)."""
     global _compiled
     if _compiled is None:
-        try:
-            from ..common import _kernels as k
+        from ..common.native import kernels
 
-            _compiled = k if k.crc_kernel() == "pclmul" else False
-        except ImportError:
-            _compiled = False
+        k = kernels()
+        _compiled = k if k is not None and k.crc_kernel() == "pclmul" else False
     return _compiled or None
 
 

@@ -155,8 +155,10 @@ def _weighted_sum(ix, parts: list[tuple[np.ndarray, np.ndarray]], scales: list[f
     Stored postings (u32 ids, u8 impacts) are added by kb's compiled ``impact_add`` where it is
     built: the same float64 sums in the same order as the bincount below, without its copies of
     every posting, and with the GIL let go (a one-shot search runs this leg beside the dense one)."""
-    k = _kernels()
-    if k is not None and all(ids.dtype == np.uint32 and imp.dtype == np.uint8 for ids, imp in parts):
+    from kb.common.native import kernels
+
+    k = kernels()
+    if k is not None and hasattr(k, "impact_add") and all(ids.dtype == np.uint32 and imp.dtype == np.uint8 for ids, imp in parts):
         acc = np.zeros(n)
         for (ids, imp), scale in zip(parts, scales):
             if k.impact_add(ids, imp, float(scale), acc, len(ids), n):
@@ -176,21 +178,6 @@ def _past_the_tables(ix):
     from kb.formats.artifact import CorruptArtifact
 
     raise CorruptArtifact(f"{ix.path}: corrupt artifact: a posting names a chunk or document past the tables")
-
-
-_KERNELS = None  # kb's compiled kernels once asked for, False where they are not built
-
-
-def _kernels():
-    global _KERNELS
-    if _KERNELS is None:
-        try:
-            from kb.common import _kernels as k
-
-            _KERNELS = k if hasattr(k, "impact_add") else False
-        except ImportError:
-            _KERNELS = False
-    return _KERNELS or None
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

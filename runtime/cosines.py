@@ -42,12 +42,8 @@ def _f16_kernels():
     else None; asked once a process."""
     global _F16
     if _F16 is None:
-        _F16 = False
-        if sys.byteorder == "little":
-            try:
-                from kb.common import _kernels
+        from kb.common.native import kernels
 
-                _F16 = _kernels if _kernels.f16_kernel() == "f16c" else False
-            except ImportError:
-                pass
+        k = kernels() if sys.byteorder == "little" else None
+        _F16 = k if k is not None and k.f16_kernel() == "f16c" else False
     return _F16 or None
