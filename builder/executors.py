@@ -111,6 +111,10 @@ class RayExecutor:
 
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # kb-build draws its own
+        # Every actor holds its model before the first batch is handed out (else a quick actor
+        # can take every batch while the others still load), bounded so that a cluster without
+        # room for the pool fails in one line instead of waiting for ever.
+        context.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
         logging.getLogger("ray.data").setLevel(logging.ERROR)  # no per-dataset lines on stderr
         gpu = self.gpus > 0
         actors = max(1, min(self.gpus if gpu else self.cpus, len(batches)))
@@ -121,7 +125,9 @@ class RayExecutor:
             EmbedActor,
             batch_size=1,  # one row is one whole local batch (see the module docstring)
             batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=actors),
+            # One batch at a time per actor: a batch is 1-2 s of work, so queueing more buys
+            # nothing, and with more queued, Ray's locality rule piles them on one node's actor.
+            compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
             fn_constructor_kwargs={"files": files, "device": "cuda" if gpu else "cpu"},
             **resources,
         )
@@ -154,6 +160,10 @@ class RayExecutor:
             why = str(cause).strip().splitlines()[-1][:300] if str(cause).strip() else type(cause).__name__
             raise KbError(f"{what} failed on the Ray cluster: {type(cause).__name__}: {why}") from None
 
+
+# How long kb-build waits for every embedding actor to load its model (a model is a few seconds
+# to load; a pool the cluster cannot place times out with one line).
+ACTOR_START_TIMEOUT_S = 600
 
 # How long kb-build waits for a HOST:PORT cluster to accept a connection before it gives up
 # (ray.init itself retries for minutes, printing a warning every few seconds).
