@@ -20,8 +20,8 @@ background thread while a search starts, runtime/index.py). The layout, all litt
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,8 +44,9 @@ class BadIndex(ValueError):
     """The bytes are not a usearch index this reader can trust; the message says why."""
 
 
-@dataclass(frozen=True)
-class HnswImage:
+# Records as NamedTuples and plain classes, not frozen dataclasses: a hybrid one-shot search imports
+# this module, and a frozen dataclass costs ~0.7 ms of start-up to create (a NamedTuple ~0.13).
+class HnswImage(NamedTuple):
     """What ``check_hnsw`` learned: the vector matrix at the start of the image (``rows`` x
     ``cols`` bytes from byte ``MATRIX_START``), its scalar kind and dimensions, the graph's start,
     and whether node i has key i (vectors added in key order: row i is then key i's vector). When
@@ -72,7 +73,6 @@ def matrix_head(buf) -> tuple[int, int]:
     return _MATRIX.unpack(bytes(buf[: _MATRIX.size]))
 
 
-@dataclass(frozen=True)
 class GraphLayout:
     """Where everything of a usearch image lies, from its headers and its levels array alone
     (``graph_layout``): node i's record is bytes ``start_of(i)`` to ``start_of(i) + bytes_of(i)``,
@@ -83,17 +83,15 @@ class GraphLayout:
     for a search that visits a few thousand (``starts`` and ``node_bytes`` are every node's,
     computed when asked for)."""
 
-    image: HnswImage  # keys_in_order and row_of_key not yet known: True and None here
-    size: int
-    conn: int
-    base: int
-    max_level: int
-    entry: int
-    levels: np.ndarray  # int16 per node, viewed in place
-    levels_at: int  # byte offset of the levels array (2 x size bytes)
-    nodes_at: int  # byte offset of node 0's record
-    upper: np.ndarray  # the slots of the nodes above level 0, ascending
-    upper_levels: np.ndarray  # int64: 0, then the running sum of their levels
+    def __init__(self, image: HnswImage, size: int, conn: int, base: int, max_level: int, entry: int, levels: np.ndarray,
+                 levels_at: int, nodes_at: int, upper: np.ndarray, upper_levels: np.ndarray):  # fmt: skip
+        self.image = image  # keys_in_order and row_of_key not yet known: True and None here
+        self.size, self.conn, self.base, self.max_level, self.entry = size, conn, base, max_level, entry
+        self.levels = levels  # int16 per node, viewed in place
+        self.levels_at = levels_at  # byte offset of the levels array (2 x size bytes)
+        self.nodes_at = nodes_at  # byte offset of node 0's record
+        self.upper = upper  # the slots of the nodes above level 0, ascending
+        self.upper_levels = upper_levels  # int64: 0, then the running sum of their levels
 
     @property
     def base_bytes(self) -> int:
