@@ -37,6 +37,7 @@ RAY = str(Path(sys.executable).with_name("ray"))
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 NODE_FLAGS = ["--num-cpus", "1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
 START_TIMEOUT_S = 120
+SLOW_START_S = 6  # seconds the second node's workers start after the head's (the executor before a3c09c1 then embedded on the head alone)
 
 
 def _free_port() -> int:
@@ -70,7 +71,14 @@ def cluster():
     sessions = []
     try:
         sessions.append(_start(["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temp, *NODE_FLAGS], env))
-        sessions.append(_start(["--address", address, "--resources", '{"kb_second_node": 1}', *NODE_FLAGS], env))
+        # The second node's workers start SLOW_START_S late (a sitecustomize that sleeps), so the
+        # head's actor is ready well before the other: the build must still wait for both and
+        # embed on both, however the race between their starts goes.
+        slow = Path(temp) / "slow"
+        slow.mkdir()
+        (slow / "sitecustomize.py").write_text(f"import time\ntime.sleep({SLOW_START_S})\n")
+        late = env | {"PYTHONPATH": os.pathsep.join(filter(None, [str(slow), env.get("PYTHONPATH")]))}
+        sessions.append(_start(["--address", address, "--resources", '{"kb_second_node": 1}', *NODE_FLAGS], late))
         deadline = time.monotonic() + START_TIMEOUT_S
         while _nodes_up(address, env) < 2:
             if time.monotonic() > deadline:
