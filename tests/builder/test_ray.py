@@ -156,3 +156,28 @@ def test_a_ray_build_of_many_shards_is_the_same_bytes_as_the_local_build(tmp_pat
         executor.close()
     assert rep.executor == "ray" and executor.shards == 8
     assert _differing_sections(local, on_ray) == []
+
+
+def test_an_embedding_pool_the_cluster_cannot_place_fails_in_one_line(tmp_path, cluster, minilm_config, monkeypatch):
+    """Three single-CPU actors on a cluster of two CPUs: kb-build waits ACTOR_START_TIMEOUT_S for
+    the pool (shortened here), then fails with one line, not a hang or Ray's traceback."""
+    from kb.builder import executors
+    from kb.builder.executors import RayExecutor
+    from kb.common.errors import KbError
+
+    class ThreeCpus(RayExecutor):
+        def embed(self, batches, embedder, progress):
+            self.cpus = 3  # one actor more than the cluster can place
+            return super().embed(batches, embedder, progress)
+
+    monkeypatch.setattr(executors, "ACTOR_START_TIMEOUT_S", 5)
+    executor = ThreeCpus(cluster)
+    try:
+        with pytest.raises(KbError) as e:
+            build([SAMPLE], tmp_path / "out.kb", minilm_config, executor=executor)
+    finally:
+        executor.close()
+    # Ray's own words follow (ray 2.60: "Timed out while starting actors. This may mean that the
+    # cluster does not have enough resources for the requested actor pool.")
+    assert str(e.value).startswith("an embedding actor failed on the Ray cluster: GetTimeoutError: ") and "\n" not in str(e.value)
+    assert not (tmp_path / "out.kb").exists()
