@@ -1,0 +1,42 @@
+"""bench/walk_pages.py's plumbing: it walks an artifact's graph and counts the pages it read, and
+its other order of the slots is a permutation within each block. Its figures at a million
+chunks are in bench/RESULTS.md "scale-notes"."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+
+from kb.runtime.index import Index
+
+from corpora import TINY, build_hash
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+walk_pages = _load("walk_pages", Path(__file__).resolve().parents[2] / "bench" / "walk_pages.py")
+
+
+def test_it_counts_the_pages_a_walk_reads(tmp_path, capsys):
+    art = tmp_path / "tiny.kb"
+    build_hash(TINY, art)
+    with Index(art) as ix:
+        q = np.asarray(ix.dense.vector_matrix[:3], np.float32)
+    np.savez(tmp_path / "q.npz", vectors=q, texts=np.array(["a", "b", "c"]))
+    walk_pages.main(["--artifact", str(art), "--queries", str(tmp_path / "q.npz"), "--count", "3", "--block", "8", "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert r["queries"] == 3 and r["rows_read"] >= 1 and r["record_pages"] >= 1
+    assert 1 <= r["row_pages_half_width"] <= r["row_pages"] and r["row_pages_halving_in_8"] >= 1
+
+
+def test_the_halving_order_moves_slots_only_within_their_block():
+    m = np.random.default_rng(0).normal(size=(50, 4)).astype(np.float16)
+    new = walk_pages.halving_order(m, 16, 3)
+    assert sorted(new.tolist()) == list(range(50))
+    assert all(new[i] // 16 == i // 16 for i in range(50))
