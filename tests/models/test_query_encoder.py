@@ -218,6 +218,20 @@ def test_a_charsmap_that_changes_ascii_sends_every_segment_to_the_library():
             Charsmap(bad)
 
 
+def test_a_charsmap_that_is_not_strict_base64_sends_every_segment_to_the_library():
+    """plain_words reads the charsmap as base64.b64decode(validate=True) would: a character
+    outside the alphabet, or padding anywhere but the end, and there is no ASCII shortcut."""
+    tok = json.loads(bytes(_tiny("unigram").files["tokenizer.json"]))
+    pipe = {"normalizer": tok["normalizer"], "pre_tokenizer": tok["pre_tokenizer"]}
+    assert plain_words(pipe, "unigram") is not None
+    text = tok["normalizer"]["normalizers"][0]["precompiled_charsmap"]
+    for bad in (text[:8] + "!" + text[8:], text[:8] + "\n" + text[8:], "=" + text):
+        with pytest.raises(ValueError):
+            base64.b64decode(bad, validate=True)
+        pipe["normalizer"]["normalizers"][0]["precompiled_charsmap"] = bad
+        assert plain_words(pipe, "unigram") is None
+
+
 @pytest.mark.parametrize("name", ["unigram", "multilingual-e5-small"])
 def test_the_charsmap_reader_maps_each_character_as_the_librarys_precompiled_normalizer(name):
     from tokenizers import normalizers
