@@ -1178,6 +1178,99 @@ done:
     return result;
 }
 
+/* acc_top(acc, n, allowed, lam, k, out_ids, out_scores) -> count: the k best chunks of BM25 sums
+   (runtime/bm25.py ``top_bm25``). Among the ids i < n with acc[i] > 0 (and allowed[i], one byte a
+   chunk, unless allowed is None), by score acc[i] + lam * acc[i] where lam > 0, else acc[i],
+   descending, ties by id ascending: what ``top_k`` over ``bm25_scores`` gives, bit for bit (the
+   same float64 steps), without the mask, the id and score arrays of every matching chunk (at a
+   million chunks a long query matches over half of them) and their partition. out_ids (int64)
+   and out_scores (float64), k long, get them best first; count = min(k, matches). The GIL is let
+   go. A heap of the k best so far, the worst at its root; ids come in ascending order, so a
+   score equal to the root's never displaces it. */
+typedef struct {
+    double s;
+    int64_t id;
+} Hit;
+
+static inline int worse(Hit a, Hit b) { return a.s < b.s || (a.s == b.s && a.id > b.id); }
+
+static void sift_down(Hit *h, Py_ssize_t n, Py_ssize_t i) {
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && worse(h[l], h[w])) w = l;
+        if (r < n && worse(h[r], h[w])) w = r;
+        if (w == i) return;
+        Hit t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+static PyObject *acc_top(PyObject *self, PyObject *args) {
+    Py_buffer acc, ids, scores, allowed = {0};
+    PyObject *allowed_obj;
+    Py_ssize_t n, k;
+    double lam;
+    if (!PyArg_ParseTuple(args, "y*nOdnw*w*", &acc, &n, &allowed_obj, &lam, &k, &ids, &scores)) return NULL;
+    PyObject *result = NULL;
+    Hit *h = NULL;
+    int have_allowed = allowed_obj != Py_None;
+    if (have_allowed && PyObject_GetBuffer(allowed_obj, &allowed, PyBUF_SIMPLE) < 0) goto done;
+    if (n < 0 || k < 0) {
+        PyErr_SetString(PyExc_ValueError, "acc_top: sizes out of range");
+        goto done;
+    }
+    if (!check(&acc, n, 8, "acc", 1) || (have_allowed && !check(&allowed, n, 1, "allowed", 0)) || !check(&ids, k, 8, "out_ids", 1) ||
+        !check(&scores, k, 8, "out_scores", 1))
+        goto done;
+    h = malloc((size_t)(k ? k : 1) * sizeof *h);
+    if (!h) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const double *a = acc.buf;
+    const unsigned char *ok = have_allowed ? allowed.buf : NULL;
+    Py_ssize_t count = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && k; i++) {
+        double v = a[i];
+        if (!(v > 0) || (ok && !ok[i])) continue;
+        Hit c = {lam > 0 ? v + lam * v : v, (int64_t)i};
+        if (count < k) { /* sift up */
+            Py_ssize_t j = count++;
+            h[j] = c;
+            while (j && worse(h[j], h[(j - 1) / 2])) {
+                Hit t = h[j];
+                h[j] = h[(j - 1) / 2];
+                h[(j - 1) / 2] = t;
+                j = (j - 1) / 2;
+            }
+        } else if (worse(h[0], c)) {
+            h[0] = c;
+            sift_down(h, count, 0);
+        }
+    }
+    /* best first: take the root (the worst left) to the end, count times */
+    int64_t *oi = ids.buf;
+    double *os = scores.buf;
+    for (Py_ssize_t m = count; m > 0; m--) {
+        oi[m - 1] = h[0].id;
+        os[m - 1] = h[0].s;
+        h[0] = h[m - 1];
+        sift_down(h, m - 1, 0);
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(count);
+done:
+    free(h);
+    PyBuffer_Release(&acc);
+    if (have_allowed && allowed.obj) PyBuffer_Release(&allowed);
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&scores);
+    return result;
+}
+
 static PyObject *crc_kernel(PyObject *self, PyObject *unused) {
 #ifdef KB_X86_AVX2
     if (have_pclmul()) return PyUnicode_FromString("pclmul");
@@ -1200,6 +1293,7 @@ static PyMethodDef methods[] = {
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},
     {"crc32_many", crc32_many, METH_VARARGS, "crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]])."},
     {"walk_f16", walk_f16, METH_VARARGS, "walk_f16(image, q, upper, upper_levels, crcs, ok, out_slots, out_dist, size, conn, base, max_level, entry, levels_at, nodes_at, matrix_at, dims, ef, count) -> (status, info, found): kb's walk of an HNSW graph."},
+    {"acc_top", acc_top, METH_VARARGS, "acc_top(acc, n, allowed, lam, k, out_ids, out_scores) -> count: the k best of acc[i] > 0 (allowed), by acc + lam * acc (lam > 0) descending, ties by id."},
     {"impact_add", impact_add, METH_VARARGS, "impact_add(ids, imp, scale, acc, n_ids, n) -> bad: acc[ids[i]] += imp[i] * scale (u32 ids, u8 impacts, float64 acc)."},
     {"crc_kernel", crc_kernel, METH_NOARGS, "How crc32 sums on this CPU: 'pclmul' or 'table'."},
     {"cosines_f16", cosines_f16, METH_VARARGS, "cosines_f16(q, rows, out, n, k): out[i] = cosine of float32 q with float16 row i."},

@@ -192,6 +192,31 @@ def test_one_chunk_per_document_scores_bm25_as_the_document_postings_would(tmp_p
             assert np.array_equal(fast[0], slow[0]) and np.array_equal(fast[1], slow[1]), q
 
 
+def test_the_compiled_pick_of_the_bm25_top_equals_top_k_over_every_score(tmp_path):
+    """top_bm25 picks the best chunks from the sums (kb's ``acc_top``) where a chunk's score is
+    its own sum, as one chunk a document makes it: the same ids and scores as ``top_k`` over
+    ``bm25_scores``, with and without a filter."""
+    from kb.common.native import kernels
+    from kb.runtime import bm25
+
+    if not hasattr(kernels(), "acc_top"):
+        pytest.skip("kb's compiled kernels are not built")
+    jsonl = write_corpus(tmp_path)
+    npy = tmp_path / "v.npy"
+    np.save(npy, vectors_for(RECORDS))
+    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 0, r.output
+    with Index(out) as ix:
+        allowed = np.arange(ix.n_chunks) % 3 != 1
+        for q in ("gamma ray", "alpha helium delta", "word7 word9 silt"):
+            terms = bm25.query_terms(ix, q)
+            for mask in (None, allowed):
+                for k in (1, 3, 100):
+                    got = bm25.top_bm25(ix, terms, k, mask)
+                    want = bm25.top_k(*bm25.bm25_scores(ix, terms, allowed=mask), k)
+                    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (q, k)
+
+
 def test_kb_build_records_whether_every_document_is_one_chunk_and_the_search_takes_its_word(tmp_path):
     """meta.bm25.one_chunk_per_document: what docs.first_chunk says, so a search need not read
     that table (4 MB at a million chunks); an artifact without the key is judged from the table."""

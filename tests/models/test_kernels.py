@@ -254,3 +254,43 @@ def test_impact_add_refuses_an_id_past_the_sums_and_adds_nothing():
         K.impact_add(np.array([1], np.uint32), np.array([9, 9], np.uint8), 1.0, acc, 2, 4)
     with pytest.raises(ValueError, match="acc holds 32 bytes, its shape needs 40"):
         K.impact_add(np.array([1], np.uint32), np.array([9], np.uint8), 1.0, acc, 1, 5)
+
+
+def _top_k_of_sums(acc, allowed, lam, k):
+    """runtime/bm25.py's ``top_k`` over ``bm25_scores``'s ids and scores, from the sums."""
+    from kb.runtime.bm25 import top_k
+
+    hit = acc > 0
+    ids = np.flatnonzero(hit if allowed is None else hit & allowed)
+    score = acc[ids]
+    return top_k(ids, score + lam * score if lam > 0 else score, k)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(0, 400), k=st.integers(1, 40), lam=st.sampled_from([0.0, 0.3, 1.0 / 3.0]), levels=st.integers(1, 6),
+       masked=st.booleans(), seed=st.integers(0, 2**31))  # fmt: skip
+def test_acc_top_picks_what_top_k_over_the_scores_picks_bit_for_bit(n, k, lam, levels, masked, seed):
+    """runtime/bm25.py ``top_bm25``: the compiled pick from the sums is ``top_k``'s, ties (few
+    levels make many) by id, with zeros, negatives and NaN never picked."""
+    rng = np.random.default_rng(seed)
+    acc = rng.integers(-1, levels, n).astype(np.float64) * 0.1
+    acc[rng.random(n) < 0.05] = np.nan
+    allowed = rng.random(n) < 0.7 if masked else None
+    ids, scores = np.empty(k, np.int64), np.empty(k)
+    got = K.acc_top(acc, n, allowed, lam, k, ids, scores)
+    want_ids, want_scores = _top_k_of_sums(acc, allowed, lam, k)
+    np.testing.assert_array_equal(ids[:got], want_ids)
+    np.testing.assert_array_equal(scores[:got], want_scores)
+
+
+def test_acc_top_checks_its_buffers():
+    acc, ids, scores = np.ones(4), np.empty(2, np.int64), np.empty(2)
+    with pytest.raises(ValueError, match=r"^allowed holds 3 bytes, its shape needs 4$"):
+        K.acc_top(acc, 4, np.ones(3, bool), 0.0, 2, ids, scores)
+    with pytest.raises(ValueError, match=r"^out_ids holds 16 bytes, its shape needs 24$"):
+        K.acc_top(acc, 4, None, 0.0, 3, ids, np.empty(3))
+    with pytest.raises(ValueError, match=r"^acc holds 32 bytes, its shape needs 40$"):
+        K.acc_top(acc, 5, None, 0.0, 2, ids, scores)
+    with pytest.raises(ValueError, match=r"^acc_top: sizes out of range$"):
+        K.acc_top(acc, 4, None, 0.0, -1, ids, scores)
+    assert K.acc_top(acc, 4, None, 0.0, 0, ids[:0], scores[:0]) == 0
