@@ -1233,23 +1233,27 @@ static PyObject *acc_top(PyObject *self, PyObject *args) {
     const unsigned char *ok = have_allowed ? allowed.buf : NULL;
     Py_ssize_t count = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && k; i++) {
+    Py_ssize_t i = 0;
+    for (; i < n && count < k; i++) { /* the first k matches, each sifted up */
         double v = a[i];
         if (!(v > 0) || (ok && !ok[i])) continue;
-        Hit c = {lam > 0 ? v + lam * v : v, (int64_t)i};
-        if (count < k) { /* sift up */
-            Py_ssize_t j = count++;
-            h[j] = c;
-            while (j && worse(h[j], h[(j - 1) / 2])) {
-                Hit t = h[j];
-                h[j] = h[(j - 1) / 2];
-                h[(j - 1) / 2] = t;
-                j = (j - 1) / 2;
-            }
-        } else if (worse(h[0], c)) {
-            h[0] = c;
-            sift_down(h, count, 0);
+        Py_ssize_t j = count++;
+        h[j] = (Hit){lam > 0 ? v + lam * v : v, (int64_t)i};
+        while (j && worse(h[j], h[(j - 1) / 2])) {
+            Hit t = h[j];
+            h[j] = h[(j - 1) / 2];
+            h[(j - 1) / 2] = t;
+            j = (j - 1) / 2;
         }
+    }
+    /* then only a score above the root's (a positive one: no zero, negative or NaN passes) can
+       enter, and that test alone turns nearly every chunk away */
+    for (double floor = count ? h[0].s : 0; k && i < n; i++) { /* here count == k, or i == n */
+        double v = a[i], s = lam > 0 ? v + lam * v : v;
+        if (!(s > floor) || (ok && !ok[i])) continue;
+        h[0] = (Hit){s, (int64_t)i};
+        sift_down(h, count, 0);
+        floor = h[0].s;
     }
     /* best first: take the root (the worst left) to the end, count times */
     int64_t *oi = ids.buf;
