@@ -1,6 +1,7 @@
-"""bench/walk_pages.py's plumbing: it walks an artifact's graph and counts the pages it read, and
-its other order of the slots is a permutation within each block. Its figures at a million
-chunks are in bench/RESULTS.md "scale-notes"."""
+"""The plumbing of two bench scripts of one-shot searches at scale (their figures at a million
+chunks are in bench/RESULTS.md "scale-notes"): bench/walk_pages.py walks an artifact's graph and
+counts the pages it read, and its other order of the slots is a permutation within each block;
+bench/bm25_one_shot.py times the BM25 leg both ways in fresh processes and finds them alike."""
 
 import importlib.util
 import json
@@ -20,7 +21,9 @@ def _load(name: str, path: Path):
     return module
 
 
-walk_pages = _load("walk_pages", Path(__file__).resolve().parents[2] / "bench" / "walk_pages.py")
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+walk_pages = _load("walk_pages", BENCH / "walk_pages.py")
+bm25_one_shot = _load("bm25_one_shot", BENCH / "bm25_one_shot.py")
 
 
 def test_it_counts_the_pages_a_walk_reads(tmp_path, capsys):
@@ -40,3 +43,12 @@ def test_the_halving_order_moves_slots_only_within_their_block():
     new = walk_pages.halving_order(m, 16, 3)
     assert sorted(new.tolist()) == list(range(50))
     assert all(new[i] // 16 == i // 16 for i in range(50))
+
+
+def test_bm25_one_shot_times_both_picks_and_finds_them_alike(tmp_path, capsys):
+    art = tmp_path / "tiny.kb"
+    build_hash(TINY, art)
+    np.savez(tmp_path / "q.npz", texts=np.array(["restore the snapshot", "gateway firewall"]))
+    bm25_one_shot.main(["--artifact", str(art), "--queries", str(tmp_path / "q.npz"), "--count", "2", "--rounds", "1", "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert set(r) == {"compiled", "numpy"} and all(v["runs"] == 2 and v["median_ms"] >= 0 for v in r.values())
