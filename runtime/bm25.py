@@ -112,7 +112,11 @@ def bm25_scores(ix, terms: list[str], postings=None, allowed: np.ndarray | None 
     nonzero sums. ``postings(term, tid)`` gives a term's postings as ``term_postings`` does
     (default: the artifact's own; a set of artifacts passes ones rescored to its statistics,
     runtime/collection.py). ``allowed``: a bool mask over chunk ids; only those are returned."""
-    summed = _chunk_sums(ix, terms, postings)
+    return _scores(ix, _chunk_sums(ix, terms, postings), allowed)
+
+
+def _scores(ix, summed, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``bm25_scores`` from ``_chunk_sums``'s result."""
     if summed is None:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     acc, lam, single, doc_parts, scales = summed
@@ -211,15 +215,14 @@ def top_bm25(ix, terms: list[str], k: int, allowed: np.ndarray | None = None) ->
 
     kern = kernels()
     summed = _chunk_sums(ix, terms)
-    if summed is None:
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    acc, lam, single, doc_parts, scales = summed
-    if kern is not None and hasattr(kern, "acc_top") and (single or lam <= 0 or doc_parts[0][0] is None):
-        ids, scores = np.empty(max(k, 0), dtype=np.int64), np.empty(max(k, 0))
-        mask = None if allowed is None else np.ascontiguousarray(allowed, dtype=bool)
-        n = kern.acc_top(acc, len(acc), mask, lam if single else 0.0, max(k, 0), ids, scores)
-        return ids[:n], scores[:n]
-    return top_k(*bm25_scores(ix, terms, allowed=allowed), k)
+    if summed is not None and kern is not None and hasattr(kern, "acc_top"):
+        acc, lam, single, doc_parts, _ = summed
+        if single or lam <= 0 or doc_parts[0][0] is None:
+            ids, scores = np.empty(max(k, 0), dtype=np.int64), np.empty(max(k, 0))
+            mask = None if allowed is None else np.ascontiguousarray(allowed, dtype=bool)
+            n = kern.acc_top(acc, len(acc), mask, lam if single else 0.0, max(k, 0), ids, scores)
+            return ids[:n], scores[:n]
+    return top_k(*_scores(ix, summed, allowed), k)
 
 
 def query_ceiling(ix, terms: list[str]) -> tuple[float, float]:
