@@ -31,13 +31,16 @@ def main(argv: list[str]) -> None:
 
     dataclasses._process_class = timed
     sys.argv = ["kb", *argv]
-    from kb.runtime.cli import main as kb
+    try:
+        from kb.runtime.cli import main as kb
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        try:
-            kb()
-        except SystemExit:
-            pass
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                kb()
+            except SystemExit:
+                pass
+    finally:
+        dataclasses._process_class = process
     for name, ms in made:
         print(f"{ms:6.2f}  {name}")
     print(f"{sum(ms for _, ms in made):6.2f}  total, {len(made)} classes")

@@ -1,10 +1,13 @@
-"""The plumbing of two bench scripts of one-shot searches at scale (their figures at a million
-chunks are in bench/RESULTS.md "scale-notes"): bench/walk_pages.py walks an artifact's graph and
-counts the pages it read, and its other order of the slots is a permutation within each block;
-bench/bm25_one_shot.py times the BM25 leg both ways in fresh processes and finds them alike."""
+"""The plumbing of the bench scripts of one-shot searches (their figures are in bench/RESULTS.md
+"scale-notes" and "oneshot-quiet"): bench/walk_pages.py walks an artifact's graph and counts the
+pages it read, and its other order of the slots is a permutation within each block;
+bench/bm25_one_shot.py times the BM25 leg both ways in fresh processes and finds them alike;
+bench/startup_records.py counts the dataclasses a command's imports create."""
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -52,3 +55,13 @@ def test_bm25_one_shot_times_both_picks_and_finds_them_alike(tmp_path, capsys):
     bm25_one_shot.main(["--artifact", str(art), "--queries", str(tmp_path / "q.npz"), "--count", "2", "--rounds", "1", "--json"])
     r = json.loads(capsys.readouterr().out)
     assert set(r) == {"compiled", "numpy"} and all(v["runs"] == 2 and v["median_ms"] >= 0 for v in r.values())
+
+
+def test_startup_records_counts_the_dataclasses_a_fresh_process_creates(tmp_path):
+    art = tmp_path / "tiny.kb"
+    build_hash(TINY, art)
+    out = subprocess.run([sys.executable, str(BENCH / "startup_records.py"), "search", "backups", "-i", str(art), "--mode", "bm25", "--json"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    ms, what = out[-1].split(maxsplit=1)
+    assert what.startswith("total, ") and int(what.split()[1]) == len(out) - 1 >= 10 and float(ms) > 0
+    assert any(line.endswith("kb.runtime.results.Result") for line in out)
