@@ -29,7 +29,7 @@ walk_pages = _load("walk_pages", BENCH / "walk_pages.py")
 bm25_one_shot = _load("bm25_one_shot", BENCH / "bm25_one_shot.py")
 
 
-def test_it_counts_the_pages_a_walk_reads(tmp_path, capsys):
+def test_walk_pages_counts_the_pages_a_walk_reads(tmp_path, capsys):
     art = tmp_path / "tiny.kb"
     build_hash(TINY, art)
     with Index(art) as ix:
