@@ -158,20 +158,10 @@ class Searcher:
                 self.embedder_of(space).prepare()
             except BaseException:  # noqa: BLE001 - raised again where the dense leg loads or runs it
                 pass
-            space.prefetch_vectors()  # started here, not with the search (``_vectors_after_encoder``)
 
         thread = threading.Thread(target=run, name="kb-prepare-encoder", daemon=True)
         thread.start()
         return thread
-
-    def _vectors_after_encoder(self, q: Query, space, use_bm25: bool) -> bool:
-        """Whether a one-shot hybrid search of a scanned artifact checks its vectors on the thread
-        that prepares the encoder, once the layers are checked (``_prepare_encoder``), instead of
-        on a thread of their own from the start: on two cores three threads beside the BM25 leg
-        took its core, and the hybrid one-shot was 1-2% slower (bench/RESULTS.md "oneshot-quiet").
-        Where this says yes and the encoder is not prepared after all (a weight of 0 for a leg,
-        no text), the scan opens the vectors itself when it needs them."""
-        return self.one_shot and q.mode == "hybrid" and use_bm25 and self._in_place(space) and not getattr(space, "walks_graph", False)
 
     def set_embedder(self, space, embedder) -> None:
         """Embed ``space``'s queries with ``embedder`` (a benchmark's precomputed vectors)."""
@@ -234,7 +224,7 @@ class Searcher:
         space = self.space_for(q.text if q.text.strip() else " ".join(q.rewrites))
         o = self.options_for(o, space)
         use_bm25, use_vectors = self._legs_to_run(q, notices)
-        if use_vectors and not self._vectors_after_encoder(q, space, use_bm25):
+        if use_vectors:
             # opened and checked on another thread while this one applies the filters, runs the
             # BM25 leg and embeds the query; ix.vectors waits for it (Index.prefetch_vectors)
             space.prefetch_vectors()
