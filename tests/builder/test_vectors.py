@@ -42,13 +42,19 @@ def run(tmp_path, *args):
     return r, out
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_row_i_is_the_vector_of_record_i_and_each_record_is_one_chunk(tmp_path, dtype):
+def build_records(tmp_path, dtype="float32"):
+    """The artifact of RECORDS with their vectors brought (``dtype``), and the .npy given."""
     jsonl = write_corpus(tmp_path)
     npy = tmp_path / "v.npy"
     np.save(npy, vectors_for(RECORDS, dtype))
     r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
     assert r.exit_code == 0, r.output
+    return out, npy
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_row_i_is_the_vector_of_record_i_and_each_record_is_one_chunk(tmp_path, dtype):
+    out, npy = build_records(tmp_path, dtype)
     given = np.load(npy).astype(np.float32)
     given /= np.linalg.norm(given, axis=1, keepdims=True)
     with Index(out) as ix:
@@ -141,11 +147,7 @@ def test_a_graph_whose_nodes_are_not_in_key_order_still_gives_each_chunk_its_vec
 
     monkeypatch.setattr(locality, "MIN_CLUSTERED", 1)
     monkeypatch.setattr(locality, "cluster_order", lambda n, rows: np.arange(n)[::-1].copy())
-    jsonl = write_corpus(tmp_path)
-    npy = tmp_path / "v.npy"
-    np.save(npy, vectors_for(RECORDS))
-    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
-    assert r.exit_code == 0, r.output
+    out, npy = build_records(tmp_path)
     given = np.load(npy)
     given /= np.linalg.norm(given, axis=1, keepdims=True)
     with Index(out) as ix:
@@ -176,11 +178,7 @@ def test_one_chunk_per_document_scores_bm25_as_the_document_postings_would(tmp_p
     """Each record is one chunk: the BM25 leg reuses the chunk sums for the document's part."""
     from kb.runtime import bm25
 
-    jsonl = write_corpus(tmp_path)
-    npy = tmp_path / "v.npy"
-    np.save(npy, vectors_for(RECORDS))
-    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
-    assert r.exit_code == 0, r.output
+    out, _ = build_records(tmp_path)
     with Index(out) as ix:
         assert bm25.one_chunk_per_document(ix) and bm25.document_weight(ix) > 0
         for q in ("gamma ray", "alpha helium delta", "word7 word9 silt"):
@@ -201,11 +199,7 @@ def test_the_compiled_pick_of_the_bm25_top_equals_top_k_over_every_score(tmp_pat
 
     if not hasattr(kernels(), "acc_top"):
         pytest.skip("kb's compiled kernels are not built")
-    jsonl = write_corpus(tmp_path)
-    npy = tmp_path / "v.npy"
-    np.save(npy, vectors_for(RECORDS))
-    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
-    assert r.exit_code == 0, r.output
+    out, _ = build_records(tmp_path)
     with Index(out) as ix:
         allowed = np.arange(ix.n_chunks) % 3 != 1
         for q in ("gamma ray", "alpha helium delta", "word7 word9 silt"):
@@ -224,11 +218,7 @@ def test_kb_build_records_whether_every_document_is_one_chunk_and_the_search_tak
 
     from kb.runtime import bm25
 
-    jsonl = write_corpus(tmp_path)
-    npy = tmp_path / "v.npy"
-    np.save(npy, vectors_for(RECORDS))
-    r, records = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
-    assert r.exit_code == 0, r.output
+    records, _ = build_records(tmp_path)
     files = tmp_path / "files.kb"
     build_hash(TINY, files)
     for path, single in ((records, True), (files, False)):
