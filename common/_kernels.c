@@ -873,8 +873,8 @@ done:
    The GIL is let go for the walk: ``ok`` is written meanwhile, so no other thread may check the
    same section's pages at the same time (runtime/index.py opens one walk a search). */
 
+#define WALK_PAGE 4096 /* formats/artifact.py's PAGE: one crc32 a page (walk_f16 checks ``crcs`` against it) */
 #ifdef KB_X86_AVX2
-#define WALK_PAGE 4096
 #define WALK_NODE_HEAD 10 /* key (u64), level (i16) */
 
 enum { WALK_OK, WALK_BAD_PAGE, WALK_LONG_LIST, WALK_BAD_SLOT, WALK_NOT_FINITE, WALK_NO_MEMORY, WALK_OUTSIDE };
