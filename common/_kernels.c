@@ -846,6 +846,47 @@ done:
     return result;
 }
 
+/* Binary heaps of (distance, slot) pairs, ordered by distance, then slot: the walk's beam and
+   candidates, and BM25's best k (``acc_top``, as (-score, id)). */
+typedef struct {
+    double d;
+    int64_t slot;
+} Near;
+
+static int near_before(Near a, Near b) { return a.d < b.d || (a.d == b.d && a.slot < b.slot); }
+
+/* ``far`` 0 keeps the nearest on top, 1 the farthest. */
+static void heap_push(Near *h, int64_t *n, Near x, int far) {
+    int64_t i = (*n)++;
+    while (i) {
+        int64_t up = (i - 1) / 2;
+        if (far ? !near_before(h[up], x) : !near_before(x, h[up])) break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = x;
+}
+
+static Near heap_pop(Near *h, int64_t *n, int far) {
+    Near top = h[0], x = h[--(*n)];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && (far ? near_before(h[c], h[c + 1]) : near_before(h[c + 1], h[c]))) c++;
+        if (far ? !near_before(x, h[c]) : !near_before(h[c], x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+    return top;
+}
+
+static int near_order(const void *a, const void *b) {
+    Near x = *(const Near *)a, y = *(const Near *)b;
+    return near_before(x, y) ? -1 : near_before(y, x) ? 1 : 0;
+}
+
 /* ---- kb's walk of an HNSW graph -------------------------------------------------------------- */
 
 /* walk_f16(image, q, upper, upper_levels, crcs, ok, out_slots, out_dist, size, conn, base,
@@ -878,11 +919,6 @@ done:
 #define WALK_NODE_HEAD 10 /* key (u64), level (i16) */
 
 enum { WALK_OK, WALK_BAD_PAGE, WALK_LONG_LIST, WALK_BAD_SLOT, WALK_NOT_FINITE, WALK_NO_MEMORY, WALK_OUTSIDE };
-
-typedef struct {
-    double d;
-    int64_t slot;
-} Near;
 
 typedef struct {
     const unsigned char *b;
@@ -981,40 +1017,6 @@ static int walk_distance(Walk *w, int64_t slot, double *d) {
     }
     *d = x;
     return WALK_OK;
-}
-
-static int near_before(Near a, Near b) { return a.d < b.d || (a.d == b.d && a.slot < b.slot); }
-
-/* Binary heaps of Near: ``far`` 0 keeps the nearest on top, 1 the farthest. */
-static void heap_push(Near *h, int64_t *n, Near x, int far) {
-    int64_t i = (*n)++;
-    while (i) {
-        int64_t up = (i - 1) / 2;
-        if (far ? !near_before(h[up], x) : !near_before(x, h[up])) break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = x;
-}
-
-static Near heap_pop(Near *h, int64_t *n, int far) {
-    Near top = h[0], x = h[--(*n)];
-    int64_t i = 0;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && (far ? near_before(h[c], h[c + 1]) : near_before(h[c + 1], h[c]))) c++;
-        if (far ? !near_before(x, h[c]) : !near_before(h[c], x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = x;
-    return top;
-}
-
-static int near_order(const void *a, const void *b) {
-    Near x = *(const Near *)a, y = *(const Near *)b;
-    return near_before(x, y) ? -1 : near_before(y, x) ? 1 : 0;
 }
 
 static int walk_search(Walk *w, int max_level, int64_t entry, int64_t ef, int64_t count, int64_t *out_slots, double *out_dist, int64_t *found) {
@@ -1185,28 +1187,8 @@ done:
    same float64 steps), without the mask, the id and score arrays of every matching chunk (at a
    million chunks a long query matches over half of them) and their partition. out_ids (int64)
    and out_scores (float64), k long, get them best first; count = min(k, matches). The GIL is let
-   go. A heap of the k best so far, the worst at its root; ids come in ascending order, so a
-   score equal to the root's never displaces it. */
-typedef struct {
-    double s;
-    int64_t id;
-} Hit;
-
-static inline int worse(Hit a, Hit b) { return a.s < b.s || (a.s == b.s && a.id > b.id); }
-
-static void sift_down(Hit *h, Py_ssize_t n, Py_ssize_t i) {
-    for (;;) {
-        Py_ssize_t l = 2 * i + 1, r = l + 1, w = i;
-        if (l < n && worse(h[l], h[w])) w = l;
-        if (r < n && worse(h[r], h[w])) w = r;
-        if (w == i) return;
-        Hit t = h[i];
-        h[i] = h[w];
-        h[w] = t;
-        i = w;
-    }
-}
-
+   go. A heap of the k best so far as (-score, id), the worst at its root; ids come in ascending
+   order, so a score equal to the root's never displaces it. */
 static PyObject *acc_top(PyObject *self, PyObject *args) {
     Py_buffer acc, ids, scores, allowed = {0};
     PyObject *allowed_obj;
@@ -1214,7 +1196,7 @@ static PyObject *acc_top(PyObject *self, PyObject *args) {
     double lam;
     if (!PyArg_ParseTuple(args, "y*nOdnw*w*", &acc, &n, &allowed_obj, &lam, &k, &ids, &scores)) return NULL;
     PyObject *result = NULL;
-    Hit *h = NULL;
+    Near *h = NULL;
     int have_allowed = allowed_obj != Py_None;
     if (have_allowed && PyObject_GetBuffer(allowed_obj, &allowed, PyBUF_SIMPLE) < 0) goto done;
     if (n < 0 || k < 0) {
@@ -1224,48 +1206,31 @@ static PyObject *acc_top(PyObject *self, PyObject *args) {
     if (!check(&acc, n, 8, "acc", 1) || (have_allowed && !check(&allowed, n, 1, "allowed", 0)) || !check(&ids, k, 8, "out_ids", 1) ||
         !check(&scores, k, 8, "out_scores", 1))
         goto done;
-    h = malloc((size_t)(k ? k : 1) * sizeof *h);
+    h = malloc((size_t)(k + 1) * sizeof *h);
     if (!h) {
         PyErr_NoMemory();
         goto done;
     }
     const double *a = acc.buf;
     const unsigned char *ok = have_allowed ? allowed.buf : NULL;
-    Py_ssize_t count = 0;
+    int64_t count = 0;
     Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t i = 0;
-    for (; i < n && count < k; i++) { /* the first k matches, each sifted up */
-        double v = a[i];
-        if (!(v > 0) || (ok && !ok[i])) continue;
-        Py_ssize_t j = count++;
-        h[j] = (Hit){lam > 0 ? v + lam * v : v, (int64_t)i};
-        while (j && worse(h[j], h[(j - 1) / 2])) {
-            Hit t = h[j];
-            h[j] = h[(j - 1) / 2];
-            h[(j - 1) / 2] = t;
-            j = (j - 1) / 2;
-        }
-    }
-    /* then only a score above the root's (a positive one: no zero, negative or NaN passes) can
-       enter, and that test alone turns nearly every chunk away */
-    for (double floor = count ? h[0].s : 0; k && i < n; i++) { /* here count == k, or i == n */
+    /* a score must beat ``floor``: 0 until the heap holds k (no zero, negative or NaN passes),
+       then the root's, and that test alone turns nearly every chunk away */
+    double floor = 0;
+    for (Py_ssize_t i = 0; k && i < n; i++) {
         double v = a[i], s = lam > 0 ? v + lam * v : v;
         if (!(s > floor) || (ok && !ok[i])) continue;
-        h[0] = (Hit){s, (int64_t)i};
-        sift_down(h, count, 0);
-        floor = h[0].s;
+        heap_push(h, &count, (Near){-s, (int64_t)i}, 1);
+        if (count > k) heap_pop(h, &count, 1);
+        if (count == k) floor = -h[0].d;
     }
-    /* best first: take the root (the worst left) to the end, count times */
+    qsort(h, (size_t)count, sizeof *h, near_order); /* best first */
     int64_t *oi = ids.buf;
     double *os = scores.buf;
-    for (Py_ssize_t m = count; m > 0; m--) {
-        oi[m - 1] = h[0].id;
-        os[m - 1] = h[0].s;
-        h[0] = h[m - 1];
-        sift_down(h, m - 1, 0);
-    }
+    for (int64_t m = 0; m < count; m++) oi[m] = h[m].slot, os[m] = -h[m].d;
     Py_END_ALLOW_THREADS
-    result = PyLong_FromSsize_t(count);
+    result = PyLong_FromSsize_t((Py_ssize_t)count);
 done:
     free(h);
     PyBuffer_Release(&acc);
