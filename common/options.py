@@ -46,7 +46,7 @@ class SearchOptions:
     rank23_bonus: float = setting(0.0, "Added once to a chunk whose best rank in any leg is 2 or 3 (qmd and the seeds: 0.02).", minimum=0.0, maximum=1.0)
     rewrite_weight: float = setting(0.5, "Weight of each --rewrite's legs, relative to the query's own legs.", minimum=0.0, maximum=10.0)
     tag_weight: float = setting(0.3, "Weight of the tag (entity) leg.", minimum=0.0, maximum=10.0)
-    adaptive_fusion: bool = setting(True, "Scale each dense leg's weight by its top cosine (0.2 to 0.4: 10% to all of it), so a weak dense leg cannot bury an exact word match, and each BM25 leg's by 1 + 4 x its winner's relative lead over the second (s1 - s2) / s1, so a clear lexical winner is not outvoted.", flag="--adaptive-fusion/--fixed-fusion")
+    adaptive_fusion: bool = setting(True, "Scale each dense leg's weight by its top cosine (0.2 to 0.4: 10% to all of it), so a weak dense leg cannot bury an exact word match, and each BM25 leg's by 1 + 4 x its winner's relative lead over the second (s1 - s2) / s1 (s2 = 0 for a lone hit), so a clear lexical winner is not outvoted.", flag="--adaptive-fusion/--fixed-fusion")
     rerank: bool = setting(False, "Rescore the top fused candidates with the artifact's cross-encoder (hybrid mode only).", flag="--rerank/--no-rerank")
     rerank_top: int = setting(40, "How many fused candidates the reranker rescores; the rest keep their fused order after them.", minimum=0, maximum=MAX_RERANK_TOP)
     rerank_passage_tokens: int = setting(192, "Tokens of each candidate passage the reranker reads (its cost grows with this).", minimum=1, maximum=512)

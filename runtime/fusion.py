@@ -113,7 +113,10 @@ def rank_bonus(best_rank: int, p: FusionParams) -> float:
 #   beats every other chunk is a strong signal a dense leg should not outvote (JSQuAD: hybrid
 #   0.915 -> 0.933 against BM25's 0.929; every English set gained 0.002-0.010). The gap is a
 #   ratio of one query's own scores, so it means the same for any corpus and language; GAP_SCALE
-#   sits in the middle of the flat range 0.2-0.3 the dev sets gave.
+#   sits in the middle of the flat range 0.2-0.3 the dev sets gave. A lone hit (one chunk holds
+#   the query's terms: the page that names an identifier) has no runner-up, so it leads by all of
+#   it (before 2026-12-02 it got no lead at all, and `HUGO_NUMWORKERMULTIPLIER`'s one page
+#   ranked second, under a page that does not name it).
 # Scaling the BM25 leg *down* by its top score over its ceiling was tried and cost CISI and
 # Cranfield 0.004-0.005 (their long queries never come near the ceiling).
 COS_WEAK = 0.2  # a dense leg whose top cosine is at most this keeps STRENGTH_FLOOR of its weight
@@ -146,7 +149,10 @@ def strength_factor(leg: Leg, to_minilm=None) -> float:
     at all."""
     if leg.kind == "bm25":
         h = leg.hits
-        return 1.0 + (h[0].score - h[1].score) / h[0].score / GAP_SCALE if len(h) > 1 and h[0].score > 0 else 1.0
+        if not h or h[0].score <= 0:
+            return 1.0
+        second = h[1].score if len(h) > 1 else 0.0  # a lone hit has no runner-up: the widest gap
+        return 1.0 + (h[0].score - second) / h[0].score / GAP_SCALE
     if leg.kind != "cosine":
         return 1.0
     top = to_minilm(leg.strength) if to_minilm is not None else leg.strength

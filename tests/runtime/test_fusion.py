@@ -121,7 +121,7 @@ def test_sigmoid_is_stable_at_the_extremes():
 
 
 def test_adaptive_fusion_scales_only_a_weak_dense_leg():
-    bm25 = F.Leg("bm25", "bm25", 0.3, (F.LegHit(1, 1, 5.0),), ceiling=6.0, known=1.0)
+    bm25 = F.Leg("bm25", "bm25", 0.3, (F.LegHit(1, 1, 5.0), F.LegHit(3, 2, 5.0)), ceiling=6.0, known=1.0)  # tied: no lead
     for top_cos, share in ((0.1, F.STRENGTH_FLOOR), (0.2, F.STRENGTH_FLOOR), (0.3, 0.5), (0.4, 1.0), (0.8, 1.0)):
         dense = F.leg_from_ranking("vector", "cosine", 0.7, [2], [top_cos])
         adapted = {lg.name: lg.weight for lg in F.adapt_weights([bm25, dense])}
@@ -132,7 +132,7 @@ def test_adaptive_fusion_scales_only_a_weak_dense_leg():
 
 def test_adaptive_fusion_raises_a_bm25_leg_whose_winner_leads_clearly():
     dense = F.leg_from_ranking("vector", "cosine", 0.5, [9], [0.9])
-    for scores, factor in (((10.0, 10.0), 1.0), ((10.0, 5.0), 1 + 0.5 / F.GAP_SCALE), ((10.0, 0.0), 1 + 1 / F.GAP_SCALE), ((10.0,), 1.0)):
+    for scores, factor in (((10.0, 10.0), 1.0), ((10.0, 5.0), 1 + 0.5 / F.GAP_SCALE), ((10.0, 0.0), 1 + 1 / F.GAP_SCALE), ((10.0,), 1 + 1 / F.GAP_SCALE)):
         bm25 = F.leg_from_ranking("bm25", "bm25", 0.5, range(len(scores)), scores)
         adapted = {lg.name: lg.weight for lg in F.adapt_weights([bm25, dense])}
         assert abs(adapted["bm25"] - 0.5 * factor) < 1e-12 and adapted["vector"] == 0.5
@@ -146,6 +146,17 @@ def test_a_weak_dense_leg_does_not_bury_an_exact_lexical_match():
     fixed = [f.chunk for f in F.fuse_rrf([bm25, dense], DEFAULT)][:3]
     adaptive = [f.chunk for f in F.fuse_rrf(F.adapt_weights([bm25, dense]), DEFAULT)][:3]
     assert 100 not in fixed and adaptive == [100, 101, 102]
+
+
+def test_a_lone_lexical_hit_is_not_buried_by_a_strong_dense_leg():
+    """`kb search HUGO_NUMWORKERMULTIPLIER` on the Hugo docs: one page names the variable, so the
+    BM25 leg has that one hit; the dense leg (top cosine 0.64) ranks a page without it first and
+    the named page 10th. A lone hit has no runner-up, so its lead is the widest there is: it gets
+    the clear winner's weight, not the weight of a leg whose winner is tied."""
+    bm25 = F.Leg("bm25", "bm25", 0.3, (F.LegHit(7, 1, 2.83),), ceiling=8.1, known=1.0)
+    dense = F.leg_from_ranking("vector", "cosine", 0.7, [1, 2, 3, 4, 5, 6, 8, 9, 10, 7], [0.64, 0.58, 0.57, 0.56, 0.56, 0.55, 0.55, 0.54, 0.54, 0.54])
+    assert F.strength_factor(bm25) == 1 + 1 / F.GAP_SCALE
+    assert F.fuse_rrf(F.adapt_weights([bm25, dense]), DEFAULT)[0].chunk == 7
 
 
 def test_another_models_cosines_are_read_on_minilms_scale():
