@@ -159,6 +159,19 @@ def test_a_lone_lexical_hit_is_not_buried_by_a_strong_dense_leg():
     assert F.fuse_rrf(F.adapt_weights([bm25, dense]), DEFAULT)[0].chunk == 7
 
 
+@given(st.lists(st.floats(0.01, 100.0), min_size=1, max_size=6))
+def test_a_bm25_legs_factor_is_its_winners_lead_and_a_missing_runner_up_counts_as_zero(scores):
+    """The factor lies in [1, 1 + 1 / GAP_SCALE] and is continuous where the leg runs out of hits:
+    a lone hit leads exactly as far as a winner whose runner-up scores 0."""
+    scores = sorted(scores, reverse=True)
+    leg = F.leg_from_ranking("bm25", "bm25", 1.0, range(len(scores)), scores)
+    factor = F.strength_factor(leg)
+    assert 1.0 <= factor <= 1 + 1 / F.GAP_SCALE + 1e-12
+    lone = F.leg_from_ranking("bm25", "bm25", 1.0, [0], scores[:1])
+    zero_second = F.leg_from_ranking("bm25", "bm25", 1.0, [0, 1], [scores[0], 0.0])
+    assert F.strength_factor(lone) == F.strength_factor(zero_second) == 1 + 1 / F.GAP_SCALE
+
+
 def test_another_models_cosines_are_read_on_minilms_scale():
     to_minilm = F.minilm_cosine("multilingual-e5-small")
     weak, strong = F.COSINE_ANCHORS["multilingual-e5-small"]
