@@ -6,6 +6,7 @@ dev sets, with a part of their queries held out.
     python bench/calibrate.py collect --art DIR --data ../shared/data --fixtures ../shared/fixtures --out rows.jsonl --unanswerable
     python bench/calibrate.py fit     --rows rows.jsonl [--write runtime/confidence_model.py] [--plots bench/]
     python bench/calibrate.py compare --art DIR --data ../shared/data --fixtures ../shared/fixtures --default-only
+    python bench/calibrate.py separation --rows rows.jsonl [--backend hybrid]
 
 DIR holds one artifact per set (SETS): hugo.kb (kb-build ../shared/data/hugo-docs/content/en),
 scifact.kb, cranfield.kb, cisi.kb (kb-build --jsonl DATA/NAME/corpus.jsonl: all-MiniLM-L6-v2, as
@@ -36,6 +37,10 @@ multilingual-e5-small: what "auto" picks for these languages, and the Hugo docs 
   diagrams.
 - compare: kb bench's quality, calibration and notice figures per set (--default-only: kb's
   defaults only; else fixed fusion as well).
+- separation: how well the notice's statistic (the top result's confidence under the stored
+  model) and other query-level statistics tell each set's answerable queries from its in-domain
+  negatives (Hugo's own, every set's unanswerable ones) and from its foreign ones: ROC AUC, on
+  rows `collect --unanswerable` wrote.
 """
 
 from __future__ import annotations
@@ -268,7 +273,8 @@ def cmd_collect(a):
                             continue
                         t = time.time()
                         for q, resp in searches(s, queries, backend, opts):
-                            rows = [{"features": r.explain.confidence_features, "relevant": getattr(r, queries.key) in q.relevant} for r in resp.results]
+                            rows = [{"features": r.explain.confidence_features, "relevant": getattr(r, queries.key) in q.relevant,
+                                     "legs": {name: leg["rank"] for name, leg in r.explain.legs.items()}} for r in resp.results]
                             source = q.id.split("/")[0] if q.kind == "foreign" else SETS[name][0]
                             qid = q.id.split("/", 1)[1] if q.kind == "foreign" else q.id
                             out.write(json.dumps({"set": name, "id": q.id, "backend": backend, "negative": not q.relevant, "kind": q.kind, "held_out": held_out(source, qid), "rows": rows}) + "\n")
@@ -489,6 +495,67 @@ def cmd_fit(a):
         plot(report, Path(a.plots))
 
 
+def _rr(row: dict, leg: str) -> float:
+    rank = row.get("legs", {}).get(leg)
+    return 1.0 / rank if rank else 0.0
+
+
+# Query-level statistics `separation` compares: each reads a query's collected top 10 (``rows``,
+# in rank order) and the stored model's confidence of each (``conf``).
+SEPARATION = {
+    "top result's confidence (the notice's)": lambda rows, conf: conf[0],
+    "highest confidence of the top 3": lambda rows, conf: max(conf[:3]),
+    "top result's mean 1/rank over the two legs": lambda rows, conf: (_rr(rows[0], "bm25") + _rr(rows[0], "vector")) / 2,
+    "top result's lower 1/rank of the two legs": lambda rows, conf: min(_rr(rows[0], "bm25"), _rr(rows[0], "vector")),
+    "results of the top 10 in both legs' top 10": lambda rows, conf: sum(1 for r in rows if r.get("legs", {}).get("bm25", 99) <= 10 and r.get("legs", {}).get("vector", 99) <= 10),
+    "top cosine": lambda rows, conf: rows[0]["features"]["top_cos"],
+    "BM25 top over its ceiling": lambda rows, conf: rows[0]["features"]["top_bm25n"],
+}
+
+
+def roc_auc(positive, negative) -> float:
+    """P(a positive scores above a negative), ties counting half; nan without both."""
+    p, n = np.asarray(positive, dtype=np.float64), np.asarray(negative, dtype=np.float64)
+    if not len(p) or not len(n):
+        return float("nan")
+    return float((p[:, None] > n[None, :]).mean() + 0.5 * (p[:, None] == n[None, :]).mean())
+
+
+def cmd_separation(a):
+    """How well each SEPARATION statistic tells a set's answerable queries from its in-domain
+    negatives (Hugo's hand-written ones and every set's unanswerable queries) and from its
+    foreign ones, as ROC AUC, on rows `collect` wrote (with the legs' ranks: collected since
+    2026-12-02) under the stored confidence model; markdown on stdout."""
+    from kb.runtime.confidence import predict
+
+    recs = [r for r in (json.loads(x) for x in open(a.rows)) if r["backend"] == a.backend]
+    sets = [s for s in SETS if any(r["set"] == s for r in recs)]
+    scored = {s: [] for s in sets}
+    for r in recs:
+        if r["rows"]:
+            conf = predict(a.backend, np.array([features_of(row) for row in r["rows"]]))
+            stats = {name: float(f(r["rows"], conf)) for name, f in SEPARATION.items()}
+        else:  # nothing matched: the lowest value of every statistic (the notice fires on it too)
+            stats = dict.fromkeys(SEPARATION, 0.0)
+        scored[r["set"]].append((kind_of(r) if r["negative"] else "answerable", stats))
+    counts = {s: sum(1 for k, _ in scored[s] if k in ("own", "unanswerable")) for s in sets}
+    print(f"| statistic | {' | '.join(f'{s} ({counts[s]} neg.)' for s in sets)} | foreign, range over sets |")
+    print("|---" * (len(sets) + 2) + "|")
+    for name in SEPARATION:
+        cells, foreign = [], []
+        for s in sets:
+            pos = [st[name] for k, st in scored[s] if k == "answerable"]
+            cells.append(f"{roc_auc(pos, [st[name] for k, st in scored[s] if k in ('own', 'unanswerable')]):.3f}")
+            foreign.append(roc_auc(pos, [st[name] for k, st in scored[s] if k == "foreign"]))
+        f = [x for x in foreign if x == x]
+        print(f"| {name} | {' | '.join(cells)} | {f'{min(f):.3f}-{max(f):.3f}' if f else '-'} |")
+    notice = next(iter(SEPARATION))
+    for s in sets:  # the hand-written negatives alone (the Hugo fixture's): what the issue's goal counts
+        own = [st[notice] for k, st in scored[s] if k == "own"]
+        if own:
+            print(f"\n{s}, its {len(own)} own negatives alone: {roc_auc([st[notice] for k, st in scored[s] if k == 'answerable'], own):.3f} ({notice})")
+
+
 def plot(report: dict, folder: Path) -> None:
     import matplotlib
 
@@ -545,8 +612,11 @@ def main(argv=None):
     p.add_argument("--set-power", type=float, default=0.0, help="each set weighs (its queries) ** this: 0 = all sets alike, 1 = every query alike")
     p.add_argument("--loso", action="store_true", help="also report each set's ECE under a model fitted without it (leave one set out)")
     p.add_argument("--keep-weights", action="store_true", help="keep runtime/confidence_model.py's weights: report them and choose only the floors on these rows")
+    p = sub.add_parser("separation")
+    p.add_argument("--rows", required=True)
+    p.add_argument("--backend", default="hybrid", choices=BACKENDS)
     a = ap.parse_args(argv)
-    {"grid": cmd_grid, "collect": cmd_collect, "compare": cmd_compare, "fit": cmd_fit, "unanswerable": cmd_unanswerable}[a.cmd](a)
+    {"grid": cmd_grid, "collect": cmd_collect, "compare": cmd_compare, "fit": cmd_fit, "unanswerable": cmd_unanswerable, "separation": cmd_separation}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -108,3 +108,30 @@ def test_keep_weights_rechooses_only_the_floors(synthetic_rows, tmp_path):
     for s in ("a", "b", "c"):
         top = [float(predict("hybrid", np.array([calibrate.features_of(r["rows"][0])]))[0]) for r in recs if r["set"] == s and not r["negative"]]
         assert sum(t < floor for t in top) <= 0.1 * len(top)
+
+
+def test_separation_reports_each_statistics_auc_against_in_domain_and_foreign_negatives(tmp_path, monkeypatch, capsys):
+    """A set whose answerable queries have a higher top cosine than every negative: AUC 1.000 for
+    the top cosine; in-domain negatives are the set's own and its unanswerable ones, a query with
+    no result scores lowest, and the own negatives are also reported alone."""
+    monkeypatch.setattr(calibrate, "SETS", {"a": ("a", "x")})
+
+    def query(kind, top_cos, negative, results=2):
+        rows = []
+        for rank in range(results):
+            f = dict.fromkeys(FEATURES, 0.0)
+            f["bias"], f["log_rank"], f["top_cos"], f["top_bm25n"] = 1.0, float(np.log(rank + 1)), top_cos, 0.5
+            rows.append({"features": f, "relevant": not negative and rank == 0, "legs": {"bm25": rank + 1, "vector": rank + 2}})
+        return {"set": "a", "id": f"{kind}{top_cos}", "backend": "hybrid", "negative": negative, "kind": kind, "held_out": False, "rows": rows}
+
+    recs = [query("natural", c, False) for c in (0.6, 0.7, 0.8)]
+    recs += [query("negative", 0.2, True), query("unanswerable", 0.3, True), query("foreign", 0.1, True), query("foreign", 0.5, True, results=0)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    calibrate.main(["separation", "--rows", str(path)])
+    out = capsys.readouterr().out
+    assert "| statistic | a (2 neg.) | foreign, range over sets |" in out
+    assert "| top cosine | 1.000 | 1.000-1.000 |" in out
+    assert "| BM25 top over its ceiling | 0.500 | 0.750-0.750 |" in out  # ties count half; the empty query scores 0
+    assert "| top result's mean 1/rank over the two legs | 0.500 |" in out
+    assert "a, its 1 own negatives alone:" in out
