@@ -125,11 +125,18 @@ def _scores(ix, summed, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndar
     if single:
         score = acc[ids]
         return ids, score + lam * score
-    if lam > 0 and doc_parts[0][0] is not None:
+    if _adds_documents(summed):
         score = acc[ids]
         dacc = _weighted_sum(ix, doc_parts, scales, ix.n_docs)
         return ids, score + lam * dacc[ix.chunks["doc"][ids]]
     return ids, acc[ids]
+
+
+def _adds_documents(summed) -> bool:
+    """Whether a chunk's score adds its document's sum (of ``_chunk_sums``'s result), rather than
+    being its own sum alone (times 1 + lam where each document is its one chunk)."""
+    _, lam, single, doc_parts, _ = summed
+    return not single and lam > 0 and doc_parts[0][0] is not None
 
 
 def _chunk_sums(ix, terms: list[str], postings=None):
@@ -215,13 +222,12 @@ def top_bm25(ix, terms: list[str], k: int, allowed: np.ndarray | None = None) ->
 
     kern = kernels()
     summed = _chunk_sums(ix, terms)
-    if summed is not None and kern is not None and hasattr(kern, "acc_top"):
-        acc, lam, single, doc_parts, _ = summed
-        if single or lam <= 0 or doc_parts[0][0] is None:
-            ids, scores = np.empty(max(k, 0), dtype=np.int64), np.empty(max(k, 0))
-            mask = None if allowed is None else np.ascontiguousarray(allowed, dtype=bool)
-            n = kern.acc_top(acc, len(acc), mask, lam if single else 0.0, max(k, 0), ids, scores)
-            return ids[:n], scores[:n]
+    if summed is not None and kern is not None and hasattr(kern, "acc_top") and not _adds_documents(summed):
+        acc, lam, single, _, _ = summed
+        ids, scores = np.empty(max(k, 0), dtype=np.int64), np.empty(max(k, 0))
+        mask = None if allowed is None else np.ascontiguousarray(allowed, dtype=bool)
+        n = kern.acc_top(acc, len(acc), mask, lam if single else 0.0, max(k, 0), ids, scores)
+        return ids[:n], scores[:n]
     return top_k(*_scores(ix, summed, allowed), k)
 
 
