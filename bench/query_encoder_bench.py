@@ -70,8 +70,8 @@ def main(argv=None):
 
     cmd = " ".join(argv if argv is not None else sys.argv[1:])
     base = "ct2" if a.against == "ct2" else f"in-place {a.against}"
-    quality = [f"| set | model | queries | vector nDCG@10 {base} | vector nDCG@10 in-place | difference | query cosine min / mean |",
-               "|---|---|---|---|---|---|---|"]
+    quality = [f"| set | model | queries | vector nDCG@10 {base} | vector nDCG@10 in-place | difference | query cosine min / mean | vectors identical |",
+               "|---|---|---|---|---|---|---|---|"]
     speed = [f"| set | model | queries | embed p50 {base} | embed p50 in-place | hybrid search p50 {base} | hybrid search p50 in-place |",
              "|---|---|---|---|---|---|---|"]
     for spec in a.sets:
@@ -90,8 +90,10 @@ def main(argv=None):
         model = fast.embedder.name
         nd = [run_bench(s, bset, 10, ["vector"])["backends"]["vector"]["ndcg@10"] for s in (baseline, fast)]
         texts = [q.text for q in bset.queries if q.text.strip()]
-        cos = [float(baseline.embedder.embed_query(t) @ fast.embedder.embed_query(t)) for t in texts]
-        quality.append(f"| {name} | {model} | {len(texts)} | {nd[0]:.4f} | {nd[1]:.4f} | {nd[1] - nd[0]:+.4f} | {min(cos):.4f} / {np.mean(cos):.5f} |")
+        pairs = [(baseline.embedder.embed_query(t), fast.embedder.embed_query(t)) for t in texts]
+        cos = [float(a @ b) for a, b in pairs]
+        same = sum(bool(np.array_equal(a, b)) for a, b in pairs)
+        quality.append(f"| {name} | {model} | {len(texts)} | {nd[0]:.4f} | {nd[1]:.4f} | {nd[1] - nd[0]:+.4f} | {min(cos):.4f} / {np.mean(cos):.5f} | {same} of {len(texts)} |")
         sample = texts[: a.latency_queries]
         ea, eb = interleaved(baseline.embedder.embed_query, fast.embedder.embed_query, sample, a.repeat)
         opts = baseline.defaults

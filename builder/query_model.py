@@ -10,9 +10,10 @@ Before the section is kept, kb-build checks it: the compiled tokenizer must give
 ids on ``SELF_CHECK_TEXTS``, and the encoder must agree with the CTranslate2 embedder the
 passages were embedded with (cosine >= ``SELF_CHECK_COSINE`` on each of them). Where this
 machine's CTranslate2 sums int8 products the saturating way of CPUs without int8 dot products
-(common/query_encoder.py ``saturation``) and the encoder agrees with it more closely summing that
-way too, the section records it (the encoder's ``int8_pairs``), and queries are embedded the way
-the passages were, on any machine. A --vectors build's passages come from elsewhere: its section
+(common/query_encoder.py ``saturation``), or its float GEMM sums a short text's attention scores
+in lanes (``ATTENTION_SUMS``), and the encoder agrees with it more closely summing that way too,
+the section records it (the encoder's ``int8_pairs`` and ``attention``), and queries are
+embedded the way the passages were, on any machine. A --vectors build's passages come from elsewhere: its section
 keeps exact sums.
 """
 
@@ -234,42 +235,59 @@ def query_model_section(embedder, embed: bytes, embedded_here: bool = True) -> t
     except (Unsupported, KeyError, ValueError):
         return None, None
     data = pack_query_model(crc32(embed), encoder, tensors, tok_params, vocab)
-    why, pairs = self_check(data, embed, embedder)
+    why, sums = self_check(data, embed, embedder)
     if why:
         return None, why
-    if pairs != "exact" and embedded_here:
-        data = pack_query_model(crc32(embed), {**encoder, "int8_pairs": pairs}, tensors, tok_params, vocab)
+    if sums and embedded_here:
+        data = pack_query_model(crc32(embed), {**encoder, **sums}, tensors, tok_params, vocab)
     return data, None
 
 
-def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, str]:
-    """(None, int8 pairs) when the section's tokenizer and encoder agree with the library and
-    CTranslate2 on SELF_CHECK_TEXTS, else (what disagreed, "exact"). The int8 pairs are
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
+
+
+def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, dict]:
+    """(None, how this machine's CTranslate2 sums) when the section's tokenizer and encoder agree
+    with the library and CTranslate2 on SELF_CHECK_TEXTS, else (what disagreed, {}). How it sums
+    is the encoder keys that make the encoder agree with it most closely: ``int8_pairs``
     "saturate" where this machine's CTranslate2 cuts int8 pair sums to int16 (an x86 CPU without
-    int8 dot products: common/query_encoder.py ``saturation``) and the encoder summing that way
-    agrees with it more closely than summing exactly; else "exact"."""
+    int8 dot products: common/query_encoder.py ``saturation``), and ``attention`` "split16" where
+    its float GEMM sums a short query's attention scores that way (``ATTENTION_SUMS``); a key at
+    its default is left out."""
     from tokenizers import Tokenizer
 
-    from kb.common.query_encoder import QueryEncoder
+    from kb.common.query_encoder import ATTENTION_SUMS, QueryEncoder
 
     files = embedder.files()
     card = json.loads(files[R.CARD_FILE])
-    enc = QueryEncoder(QueryModel(data, embed, crc32(embed)), card, int8_pairs="exact")
+    model = QueryModel(data, embed, crc32(embed))
+    enc = QueryEncoder(model, card, int8_pairs="exact", attention="sequential")
     ref = Tokenizer.from_str(bytes(files["tokenizer.json"]).decode("utf-8"))
     ref.no_padding()
     ref.no_truncation()
     ref.enable_truncation(enc.max_tokens)
     for text in SELF_CHECK_TEXTS:
         if enc.token_ids(text) != ref.encode(text).ids:
-            return f"the query tokenizer differs from the library's on {text[:40]!r}; queries use CTranslate2", "exact"
+            return f"the query tokenizer differs from the library's on {text[:40]!r}; queries use CTranslate2", {}
     ct2 = [embedder.embed_query(text) for text in SELF_CHECK_TEXTS]
-    cosines = {}
+    scores = {}
     for pairs in ("exact", "saturate"):
-        e = enc if pairs == "exact" else QueryEncoder(enc.model, card, int8_pairs=pairs)  # the same checked section
-        cosines[pairs] = [float(e.embed_query(text) @ v) for text, v in zip(SELF_CHECK_TEXTS, ct2)]
-    # Where no pair sum leaves int16 the two agree to the bit, and exact is kept.
-    pairs = "saturate" if np.mean(cosines["saturate"]) > np.mean(cosines["exact"]) else "exact"
-    if min(cosines[pairs]) < SELF_CHECK_COSINE:
-        i = int(np.argmin(cosines[pairs]))
-        return f"the query encoder differs from CTranslate2 on {SELF_CHECK_TEXTS[i][:40]!r} (cosine {cosines[pairs][i]:.4f}); queries use CTranslate2", "exact"
-    return None, pairs
+        for attention in ATTENTION_SUMS:
+            e = QueryEncoder(model, card, int8_pairs=pairs, attention=attention)  # the same checked section
+            got = [e.embed_query(text) for text in SELF_CHECK_TEXTS]
+            same = sum(bool(np.array_equal(a, b)) for a, b in zip(got, ct2))
+            cos = [_cosine(a, b) for a, b in zip(got, ct2)]
+            scores[pairs, attention] = (same, np.mean(cos), cos)
+    # The way that gives CTranslate2's very vectors most often, then the closest on average (a
+    # cosine in float64: float32 rounding of a dot product is larger than the differences). Where
+    # no pair sum leaves int16, or no text is shorter than 16 tokens, two ways agree to the bit,
+    # and the default is kept (max keeps the first of equals).
+    best = max(scores, key=lambda key: scores[key][:2])
+    cos = scores[best][2]
+    if min(cos) < SELF_CHECK_COSINE:
+        i = int(np.argmin(cos))
+        return f"the query encoder differs from CTranslate2 on {SELF_CHECK_TEXTS[i][:40]!r} (cosine {cos[i]:.4f}); queries use CTranslate2", {}
+    keys = {"int8_pairs": best[0], "attention": best[1]}
+    return None, {k: v for k, v in keys.items() if v != {"int8_pairs": "exact", "attention": "sequential"}[k]}

@@ -11,25 +11,26 @@
    dense(x, w, ws, b, out, n, k, m, gelu, saturate=False, kernel="auto"): out = x @ W.T + b, then
    GELU when asked, where x is float32 (n, k), W int8 (m, k) with float32 row scales ws (m,), b
    float32 (m,), out float32 (n, m), all C-contiguous. The arithmetic is CTranslate2's int8 dense
-   layer, step for step as common/query_encoder.py's numpy version does it: each row of x quantized
-   to int8 (scale 127 / max |x|, shifted into uint8 and rounded half to even), exact int32 sums of
-   int8 x int8 products (vpdpbusd on the uint8-shifted input where the CPU has AVX-512 VNNI, as
+   layer, step for step as common/query_encoder.py's numpy version takes it: each row of x
+   quantized to int8 (scale 127 / max |x|, rint(fma(x, scale, 128)) into uint8), exact int32 sums
+   of int8 x int8 products (vpdpbusd on the uint8-shifted input where the CPU has AVX-512 VNNI, as
    CTranslate2 does there, 2.2 times as fast as the next; vpmaddwd on sign-extended int16 where it
-   has AVX2; plain C elsewhere; all exact), then acc / (row scale x weight scale) + bias in
+   has AVX2; plain C elsewhere; all exact), then (acc x (1 / row scale)) / weight scale + bias in
    float32. With ``saturate`` the sums are those of CTranslate2 on an x86 CPU without int8 dot
    products: pairs of uint8 x int8 products cut to int16 (vpmaddubsw, as its kernels do; plain C
    elsewhere), for an artifact whose passages were embedded that way (common/query_encoder.py
    ``saturation``). ``kernel`` names the product kernel ("plain", "avx2", "avx512vnni"; "auto": the
-   best the CPU and the width allow), for the tests. GELU is the erf form with the same Abramowitz
-   & Stegun polynomial as the numpy version; only its exp may differ from numpy's in the last bit
-   (with AVX2 a polynomial of kb's, eight at a time; glibc's expf elsewhere). With AVX2 the
-   quantization, the rescale and GELU also run eight floats at a time, in the same float steps:
-   they took a third of a pass done a float at a time. Compiled with -ffp-contract=off so that no
-   multiply and add fuse where numpy rounds twice.
+   best the CPU and the width allow), for the tests. GELU is CTranslate2's: Abramowitz & Stegun's
+   erf over Cephes' exp, with its fused multiply-adds. With AVX2 and FMA the quantization, the
+   rescale and GELU run eight floats at a time, in the same float steps. Compiled with
+   -ffp-contract=off, so that a multiply and an add fuse only where CTranslate2's do (fmaf, or
+   its instruction).
 
-   layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d) (d may be None), with
-   CTranslate2's variance E[x^2] - mean^2 clamped at 0, in numpy's float32 steps and summation
-   order, so that it equals the numpy version bit for bit.
+   layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d) (d may be None), in
+   CTranslate2's float steps and summation order (row_sum), equal to the numpy version bit for bit.
+
+   attention(qkv, out, n, heads, d, split16): one sequence's self-attention in CTranslate2's float
+   steps (common/query_encoder.py ``attention``).
 
    Every buffer's size is checked against the shapes before it is read; the GIL is let go during
    the arithmetic, so the encoder's helper threads check the next layers' crc32s meanwhile. */
@@ -230,83 +231,110 @@ static int kernel_runs(int kind) {
     return kind == K_PLAIN;
 }
 
-/* ---- float steps, in numpy's order (common/query_encoder.py) -------------------------------- */
+/* The model's small float tensors (scales, biases, layer norms) lie in model.embed at whatever
+   offsets CTranslate2's file gives them, many not a multiple of 4: they are read with memcpy,
+   which is defined at any address and compiles to a plain load. */
+static inline float load_float(const unsigned char *p) {
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+/* ---- float steps: CTranslate2's (common/query_encoder.py) ------------------------------------ */
+
+/* Each step is CTranslate2's CPU kernel's (the AVX2 ones it selects on x86), with a fused
+   multiply-add exactly where its compiled code fuses one, so that the query vectors are
+   CTranslate2's own to the bit; numpy's version (common/query_encoder.py) takes the same steps.
+   fmaf rounds once on every machine; where the CPU has FMA (with AVX2) the same operations run
+   eight floats at a time, or one at a time in hardware (FMA_FNS below). */
 
 static const float ERF_P = 0.3275911f;
 static const float ERF_A[5] = {1.061405429f, -1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f};
+static const float SQRT_HALF = 0.7071067811865475f;
+static const float EXP_HI = 88.3762626647949f, LOG2E = 1.44269504088896341f, LN2_HI = -0.693359375f, LN2_LO = 2.12194440e-4f;
+static const float EXP_P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 
-static float erf_as(float x) {
-    float a = fabsf(x);
-    float t = a * ERF_P;
-    t += 1.0f;
-    t = 1.0f / t;
-    float poly = t * ERF_A[0];
-    for (int i = 1; i < 5; i++) {
-        poly += ERF_A[i];
-        poly *= t;
+/* The scalar steps, defined twice: with libm's fmaf (any machine) and, on x86, in functions
+   compiled for FMA, where the compiler emits the instruction (the same roundings). */
+#define FLOAT_FNS(SUF, ATTR, FMA)                                                                  \
+    ATTR static inline float exp_##SUF(float x) {                                                   \
+        /* Cephes: clamp, n = floor(x log2 e + 1/2), reduce by ln 2 in two parts, degree 6 */       \
+        if (x > EXP_HI) x = EXP_HI;                                                                 \
+        if (x < -EXP_HI) x = -EXP_HI; /* a NaN passes both tests and stays NaN */                    \
+        float n = floorf(FMA(x, LOG2E, 0.5f));                                                      \
+        if (n != n) return n; /* NaN: no exponent to build from it */                               \
+        float r = FMA(n, LN2_LO, FMA(n, LN2_HI, x));                                                \
+        float y = EXP_P[0];                                                                         \
+        for (int i = 1; i < 6; i++) y = FMA(y, r, EXP_P[i]);                                        \
+        y = FMA(y, r * r, r) + 1.0f;                                                                \
+        int32_t e = ((int32_t)n + 127) << 23;                                                       \
+        float p2;                                                                                   \
+        memcpy(&p2, &e, sizeof p2);                                                                 \
+        return y * p2;                                                                              \
+    }                                                                                               \
+    ATTR static inline float gelu_##SUF(float x) {                                                  \
+        float z = SQRT_HALF * x, a = fabsf(z);                                                      \
+        float t = 1.0f / FMA(ERF_P, a, 1.0f);                                                       \
+        float poly = FMA(ERF_A[0], t, ERF_A[1]);                                                    \
+        for (int i = 2; i < 5; i++) poly = FMA(poly, t, ERF_A[i]);                                  \
+        float e = FMA(-exp_##SUF(-(z * z)) * t, poly, 1.0f);                                        \
+        return 0.5f * (x * (1.0f + copysignf(e, z)));                                               \
+    }                                                                                               \
+    ATTR static void norm_rows_##SUF(float *y, int k, float mean, float rstd, const unsigned char *g, const unsigned char *b) { \
+        for (int j = 0; j < k; j++) y[j] = FMA(y[j] - mean, rstd * load_float(g + 4 * (size_t)j), load_float(b + 4 * (size_t)j)); \
     }
-    a = a * a;
-    a = -a;
-    a = expf(a);
-    poly *= a;
-    poly = 1.0f - poly;
-    return copysignf(poly, x);
-}
 
-static const float SQRT_HALF = 0.70710678118654752440f; /* _F(1 / math.sqrt(2)) */
-
-static inline float gelu(float x) {
-    float e = erf_as(x * SQRT_HALF);
-    e += 1.0f;
-    x *= 0.5f;
-    x *= e;
-    return x;
-}
+#define LIBM_FMA(a, b, c) fmaf((a), (b), (c))
+FLOAT_FNS(plain, , LIBM_FMA)
 
 #ifdef KB_X86_AVX2
-/* expf of 8 floats at most 0 (GELU's erf asks for exp(-a^2)): Cody-Waite reduction by ln 2 in
-   two parts and Cephes' degree-6 polynomial, within 1 ulp of the correctly rounded exp (as glibc's
-   expf; checked on every 98th float from 0 to -87.3), GELU within float rounding of numpy's
-   (tests/models/test_kernels.py); below -87.3 it gives 2^-126 times the polynomial, which
-   1 - poly * e rounds away as it does expf's 0. No fused multiply-adds, so the result is the same
-   wherever it runs. A NaN stays NaN. */
-__attribute__((target("avx2"))) static inline __m256 exp_neg8(__m256 x) {
-    x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x); /* a NaN in x is returned as it is */
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
-    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+#define HW_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+FLOAT_FNS(fma, __attribute__((target("avx2,fma"))), HW_FMA)
+
+static int have_fma(void) {
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+    }
+    return known;
 }
 
-/* gelu() of 8 floats: the same float steps, with exp_neg8 for expf. */
-__attribute__((target("avx2"))) static inline __m256 gelu8(__m256 x) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(SQRT_HALF));
+#define V8 __attribute__((target("avx2,fma")))
+
+/* exp_plain of 8 floats. */
+V8 static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI)); /* as the scalar tests: a NaN stays NaN */
+    x = _mm256_max_ps(x, _mm256_set1_ps(-EXP_HI));
+    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5f)));
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(LN2_LO), _mm256_fmadd_ps(n, _mm256_set1_ps(LN2_HI), x));
+    __m256 y = _mm256_set1_ps(EXP_P[0]);
+    for (int i = 1; i < 6; i++) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(EXP_P[i]));
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* gelu_plain of 8 floats. */
+V8 static inline __m256 gelu8(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    __m256 z = _mm256_mul_ps(_mm256_set1_ps(SQRT_HALF), x);
     __m256 a = _mm256_andnot_ps(sign, z);
-    __m256 t = _mm256_add_ps(_mm256_mul_ps(a, _mm256_set1_ps(ERF_P)), _mm256_set1_ps(1.0f));
-    t = _mm256_div_ps(_mm256_set1_ps(1.0f), t);
-    __m256 poly = _mm256_mul_ps(t, _mm256_set1_ps(ERF_A[0]));
-    for (int i = 1; i < 5; i++) poly = _mm256_mul_ps(_mm256_add_ps(poly, _mm256_set1_ps(ERF_A[i])), t);
-    a = exp_neg8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(a, a)));
-    poly = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(poly, a));
-    poly = _mm256_or_ps(_mm256_andnot_ps(sign, poly), _mm256_and_ps(sign, z)); /* copysignf(poly, z) */
-    return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)), _mm256_add_ps(poly, _mm256_set1_ps(1.0f)));
+    __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(ERF_P), a, one));
+    __m256 poly = _mm256_fmadd_ps(_mm256_set1_ps(ERF_A[0]), t, _mm256_set1_ps(ERF_A[1]));
+    for (int i = 2; i < 5; i++) poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(ERF_A[i]));
+    __m256 ex = exp8(_mm256_xor_ps(sign, _mm256_mul_ps(z, z)));
+    __m256 e = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_xor_ps(sign, ex), t), poly, one);
+    e = _mm256_or_ps(_mm256_andnot_ps(sign, e), _mm256_and_ps(sign, z)); /* copysignf(e, z) */
+    return _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_mul_ps(x, _mm256_add_ps(one, e)));
 }
 
 /* The quantization's two row loops, eight floats at a time, to the same values as the scalar
    loops in dense(): the largest |x| of a finite row (max is exact in any order), and
-   rint(x * s + 128) - 128 (vroundps to nearest even is rintf in the default rounding mode; the
-   values lie in [-127, 127], so packing them to int16 saturates nothing). Each returns how many
-   floats it did (a multiple of 8). */
-__attribute__((target("avx2"))) static int amax8(const float *r, int k, float *amax, int *finite) {
+   rint(fma(x, s, 128)) - 128 (vroundps to nearest even is rintf in the default rounding mode;
+   the values lie in [-127, 127], so packing them to int16 saturates nothing). Each returns how
+   many floats it did (a multiple of 8). */
+V8 static int amax8(const float *r, int k, float *amax, int *finite) {
     const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4028234663852886e38f);
     __m256 m = _mm256_setzero_ps(), ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     int j = 0;
@@ -323,11 +351,11 @@ __attribute__((target("avx2"))) static int amax8(const float *r, int k, float *a
     return j;
 }
 
-__attribute__((target("avx2"))) static int quantize8(const float *r, float s, int16_t *qt, int k) {
+V8 static int quantize8(const float *r, float s, int16_t *qt, int k) {
     const __m256 vs = _mm256_set1_ps(s), c128 = _mm256_set1_ps(128.0f);
     int j = 0;
     for (; j + 8 <= k; j += 8) {
-        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(r + j), vs), c128);
+        __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(r + j), vs, c128);
         v = _mm256_sub_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), c128);
         __m256i i = _mm256_cvtps_epi32(v);
         _mm_storeu_si128((__m128i *)(qt + j), _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
@@ -335,16 +363,15 @@ __attribute__((target("avx2"))) static int quantize8(const float *r, float s, in
     return j;
 }
 
-/* The epilogue of one output row: y[o] = acc[o] / (s x ws[o]) + b[o], then GELU when asked; the
-   same float steps as the scalar loop in dense(), eight at a time (only expf differs, above).
-   Returns how many outputs it did (a multiple of 8). */
-__attribute__((target("avx2"))) static int rescale8(const int32_t *a, float s, const unsigned char *ws, const unsigned char *b, float *y, int m, int act) {
-    const __m256 vs = _mm256_set1_ps(s);
+/* The epilogue of one output row: y[o] = (acc[o] x ra) / ws[o] + b[o] (ra = 1 / the row's
+   scale), then GELU when asked; the scalar loop's steps in dense(), eight at a time. Returns how
+   many outputs it did (a multiple of 8). */
+V8 static int rescale8(const int32_t *a, float ra, const unsigned char *ws, const unsigned char *b, float *y, int m, int act) {
+    const __m256 vr = _mm256_set1_ps(ra);
     int o = 0;
     for (; o + 8 <= m; o += 8) {
-        __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(a + o)));
-        __m256 sc = _mm256_mul_ps(vs, _mm256_loadu_ps((const float *)(ws + 4 * (size_t)o)));
-        v = _mm256_add_ps(_mm256_div_ps(v, sc), _mm256_loadu_ps((const float *)(b + 4 * (size_t)o)));
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(a + o))), vr);
+        v = _mm256_add_ps(_mm256_div_ps(v, _mm256_loadu_ps((const float *)(ws + 4 * (size_t)o))), _mm256_loadu_ps((const float *)(b + 4 * (size_t)o)));
         _mm256_storeu_ps(y + o, act ? gelu8(v) : v);
     }
     return o;
@@ -352,15 +379,6 @@ __attribute__((target("avx2"))) static int rescale8(const int32_t *a, float s, c
 #endif
 
 /* ---- the Python functions ------------------------------------------------------------------ */
-
-/* The model's small float tensors (scales, biases, layer norms) lie in model.embed at whatever
-   offsets CTranslate2's file gives them, many not a multiple of 4: they are read with memcpy,
-   which is defined at any address and compiles to a plain load. */
-static inline float load_float(const unsigned char *p) {
-    float f;
-    memcpy(&f, p, sizeof f);
-    return f;
-}
 
 /* A buffer of ``items`` items of ``itemsize`` bytes; ``aligned``: read through typed pointers
    (the activations, which numpy allocates aligned), so its address must be a multiple of it. */
@@ -428,7 +446,7 @@ static PyObject *dense(PyObject *self, PyObject *args) {
     int simd = 0;
     (void)simd;
 #ifdef KB_X86_AVX2
-    simd = have_avx2();
+    simd = have_fma();
 #endif
     for (int t = 0; t < n; t++) {
         const float *r = xf + (size_t)t * k;
@@ -454,13 +472,7 @@ static PyObject *dense(PyObject *self, PyObject *args) {
 #ifdef KB_X86_AVX2
         if (simd) j = quantize8(r, s, qt, k);
 #endif
-        for (; j < k; j++) {
-            float v = r[j] * s;
-            v += 128.0f;
-            v = rintf(v);
-            v -= 128.0f;
-            qt[j] = (int16_t)(int8_t)v;
-        }
+        for (; j < k; j++) qt[j] = (int16_t)(int8_t)(rintf(fmaf(r[j], s, 128.0f)) - 128.0f);
     }
     if (unsigned_input)
         for (size_t i = 0; i < (size_t)nq * k; i++) u[i] = (uint8_t)(q[i] + 128);
@@ -472,21 +484,20 @@ static PyObject *dense(PyObject *self, PyObject *args) {
     else
 #endif
         sat ? dots_plain_sat(u, n, w.buf, m, k, acc) : dots_plain(q, n, w.buf, m, k, acc);
-    /* acc / (row scale x weight scale) + bias, then GELU */
+    /* (acc x (1 / row scale)) / weight scale + bias, then GELU */
     for (int t = 0; t < n; t++) {
         const int32_t *a = acc + (size_t)t * m;
         float *y = of + (size_t)t * m;
-        float s = qscale[t];
+        float ra = 1.0f / qscale[t];
         int o = 0;
 #ifdef KB_X86_AVX2
-        if (simd) o = rescale8(a, s, wsb, bb, y, m, act);
+        if (simd) o = rescale8(a, ra, wsb, bb, y, m, act);
 #endif
         for (; o < m; o++) {
-            float v = (float)a[o];
-            float sc = s * load_float(wsb + 4 * (size_t)o);
-            v /= sc;
+            float v = (float)a[o] * ra;
+            v /= load_float(wsb + 4 * (size_t)o);
             v += load_float(bb + 4 * (size_t)o);
-            y[o] = act ? gelu(v) : v;
+            y[o] = act ? gelu_plain(v) : v;
         }
     }
     Py_END_ALLOW_THREADS
@@ -505,29 +516,18 @@ done:
     return result;
 }
 
-/* numpy's float32 sum of a contiguous row (loops_utils.h ``pairwise_sum``), in its order: eight
-   float accumulators over blocks of at most 128, halves (cut at a multiple of 8) above that; of
-   the squares when ``sq``. The layer norm's sums must be numpy's to the bit: a last-bit change of a
+/* A row's float32 sum (of squares, each rounded, when ``sq``) in CTranslate2's order: eight
+   lanes over the whole blocks of eight, summed as its compiled code sums them ((0 + 4) + (2 + 6))
+   + ((1 + 5) + (3 + 7)), then the rest one at a time, their squares fused. A last-bit change of a
    norm's output moves int8 rounding in the next layer, and a query vector by up to 0.003. */
-static float pairwise_sum(const float *a, Py_ssize_t n, int sq) {
-    if (n < 8) {
-        float res = 0.0f;
-        for (Py_ssize_t i = 0; i < n; i++) res += sq ? a[i] * a[i] : a[i];
-        return res;
-    }
-    if (n <= 128) {
-        float r[8];
-        for (int j = 0; j < 8; j++) r[j] = sq ? a[j] * a[j] : a[j];
-        Py_ssize_t i = 8;
-        for (; i < n - (n % 8); i += 8)
-            for (int j = 0; j < 8; j++) r[j] += sq ? a[i + j] * a[i + j] : a[i + j];
-        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++) res += sq ? a[i] * a[i] : a[i];
-        return res;
-    }
-    Py_ssize_t n2 = n / 2;
-    n2 -= n2 % 8;
-    return pairwise_sum(a, n2, sq) + pairwise_sum(a + n2, n - n2, sq);
+static float row_sum(const float *a, int n, int sq) {
+    float l[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) l[j] += sq ? a[i + j] * a[i + j] : a[i + j];
+    float res = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    for (; i < n; i++) res = sq ? fmaf(a[i], a[i], res) : res + a[i];
+    return res;
 }
 
 static PyObject *layer_norm(PyObject *self, PyObject *args) {
@@ -554,20 +554,19 @@ static PyObject *layer_norm(PyObject *self, PyObject *args) {
         const float *r = xf + (size_t)t * k, *dr = df ? df + (size_t)t * k : NULL;
         float *y = of + (size_t)t * k;
         for (int j = 0; j < k; j++) y[j] = dr ? r[j] + dr[j] : r[j];
-        /* numpy's steps (common/query_encoder.py layer_norm): mean and mean square as float32
-           sums over k, var = msq - mean^2 clamped at 0, + eps, sqrt */
-        float mean = pairwise_sum(y, k, 0) / (float)k, var = pairwise_sum(y, k, 1) / (float)k;
-        var -= mean * mean;
+        /* CTranslate2's steps (common/query_encoder.py layer_norm): mean and E[x^2] as the sums
+           times 1 / k, var = E[x^2] - mean^2 fused and clamped at 0, then
+           (x - mean) x (gamma / sd) + beta fused */
+        const float inv = 1.0f / (float)k;
+        float mean = row_sum(y, k, 0) * inv, var = fmaf(row_sum(y, k, 1), inv, -(mean * mean));
         if (var < 0.0f) var = 0.0f;
-        var += (float)eps;
-        float sd = sqrtf(var);
-        for (int j = 0; j < k; j++) {
-            float v = y[j] - mean;
-            v /= sd;
-            v *= load_float(gb + 4 * (size_t)j);
-            v += load_float(bb + 4 * (size_t)j);
-            y[j] = v;
-        }
+        float rstd = 1.0f / sqrtf(var + (float)eps);
+#ifdef KB_X86_AVX2
+        if (have_fma())
+            norm_rows_fma(y, k, mean, rstd, gb, bb);
+        else
+#endif
+            norm_rows_plain(y, k, mean, rstd, gb, bb);
     }
     Py_END_ALLOW_THREADS
     Py_INCREF(Py_None);
@@ -577,6 +576,107 @@ release:
     if (have_d && d.obj) PyBuffer_Release(&d);
     PyBuffer_Release(&g);
     PyBuffer_Release(&beta);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* attention(qkv, out, n, heads, d, split16): out = the context of one sequence's self-attention
+   (n x heads * d, float32) from its fused QKV projection qkv (n x 3 * heads * d), in
+   CTranslate2's float steps (common/query_encoder.py ``attention``): scores q . k / sqrt(d),
+   summed one fused multiply-add after another, or with ``split16`` for 2 to 15 tokens and heads
+   of 32 in 16 lanes of two from queries scaled first, their lanes added by halves; CTranslate2's
+   softmax (exp_*, the sum in row_sum's order, or one at a time for 8 or fewer, times 1 / sum);
+   then the scores times v, one fused multiply-add after another. */
+#define ATTENTION_FN(SUF, ATTR, FMA)                                                               \
+    ATTR static void attention_##SUF(const float *qkv, float *out, int n, int heads, int d, int split, float *s, float *qs, float *kT) { \
+        const int hidden = heads * d, row = 3 * hidden;                                             \
+        const float alpha = 1.0f / sqrtf((float)d);                                                 \
+        split = split && d == 32 && n >= 2 && n < 16;                                               \
+        for (int h = 0; h < heads; h++) {                                                           \
+            const float *Q = qkv + (size_t)h * d, *K = Q + hidden, *V = Q + 2 * hidden;             \
+            if (!split) /* k transposed, (d, n), for the scores' loop over keys */                 \
+                for (int j = 0; j < n; j++)                                                         \
+                    for (int t = 0; t < d; t++) kT[(size_t)t * n + j] = K[(size_t)j * row + t];     \
+            for (int i = 0; i < n; i++) {                                                           \
+                const float *qi = Q + (size_t)i * row;                                              \
+                float *si = s + (size_t)i * n;                                                      \
+                if (split) { /* 16 lanes of two products, added by halves */                        \
+                    for (int t = 0; t < 32; t++) qs[t] = qi[t] * alpha;                             \
+                    for (int j = 0; j < n; j++) {                                                   \
+                        const float *kj = K + (size_t)j * row;                                      \
+                        float l[16];                                                                \
+                        for (int t = 0; t < 16; t++) l[t] = FMA(qs[t + 16], kj[t + 16], qs[t] * kj[t]);\
+                        for (int w = 8; w >= 1; w /= 2)                                             \
+                            for (int t = 0; t < w; t++) l[t] += l[t + w];                           \
+                        si[j] = l[0];                                                               \
+                    }                                                                               \
+                } else { /* in sequence over t; the loop over keys is the one vectorized */         \
+                    for (int j = 0; j < n; j++) si[j] = 0.0f;                                       \
+                    for (int t = 0; t < d; t++) {                                                   \
+                        const float qt = qi[t], *kt = kT + (size_t)t * n;                           \
+                        for (int j = 0; j < n; j++) si[j] = FMA(qt, kt[j], si[j]);                  \
+                    }                                                                               \
+                    for (int j = 0; j < n; j++) si[j] *= alpha;                                     \
+                }                                                                                   \
+                float mx = si[0];                                                                   \
+                for (int j = 1; j < n; j++) mx = si[j] > mx ? si[j] : mx;                           \
+                for (int j = 0; j < n; j++) si[j] = exp_##SUF(si[j] - mx);                          \
+                float total = 0.0f;                                                                 \
+                if (n <= 8)                                                                         \
+                    for (int j = 0; j < n; j++) total += si[j];                                     \
+                else                                                                                \
+                    total = row_sum(si, n, 0);                                                      \
+                const float r = 1.0f / total;                                                       \
+                for (int j = 0; j < n; j++) si[j] *= r;                                             \
+            }                                                                                       \
+            for (int i = 0; i < n; i++) {                                                           \
+                const float *si = s + (size_t)i * n;                                                \
+                float *oi = out + (size_t)i * hidden + (size_t)h * d;                               \
+                for (int c = 0; c < d; c++) oi[c] = 0.0f;                                          \
+                for (int j = 0; j < n; j++) { /* in sequence over j, vectorized over the columns */ \
+                    const float p = si[j], *vj = V + (size_t)j * row;                               \
+                    for (int c = 0; c < d; c++) oi[c] = FMA(p, vj[c], oi[c]);                       \
+                }                                                                                   \
+            }                                                                                       \
+        }                                                                                           \
+    }
+
+ATTENTION_FN(plain, , LIBM_FMA)
+#ifdef KB_X86_AVX2
+ATTENTION_FN(fma, __attribute__((target("avx2,fma"))), HW_FMA)
+#endif
+
+static PyObject *attention(PyObject *self, PyObject *args) {
+    Py_buffer qkv, out;
+    int n, heads, d, split;
+    if (!PyArg_ParseTuple(args, "y*w*iiip", &qkv, &out, &n, &heads, &d, &split)) return NULL;
+    PyObject *result = NULL;
+    float *s = NULL, *kT = NULL, qs[32];
+    if (n <= 0 || heads <= 0 || d <= 0 || n > 1 << 14 || heads > 1 << 10 || d > 1 << 12) {
+        PyErr_SetString(PyExc_ValueError, "attention: shapes out of range");
+        goto done;
+    }
+    if (!check(&qkv, (Py_ssize_t)n * 3 * heads * d, 4, "qkv", 1) || !check(&out, (Py_ssize_t)n * heads * d, 4, "out", 1)) goto done;
+    s = malloc((size_t)n * n * sizeof *s);
+    kT = malloc((size_t)n * d * sizeof *kT);
+    if (!s || !kT) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+#ifdef KB_X86_AVX2
+    if (have_fma())
+        attention_fma(qkv.buf, out.buf, n, heads, d, split, s, qs, kT);
+    else
+#endif
+        attention_plain(qkv.buf, out.buf, n, heads, d, split, s, qs, kT);
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(s);
+    free(kT);
+    PyBuffer_Release(&qkv);
     PyBuffer_Release(&out);
     return result;
 }
@@ -1258,6 +1358,7 @@ static PyObject *simd(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu, saturate=False, kernel='auto'): out = x @ W.T + b (int8 like CTranslate2), GELU when asked; int8 pair sums cut to int16 when saturate."},
     {"layer_norm", layer_norm, METH_VARARGS, "layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d); d may be None."},
+    {"attention", attention, METH_VARARGS, "attention(qkv, out, n, heads, d, split16): out = self-attention of one sequence from its fused QKV projection."},
     {"simd", simd, METH_NOARGS, "The best product kernel this CPU runs: 'avx512vnni', 'avx2' or 'plain'."},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},
     {"crc32_many", crc32_many, METH_VARARGS, "crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]])."},

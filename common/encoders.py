@@ -20,6 +20,7 @@ import weakref
 import numpy as np
 
 from .errors import ModelError, UnsupportedVersion
+from .pooling import l2_normalize, mean_pool
 
 __all__ = ["ModelError", "CT2Embedder", "physical_cores", "load_embedder", "register_backend"]
 
@@ -250,10 +251,8 @@ class CT2Embedder:
         if h.dtype != np.float32:
             h = h.astype(np.float32)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        # last_hidden_state covers padded positions in ragged batches: mask them.
-        mask = (np.arange(h.shape[1])[None, :] < lengths[:, None]).astype(np.float32)
-        summed = np.einsum("bth,bt->bh", h, mask)
-        return summed / np.maximum(lengths, 1)[:, None].astype(np.float32)
+        # last_hidden_state covers padded positions in ragged batches: masked.
+        return mean_pool(h, lengths)
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Token count of each text without special tokens and without truncation."""
@@ -298,10 +297,7 @@ class CT2Embedder:
             idx = order[start:end]
             result[idx] = self._forward([ids[i] for i in idx])
             start = end
-        if self.normalize:
-            norms = np.linalg.norm(result, axis=1, keepdims=True)
-            result /= np.maximum(norms, 1e-12)
-        return result
+        return l2_normalize(result) if self.normalize else result
 
     def files(self) -> dict[str, bytes]:
         """The model files this embedder was loaded from (what an artifact packs)."""

@@ -1,33 +1,39 @@
 """The query encoder: one query's embedding in numpy, over the int8 weights of the artifact's
 embedding model read in place (formats/query_model.py), with no CTranslate2 and no warm-up.
 
-kb-build embeds passages with CTranslate2 (common/encoders.py) at compute type int8: every dense
-layer quantizes its input per row (scale 127 / max |x|, round half to even, shifted into uint8
-as the MKL kernel CTranslate2 prefers on x86 takes it), multiplies int8 by int8 into int32, and
-scales back by 1 / (input scale x weight scale). This encoder does the same arithmetic, so a
-query lands where CTranslate2 would put it: the int8 sums are the same (exact, or cut to int16
-in pairs where the machine that embedded the passages did so, ``saturation``), and only float
-rounding elsewhere differs. Int8 activation rounding amplifies those differences (a 1e-6
-relative change of the inputs moves a MiniLM vector by up to 0.0035 in cosine, and CTranslate2
-itself moves a text by 0.002 when the batch around it changes), so this encoder and
-CTranslate2 agree at cosine 0.9993-0.9998 on average and 0.995 or more per query over the dev
-sets' queries (bench/RESULTS.md, "query-encoder"), not to the last bit.
+kb-build embeds passages with CTranslate2 (common/encoders.py) at compute type int8, and this
+encoder takes CTranslate2's steps, float rounding included, so that a query lands where
+CTranslate2 would put it, to the bit: every dense layer quantizes its input per row (scale
+127 / max |x|, rounded from a fused x * scale + 128 into uint8, as its u8s8 GEMM takes it),
+multiplies int8 by int8 into int32 (exact, or cut to int16 in pairs where the machine that
+embedded the passages did so, ``saturation``), and scales back as (sum x (1 / input scale)) /
+weight scale + bias; layer norms, GELU, softmax and the attention's float products are
+CTranslate2's AVX2 kernels' (the ones it selects on x86 CPUs, AVX-512 ones too), step for step
+with their fused multiply-adds (``fma``) and summation orders, read off its compiled code and
+checked against it value by value (tests/models/test_kernels.py calls its kernels through
+ctypes). Only the attention's two float GEMMs are not CTranslate2's own code but its BLAS's
+(oneDNN, or MKL on Intel CPUs), whose summation order can depend on the CPU: the section records
+the order the building machine's CTranslate2 used (``ATTENTION_SUMS``, picked by kb-build's
+self-check). Int8 activation rounding amplifies any difference (a 1e-6 relative change of the
+inputs moves a MiniLM vector by up to 0.0035 in cosine), which is why the steps are copied so
+closely: on the AMD EPYC (Zen 5) VM every query vector of the dev sets equals CTranslate2's
+bit for bit (bench/RESULTS.md, "query-encoder").
 
 The dense layers run on kb's compiled kernels (common/_kernels.c, built by pip from setup.py):
 int8 weights multiplied as they lie in the mmap, with no pack and no copy (AVX-512 VNNI or AVX2
-where the CPU has them, plain C elsewhere), and layer norms. They give numpy's results bit for
-bit except GELU, whose exp (kb's own, eight floats at a time, where the CPU has AVX2; glibc's
-expf elsewhere) may differ from numpy's in the last bit (tests/models/test_kernels.py). An
-install where they could not be compiled runs numkong's packed int8 kernels (numkong is declared
-in pyproject.toml and is usearch's own dependency), and one without numkong, or with one too old for
-packed products, runs them in float32 numpy; all three give the same int8 sums: int8 x int8
-products and their sums are exact while a sum stays below 2^24 in float32 (1,040 products at the
-+-127 extreme; real rows stay far below it, and past it the rounding is 1e-7 relative). The rest
-(attention, and without the compiled kernels layer norms and GELU) is float32 numpy. A query
-reads the layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small) and only
-the word-embedding rows of its tokens. The first query checks each dense layer's crc32s before
-using it, on helper threads that run ahead of the forward pass (``forward``). On numkong's
-kernels each layer's weight is also packed: the packs are kept for later queries
+where the CPU has them, plain C elsewhere), with their float steps eight at a time where the CPU
+has AVX2 and FMA; layer norms and attention too. They give numpy's results bit for bit
+(tests/models/test_kernels.py). An install where they could not be compiled runs numkong's
+packed int8 kernels (numkong is declared in pyproject.toml and is usearch's own dependency),
+and one without numkong, or with one too old for packed products, runs them in float32 numpy;
+all three give the same int8 sums: int8 x int8 products and their sums are exact while a sum
+stays below 2^24 in float32 (1,040 products at the +-127 extreme; real rows stay far below it,
+and past it the rounding is 1e-7 relative). The rest (without the compiled kernels: layer
+norms, GELU and attention) is float32 numpy, fused multiply-adds emulated exactly in float64.
+A query reads the layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small)
+and only the word-embedding rows of its tokens. The first query checks each dense layer's
+crc32s before using it, on helper threads that run ahead of the forward pass (``forward``). On
+numkong's kernels each layer's weight is also packed: the packs are kept for later queries
 (``keep_packed``), or, in a one-shot process, each layer is packed as the pass reaches it and let
 go after use, so that each pack reuses the memory of the last instead of touching fresh pages.
 The compiled kernels need no pack, which is what makes a one-shot query's first pass cheaper
@@ -40,7 +46,6 @@ token-type 0, mean pooling over all tokens, then L2 normalisation.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -48,55 +53,109 @@ import threading
 import numpy as np
 
 from .errors import ModelError
+from .pooling import l2_normalize, mean_pool
 
-__all__ = ["QueryEncoder", "dense_int8", "erf"]
+__all__ = ["ATTENTION_SUMS", "QueryEncoder", "attention", "dense_int8", "erf", "gelu", "layer_norm", "softmax"]
 
 _F = np.float32
-# Abramowitz & Stegun 7.1.26 (numpy has no erf): 1.5e-7 absolute, 5e-7 in float32 arithmetic.
+_D = np.float64
+
+
+def fma(a, b, c) -> np.ndarray:
+    """float32 ``a * b + c`` rounded once, as a fused multiply-add (C's fmaf) rounds it. The
+    product of two float32s is exact in float64; the sum is rounded to odd there (its TwoSum error
+    decides), so that rounding it to float32 after is the one correct rounding."""
+    p = np.asarray(a, _F).astype(_D) * np.asarray(b, _F)
+    c = np.asarray(c, _F).astype(_D)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + c
+        bb = s - p
+        err = (p - (s - bb)) + (c - bb)
+        even = (np.asarray(s).view(np.int64) & 1) == 0
+        fix = (err != 0) & np.isfinite(err) & even
+        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return s.astype(_F)
+
+
+# The float steps below are CTranslate2's CPU kernels' (the AVX2 ones it selects on every x86 CPU
+# that has AVX2, AVX-512 ones included: bench/RESULTS.md "query-encoder"), step for step, fused
+# multiply-adds where its compiled code fuses them: the query vectors are then the very vectors
+# CTranslate2 computes, where the attention's float products are summed as the building
+# machine's (``attention``).
+_EXP_HI, _EXP_LO = _F(88.3762626647949), _F(-88.3762626647949)
+_LOG2E, _LN2_HI, _LN2_LO = _F(1.44269504088896341), _F(-0.693359375), _F(2.12194440e-4)
+_EXP_P = tuple(_F(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
+
+
+def exp(x: np.ndarray) -> np.ndarray:
+    """expf as CTranslate2 computes it: Cephes' reduction by ln 2 in two parts and degree-6
+    polynomial, with fused multiply-adds (within 1 ulp of the correctly rounded exp)."""
+    x = np.clip(np.asarray(x, _F), _EXP_LO, _EXP_HI)
+    n = np.floor(fma(x, _LOG2E, _F(0.5)))
+    r = fma(n, _LN2_LO, fma(n, _LN2_HI, x))
+    y = np.full_like(r, _EXP_P[0])
+    for c in _EXP_P[1:]:
+        y = fma(y, r, c)
+    y = fma(y, r * r, r) + _F(1)
+    with np.errstate(invalid="ignore"):  # a NaN's exponent: the product stays NaN
+        return y * ((n.astype(np.int32) + 127) << 23).astype(np.int32).view(_F)
+
+
+# Abramowitz & Stegun 7.1.26: 1.5e-7 absolute, 5e-7 in float32 arithmetic.
 _ERF_P = _F(0.3275911)
 _ERF_A = tuple(_F(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """erf of a float32 array, absolute error under 5e-7 (1.5e-7 before float32 rounding)."""
+    """erf of a float32 array as CTranslate2's GELU computes it, absolute error under 5e-7."""
+    x = np.asarray(x, _F)
     a = np.abs(x)
-    t = a * _ERF_P
-    t += _F(1)
-    np.reciprocal(t, out=t)
-    poly = t * _ERF_A[0]
-    for c in _ERF_A[1:]:
-        poly += c
-        poly *= t
-    np.multiply(a, a, out=a)
-    np.negative(a, out=a)
-    np.exp(a, out=a)
-    poly *= a
-    np.subtract(_F(1), poly, out=poly)
-    return np.copysign(poly, x, out=poly)
+    t = _F(1) / fma(_ERF_P, a, _F(1))
+    poly = fma(_ERF_A[0], t, _ERF_A[1])
+    for c in _ERF_A[2:]:
+        poly = fma(poly, t, c)
+    e = fma(-exp(-(x * x)) * t, poly, _F(1))
+    return np.copysign(e, x)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """0.5 x (1 + erf(x / sqrt 2)), as CTranslate2's GELU (in place of ``x``)."""
-    e = erf(x * _F(1 / math.sqrt(2)))
-    e += _F(1)
-    x *= _F(0.5)
-    x *= e
-    return x
+    """0.5 x (1 + erf(x / sqrt 2)), CTranslate2's GELU."""
+    x = np.asarray(x, _F)
+    return _F(0.5) * (x * (_F(1) + erf(_F(0.7071067811865475) * x)))
+
+
+def _lanes8(a: np.ndarray) -> np.ndarray:
+    """The sum of eight accumulator lanes (..., 8) as the compiled horizontal sum adds them."""
+    h = a[..., :4] + a[..., 4:]
+    h = h[..., :2] + h[..., 2:]
+    return h[..., 0] + h[..., 1]
+
+
+def _row_sums(x: np.ndarray, squares: bool = False) -> np.ndarray:
+    """Each row's float32 sum (of squares, each rounded, when ``squares``) in CTranslate2's
+    order: eight lanes over the whole blocks of eight, their horizontal sum, then the rest one at
+    a time (the squares of the rest fused)."""
+    n, k = x.shape
+    full = k - k % 8
+    acc = np.zeros((n, 8), _F)
+    for j in range(0, full, 8):
+        v = x[:, j : j + 8]
+        acc += v * v if squares else v
+    s = _lanes8(acc)
+    for j in range(full, k):
+        s = fma(x[:, j], x[:, j], s) if squares else s + x[:, j]
+    return s
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
-    # CTranslate2's formula: variance = E[x^2] - mean^2 (clamped at 0).
-    mean = x.mean(-1, keepdims=True)
-    var = np.square(x).mean(-1, keepdims=True)
-    var -= mean * mean
-    np.maximum(var, _F(0), out=var)
-    var += _F(eps)
-    np.sqrt(var, out=var)
-    y = x - mean
-    y /= var
-    y *= gamma
-    y += beta
-    return y
+    """CTranslate2's layer norm: mean and E[x^2] from float32 sums times 1 / k, variance
+    E[x^2] - mean^2 (fused, clamped at 0), then (x - mean) * (gamma / sd) + beta (fused)."""
+    x = np.asarray(x, _F)
+    inv = _F(1) / _F(x.shape[1])
+    mean = _row_sums(x) * inv
+    var = np.maximum(fma(_row_sums(x, True), inv, -(mean * mean)), _F(0))
+    rstd = _F(1) / np.sqrt(var + _F(eps))
+    return fma(x - mean[:, None], rstd[:, None] * gamma, beta)
 
 
 _SCALE_CAP = _F(127) / np.finfo(np.float32).max  # amax floor: a row of zeros quantizes to zeros, finitely
@@ -107,11 +166,59 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     amax = np.abs(x).max(-1)
     np.maximum(amax, _SCALE_CAP, out=amax)
     scale = _F(127) / amax
-    q = x * scale[:, None]
-    q += _F(128)  # shifted to uint8 and back, as MKL's u8s8 GEMM sees it
-    np.rint(q, out=q)
+    q = np.rint(fma(x, scale[:, None], _F(128)))  # shifted into uint8 as the u8s8 GEMM takes it
     q -= _F(128)
     return q.astype(np.int8), scale
+
+
+def softmax(s: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis as CTranslate2's kernel: exp(x - max), its sum in the order of
+    ``_row_sums`` (one at a time for eight or fewer), times 1 / sum."""
+    shape = s.shape
+    s = np.asarray(s, _F).reshape(-1, shape[-1])
+    y = exp(s - s.max(-1, keepdims=True))
+    if shape[-1] <= 8:
+        total = y[:, 0].copy()
+        for j in range(1, shape[-1]):
+            total += y[:, j]
+    else:
+        total = _row_sums(y)
+    return (y * (_F(1) / total)[:, None]).reshape(shape)
+
+
+# How the attention's float products are summed where kb-build's CTranslate2 ran (the section's
+# ``attention``): "sequential", one fused multiply-add after another (its float GEMM, oneDNN's or
+# MKL's, for 16 tokens and more everywhere measured); "split16": for 2 to 15 tokens and heads of
+# 32, the scores' products in 16 lanes of two and the lanes summed by halves, the queries scaled
+# first (oneDNN's kernel for small products on an AVX-512 CPU). builder/query_model.py's
+# self-check picks the one that agrees with the machine.
+ATTENTION_SUMS = ("sequential", "split16")
+
+
+def attention(qkv: np.ndarray, heads: int, sums: str = "sequential") -> np.ndarray:
+    """Self-attention of one sequence from its fused QKV projection (n, 3 x hidden): the
+    (n, hidden) context, in CTranslate2's float steps (``ATTENTION_SUMS``)."""
+    n, hidden = qkv.shape[0], qkv.shape[1] // 3
+    d = hidden // heads
+    q, k, v = (np.ascontiguousarray(qkv[:, j * hidden : (j + 1) * hidden].reshape(n, heads, d).transpose(1, 0, 2)) for j in range(3))
+    alpha = _F(1) / np.sqrt(_F(d))
+    if sums == "split16" and 2 <= n < 16 and d == 32:
+        a = q * alpha
+        acc = fma(a[:, :, None, 16:], k[:, None, :, 16:], a[:, :, None, :16] * k[:, None, :, :16])
+        while acc.shape[-1] > 1:
+            h = acc.shape[-1] // 2
+            acc = acc[..., :h] + acc[..., h:]
+        s = acc[..., 0]
+    else:
+        s = np.zeros((heads, n, n), _F)
+        for j in range(d):
+            s = fma(q[:, :, None, j], k[:, None, :, j], s)
+        s *= alpha
+    p = softmax(s)
+    ctx = np.zeros((heads, n, d), _F)
+    for j in range(n):
+        ctx = fma(p[:, :, j, None], v[:, None, j, :], ctx)
+    return ctx.transpose(1, 0, 2).reshape(n, hidden)
 
 
 def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray, packed=None, risky=None) -> np.ndarray:
@@ -128,8 +235,8 @@ def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias
         acc = q.astype(_F) @ weight.astype(_F).T
     if risky is not None:
         acc += saturation(q, risky, weight.shape[0])
-    scale = scale[:, None] * weight_scale
-    acc /= scale
+    acc *= _F(1) / scale[:, None]  # CTranslate2's rescale: (sum x (1 / input scale)) / weight scale + bias
+    acc /= weight_scale
     acc += bias
     return acc
 
@@ -213,10 +320,11 @@ class QueryEncoder:
     kernels, else numkong, else numpy: whichever is installed), "native", "numkong" or "numpy";
     ``int8_pairs``: "exact", or "saturate" to sum as CTranslate2 does on a CPU without int8 dot
     products (``saturation``); None: as the section records the passages were summed
-    (builder/query_model.py); ``keep_packed``: keep each layer's numkong pack for later queries
-    (False: a one-shot process, ``_dense``)."""
+    (builder/query_model.py); ``attention``: how the attention's products are summed
+    (``ATTENTION_SUMS``; None: as the section records); ``keep_packed``: keep each layer's numkong
+    pack for later queries (False: a one-shot process, ``_dense``)."""
 
-    def __init__(self, model, card: dict, kernels: str = "auto", int8_pairs: str | None = None, keep_packed: bool = True):
+    def __init__(self, model, card: dict, kernels: str = "auto", int8_pairs: str | None = None, keep_packed: bool = True, attention: str | None = None):
         self.model = model
         self.meta = card
         self.name = str(card.get("name", ""))
@@ -237,6 +345,9 @@ class QueryEncoder:
         if int8_pairs not in ("exact", "saturate"):
             raise ValueError(f"int8_pairs {int8_pairs!r}")
         self.saturates = int8_pairs == "saturate"
+        self.attention_sums = attention if attention is not None else e.get("attention", "sequential")
+        if self.attention_sums not in ATTENTION_SUMS:
+            raise ValueError(f"attention {self.attention_sums!r}")
         self.keep_packed = keep_packed
         if kernels not in ("auto", "native", "numkong", "numpy"):
             raise ValueError(f"kernels {kernels!r}")
@@ -339,6 +450,15 @@ class QueryEncoder:
         y = dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed, risky)
         return gelu(y) if act else y
 
+    def _attention(self, qkv: np.ndarray) -> np.ndarray:
+        """The context of one sequence's self-attention, from its fused QKV projection."""
+        if self._native is None:
+            return attention(qkv, self.heads, self.attention_sums)
+        qkv = np.ascontiguousarray(qkv, dtype=_F)
+        out = np.empty((len(qkv), self.hidden), dtype=_F)
+        self._native.attention(qkv, out, len(qkv), self.heads, self.hidden // self.heads, self.attention_sums == "split16")
+        return out
+
     def _norm(self, x: np.ndarray, residual: np.ndarray | None, name: str) -> np.ndarray:
         """LayerNorm(x + residual) with layer norm ``name``'s gamma and beta."""
         g, b = self.model.tensor(name + ".g"), self.model.tensor(name + ".b")
@@ -354,10 +474,9 @@ class QueryEncoder:
         starts helper threads on the cores beside this one that prepare the dense layers ahead
         of the pass (checking their crc32s, and packing them when packs are kept, takes about as
         long as the arithmetic); every tensor is checked before it is used."""
-        m, n, H = self.model, len(ids), self.heads
+        m, n = self.model, len(ids)
         if not 0 < n <= self.max_tokens:
             raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")
-        d = self.hidden // H
         # The query's embedding rows before the helpers start: the main thread's first steps
         # beside a starting helper wait on the GIL (the first pass 1-1.5 ms faster this way,
         # bench/RESULTS.md "oneshot-quiet").
@@ -370,12 +489,7 @@ class QueryEncoder:
         x = self._norm(x, None, "embed.ln")
         for i in range(self.layers):
             p = f"l{i}."
-            qkv = self._dense(x, p + "qkv")
-            q, k, v = (qkv[:, j * self.hidden : (j + 1) * self.hidden].reshape(n, H, d).transpose(1, 0, 2) for j in range(3))
-            s = (q * _F(1 / math.sqrt(d))) @ k.transpose(0, 2, 1)
-            s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
-            a = (s @ v).transpose(1, 0, 2).reshape(n, self.hidden)
+            a = self._attention(self._dense(x, p + "qkv"))
             x = self._norm(x, self._dense(a, p + "ao"), p + "aln")
             h = self._dense(x, p + "fi", act=True)
             x = self._norm(x, self._dense(h, p + "fo"), p + "oln")
@@ -398,9 +512,8 @@ class QueryEncoder:
     def embed_query(self, text: str) -> np.ndarray:
         """One query (with the model's query prefix) -> float32 (dim,), L2-normalised."""
         h = self.forward(self.tokenizer.encode(self.query_prefix + text))
-        e = h.mean(0, dtype=np.float64).astype(_F)
-        if self.normalize:
-            e /= max(float(np.linalg.norm(e)), 1e-12)
+        e = mean_pool(h[None], np.array([len(h)]))
+        e = (l2_normalize(e) if self.normalize else e)[0]
         if not np.all(np.isfinite(e)):
             raise ModelError("the query's embedding is not finite; the artifact's model is damaged, rebuild it with kb-build")
         return e

@@ -219,6 +219,11 @@ def ct2_int8_pairs() -> str:
     return "exact" if {"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags) else "saturate"
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's flags as /proc/cpuinfo lists them (empty where it is not found)."""
+    return set(next((line for line in _cpuinfo().splitlines() if line.startswith("flags")), "").split())
+
+
 def ct2_uses_mkl() -> bool:
     """Whether CTranslate2 runs Intel MKL here: on Intel CPUs unless CT2_USE_MKL says otherwise
     (its src/cpu/backend.cc)."""

@@ -27,7 +27,7 @@ pytest.importorskip("ctranslate2")
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
 
-from bert_ref import bert_hidden, ct2_int8_pairs, rich_unigram, rich_wordpiece, tiny_embedder  # noqa: E402
+from bert_ref import bert_hidden, cpu_flags, ct2_int8_pairs, ct2_uses_mkl, rich_unigram, rich_wordpiece, tiny_embedder  # noqa: E402
 from kb.builder import query_model as B  # noqa: E402
 from kb.common.encoders import CT2Embedder  # noqa: E402
 from kb.common.errors import ModelError  # noqa: E402
@@ -313,6 +313,23 @@ def test_query_vectors_agree_with_ctranslate2_on_the_multilingual_sample(name):
     if like is not m.encoder:
         exact = [_cos(m.encoder.embed_query(t), v) for t, v in zip(MULTILINGUAL, ct2)]
         assert np.mean(exact) >= 0.99 and min(exact) >= 0.97, (np.mean(exact), min(exact))
+
+
+# Where CTranslate2 runs oneDNN's AVX-512 kernels (an AMD CPU with AVX-512: no MKL), the CPUs
+# the attention's summation orders were read off (common/query_encoder.py ATTENTION_SUMS).
+ONEDNN_AVX512 = not ct2_uses_mkl() and {"avx2", "fma", "avx512f"} <= cpu_flags()
+
+
+@pytest.mark.skipif(not ONEDNN_AVX512, reason="bit-for-bit agreement measured where CTranslate2 runs oneDNN's AVX-512 kernels")
+@pytest.mark.parametrize("name", REAL)
+def test_query_vectors_are_ctranslate2s_to_the_bit_on_the_multilingual_sample(name):
+    """Every float step is CTranslate2's: its query vectors and the encoder's are the same bits,
+    and kb-build's self-check recorded how this machine's oneDNN sums a short query's scores."""
+    m = _real(name)
+    assert m.encoder.attention_sums == "split16"
+    like = m.like_ct2()
+    differ = [t[:30] for t in MULTILINGUAL if not np.array_equal(like.embed_query(t), m.ct2.embed_query(t))]
+    assert differ == []
 
 
 @settings(max_examples=200, deadline=None)
@@ -604,6 +621,7 @@ def _damaged() -> dict[str, bytes]:
         "directory version": _with_directory(s, d | {"version": 2}),
         "encoder parameters": _with_directory(s, d | {"encoder": d["encoder"] | {"heads": 0}}),
         "encoder int8_pairs is invalid": _with_directory(s, d | {"encoder": d["encoder"] | {"int8_pairs": "wrap"}}),
+        "encoder attention is invalid": _with_directory(s, d | {"encoder": d["encoder"] | {"attention": "lanes"}}),
     }
 
 
@@ -611,7 +629,14 @@ DAMAGE = [
     "not a query-model section", "directory runs past", "directory crc mismatch", "another model.embed",
     "runs past model.embed", "'l0.fi.w' is missing", "'embed.word' is malformed", "checksums for",
     "'embed.pos' is missing or not", "ids past the word embeddings", "page index does not match", "vocabulary pages",
-    "directory version", "encoder parameters", "encoder int8_pairs is invalid"]
+    "directory version", "encoder parameters", "encoder int8_pairs is invalid", "encoder attention is invalid"]
+
+
+def test_the_format_and_the_encoder_know_the_same_attention_sums():
+    from kb.common.query_encoder import ATTENTION_SUMS
+    from kb.formats.query_model import ATTENTION_SUMS as IN_FORMAT
+
+    assert ATTENTION_SUMS == IN_FORMAT and ATTENTION_SUMS[0] == "sequential"
 
 
 @pytest.mark.parametrize("why", DAMAGE)
