@@ -107,8 +107,9 @@ def main(argv=None):
     lines = [f"Machine: {machine()}  ", f"Date: {time.strftime('%Y-%m-%d')}  ", f"Command: `python bench/query_encoder_bench.py {cmd}`", "",
              "Vector leg alone (kb bench's documents, depth 100); the query vectors of both embedders over every query of the set:", "",
              *quality, "", f"Warm in-process milliseconds, per-query median of {a.repeat} interleaved passes (the first queries of each set):", "", *speed, "",
-             "Warm, CTranslate2's fused two-thread kernels embed a query faster than numpy does, so kb serve, kb mcp and kb bench keep it "
-             "(runtime/search.py, `one_shot`); the in-place encoder is for the one-shot `kb search`, whose start-up it saves (packaging/README.md)."]
+             "kb serve, kb mcp and kb bench keep CTranslate2 (runtime/search.py, `one_shot`: loaded once, it also runs on CUDA); the in-place "
+             "encoder is for the one-shot `kb search`, whose start-up it saves (packaging/README.md). Which of the two embeds a query faster warm "
+             "depends on the machine (the table above)."]
     update_region(a.results, "query-encoder", "\n".join(lines))
     print("\n".join(lines))
 

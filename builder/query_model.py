@@ -253,9 +253,9 @@ def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, dict]:
     with the library and CTranslate2 on SELF_CHECK_TEXTS, else (what disagreed, {}). How it sums
     is the encoder keys that make the encoder agree with it most closely: ``int8_pairs``
     "saturate" where this machine's CTranslate2 cuts int8 pair sums to int16 (an x86 CPU without
-    int8 dot products: common/query_encoder.py ``saturation``), and ``attention`` "split16" where
-    its float GEMM sums a short query's attention scores that way (``ATTENTION_SUMS``); a key at
-    its default is left out."""
+    int8 dot products: common/query_encoder.py ``saturation``), and ``attention``
+    "onednn-avx512" where its float GEMM sums the attention scores of short and of long texts as
+    oneDNN does on an AVX-512 CPU (``ATTENTION_SUMS``); a key at its default is left out."""
     from tokenizers import Tokenizer
 
     from kb.common.query_encoder import ATTENTION_SUMS, QueryEncoder
@@ -282,8 +282,8 @@ def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, dict]:
             scores[pairs, attention] = (same, np.mean(cos), cos)
     # The way that gives CTranslate2's very vectors most often, then the closest on average (a
     # cosine in float64: float32 rounding of a dot product is larger than the differences). Where
-    # no pair sum leaves int16, or no text is shorter than 16 tokens, two ways agree to the bit,
-    # and the default is kept (max keeps the first of equals).
+    # no pair sum leaves int16, or no text has the lengths where oneDNN sums otherwise, two ways
+    # agree to the bit, and the default is kept (max keeps the first of equals).
     best = max(scores, key=lambda key: scores[key][:2])
     cos = scores[best][2]
     if min(cos) < SELF_CHECK_COSINE:

@@ -29,7 +29,7 @@
    layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d) (d may be None), in
    CTranslate2's float steps and summation order (row_sum), equal to the numpy version bit for bit.
 
-   attention(qkv, out, n, heads, d, split16): one sequence's self-attention in CTranslate2's float
+   attention(qkv, out, n, heads, d, onednn): one sequence's self-attention in CTranslate2's float
    steps (common/query_encoder.py ``attention``).
 
    Every buffer's size is checked against the shapes before it is read; the GIL is let go during
@@ -580,23 +580,25 @@ release:
     return result;
 }
 
-/* attention(qkv, out, n, heads, d, split16): out = the context of one sequence's self-attention
+/* attention(qkv, out, n, heads, d, onednn): out = the context of one sequence's self-attention
    (n x heads * d, float32) from its fused QKV projection qkv (n x 3 * heads * d), in
    CTranslate2's float steps (common/query_encoder.py ``attention``): scores q . k / sqrt(d),
-   summed one fused multiply-add after another, or with ``split16`` for 2 to 15 tokens and heads
-   of 32 in 16 lanes of two from queries scaled first, their lanes added by halves; CTranslate2's
+   summed one fused multiply-add after another, or with ``onednn`` oneDNN's choices on AVX-512 for
+   heads of 32: for 2 to 15 tokens in 16 lanes of two from queries scaled first, their lanes added
+   by halves, and for 101 to 199 tokens and more than one head from keys scaled first; CTranslate2's
    softmax (exp_*, the sum in row_sum's order, or one at a time for 8 or fewer, times 1 / sum);
    then the scores times v, one fused multiply-add after another. */
 #define ATTENTION_FN(SUF, ATTR, FMA)                                                               \
-    ATTR static void attention_##SUF(const float *qkv, float *out, int n, int heads, int d, int split, float *s, float *qs, float *kT) { \
+    ATTR static void attention_##SUF(const float *qkv, float *out, int n, int heads, int d, int onednn, float *s, float *qs, float *kT) { \
         const int hidden = heads * d, row = 3 * hidden;                                             \
         const float alpha = 1.0f / sqrtf((float)d);                                                 \
-        split = split && d == 32 && n >= 2 && n < 16;                                               \
+        const int keys_scaled = onednn && d == 32 && heads > 1 && n >= 101 && n < 200;                  \
+        const int split = onednn && d == 32 && n >= 2 && n < 16;                                    \
         for (int h = 0; h < heads; h++) {                                                           \
             const float *Q = qkv + (size_t)h * d, *K = Q + hidden, *V = Q + 2 * hidden;             \
             if (!split) /* k transposed, (d, n), for the scores' loop over keys */                 \
                 for (int j = 0; j < n; j++)                                                         \
-                    for (int t = 0; t < d; t++) kT[(size_t)t * n + j] = K[(size_t)j * row + t];     \
+                    for (int t = 0; t < d; t++) kT[(size_t)t * n + j] = keys_scaled ? K[(size_t)j * row + t] * alpha : K[(size_t)j * row + t]; \
             for (int i = 0; i < n; i++) {                                                           \
                 const float *qi = Q + (size_t)i * row;                                              \
                 float *si = s + (size_t)i * n;                                                      \
@@ -616,7 +618,8 @@ release:
                         const float qt = qi[t], *kt = kT + (size_t)t * n;                           \
                         for (int j = 0; j < n; j++) si[j] = FMA(qt, kt[j], si[j]);                  \
                     }                                                                               \
-                    for (int j = 0; j < n; j++) si[j] *= alpha;                                     \
+                    if (!keys_scaled)                                                               \
+                        for (int j = 0; j < n; j++) si[j] *= alpha;                                 \
                 }                                                                                   \
                 float mx = si[0];                                                                   \
                 for (int j = 1; j < n; j++) mx = si[j] > mx ? si[j] : mx;                           \
@@ -648,8 +651,8 @@ ATTENTION_FN(fma, __attribute__((target("avx2,fma"))), HW_FMA)
 
 static PyObject *attention(PyObject *self, PyObject *args) {
     Py_buffer qkv, out;
-    int n, heads, d, split;
-    if (!PyArg_ParseTuple(args, "y*w*iiip", &qkv, &out, &n, &heads, &d, &split)) return NULL;
+    int n, heads, d, onednn;
+    if (!PyArg_ParseTuple(args, "y*w*iiip", &qkv, &out, &n, &heads, &d, &onednn)) return NULL;
     PyObject *result = NULL;
     float *s = NULL, *kT = NULL, qs[32];
     if (n <= 0 || heads <= 0 || d <= 0 || n > 1 << 14 || heads > 1 << 10 || d > 1 << 12) {
@@ -666,10 +669,10 @@ static PyObject *attention(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
 #ifdef KB_X86_AVX2
     if (have_fma())
-        attention_fma(qkv.buf, out.buf, n, heads, d, split, s, qs, kT);
+        attention_fma(qkv.buf, out.buf, n, heads, d, onednn, s, qs, kT);
     else
 #endif
-        attention_plain(qkv.buf, out.buf, n, heads, d, split, s, qs, kT);
+        attention_plain(qkv.buf, out.buf, n, heads, d, onednn, s, qs, kT);
     Py_END_ALLOW_THREADS
     Py_INCREF(Py_None);
     result = Py_None;
@@ -1358,7 +1361,7 @@ static PyObject *simd(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu, saturate=False, kernel='auto'): out = x @ W.T + b (int8 like CTranslate2), GELU when asked; int8 pair sums cut to int16 when saturate."},
     {"layer_norm", layer_norm, METH_VARARGS, "layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d); d may be None."},
-    {"attention", attention, METH_VARARGS, "attention(qkv, out, n, heads, d, split16): out = self-attention of one sequence from its fused QKV projection."},
+    {"attention", attention, METH_VARARGS, "attention(qkv, out, n, heads, d, onednn): out = self-attention of one sequence from its fused QKV projection."},
     {"simd", simd, METH_NOARGS, "The best product kernel this CPU runs: 'avx512vnni', 'avx2' or 'plain'."},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},
     {"crc32_many", crc32_many, METH_VARARGS, "crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]])."},

@@ -187,12 +187,13 @@ def softmax(s: np.ndarray) -> np.ndarray:
 
 
 # How the attention's float products are summed where kb-build's CTranslate2 ran (the section's
-# ``attention``): "sequential", one fused multiply-add after another (its float GEMM, oneDNN's or
-# MKL's, for 16 tokens and more everywhere measured); "split16": for 2 to 15 tokens and heads of
-# 32, the scores' products in 16 lanes of two and the lanes summed by halves, the queries scaled
-# first (oneDNN's kernel for small products on an AVX-512 CPU). builder/query_model.py's
-# self-check picks the one that agrees with the machine.
-ATTENTION_SUMS = ("sequential", "split16")
+# ``attention``), its float GEMM being oneDNN's or MKL's: "sequential", one fused multiply-add
+# after another, then times 1 / sqrt(d); "onednn-avx512", oneDNN's choices on an AVX-512 CPU
+# (read off on an AMD EPYC, heads of 32): the same but for 2 to 15 tokens, where the queries are
+# scaled first and the products summed in 16 lanes of two (j and j + 16) added by halves, and
+# for 101 to 199 tokens and more than one head, where the keys are scaled first. kb-build's
+# self-check (builder/query_model.py) picks the one that agrees with its machine.
+ATTENTION_SUMS = ("sequential", "onednn-avx512")
 
 
 def attention(qkv: np.ndarray, heads: int, sums: str = "sequential") -> np.ndarray:
@@ -202,7 +203,8 @@ def attention(qkv: np.ndarray, heads: int, sums: str = "sequential") -> np.ndarr
     d = hidden // heads
     q, k, v = (np.ascontiguousarray(qkv[:, j * hidden : (j + 1) * hidden].reshape(n, heads, d).transpose(1, 0, 2)) for j in range(3))
     alpha = _F(1) / np.sqrt(_F(d))
-    if sums == "split16" and 2 <= n < 16 and d == 32:
+    onednn = sums == "onednn-avx512" and d == 32
+    if onednn and 2 <= n < 16:
         a = q * alpha
         acc = fma(a[:, :, None, 16:], k[:, None, :, 16:], a[:, :, None, :16] * k[:, None, :, :16])
         while acc.shape[-1] > 1:
@@ -210,10 +212,14 @@ def attention(qkv: np.ndarray, heads: int, sums: str = "sequential") -> np.ndarr
             acc = acc[..., :h] + acc[..., h:]
         s = acc[..., 0]
     else:
+        keys_scaled = onednn and heads > 1 and 101 <= n < 200
+        if keys_scaled:
+            k = k * alpha
         s = np.zeros((heads, n, n), _F)
         for j in range(d):
             s = fma(q[:, :, None, j], k[:, None, :, j], s)
-        s *= alpha
+        if not keys_scaled:
+            s *= alpha
     p = softmax(s)
     ctx = np.zeros((heads, n, d), _F)
     for j in range(n):
@@ -456,7 +462,7 @@ class QueryEncoder:
             return attention(qkv, self.heads, self.attention_sums)
         qkv = np.ascontiguousarray(qkv, dtype=_F)
         out = np.empty((len(qkv), self.hidden), dtype=_F)
-        self._native.attention(qkv, out, len(qkv), self.heads, self.hidden // self.heads, self.attention_sums == "split16")
+        self._native.attention(qkv, out, len(qkv), self.heads, self.hidden // self.heads, self.attention_sums == "onednn-avx512")
         return out
 
     def _norm(self, x: np.ndarray, residual: np.ndarray | None, name: str) -> np.ndarray:

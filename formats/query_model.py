@@ -60,7 +60,7 @@ MAX_DIRECTORY = 1 << 24
 INT8_PAIRS = ("exact", "saturate")
 # How the attention's float products were summed where the passages were embedded (the encoder's
 # "attention"; absent: "sequential"): common/query_encoder.py ATTENTION_SUMS.
-ATTENTION_SUMS = ("sequential", "split16")
+ATTENTION_SUMS = ("sequential", "onednn-avx512")
 
 
 def _corrupt(why: str, label: str = "", section: str = "model.query") -> CorruptArtifact:

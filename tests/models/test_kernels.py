@@ -300,7 +300,7 @@ def test_acc_top_checks_its_buffers():
 def test_attention_equals_numpys_bit_for_bit(n, heads, d, seed, sums):
     qkv = (np.random.default_rng(seed).standard_normal((n, 3 * heads * d)) * 2).astype(np.float32)
     out = np.empty((n, heads * d), np.float32)
-    K.attention(qkv, out, n, heads, d, sums == "split16")
+    K.attention(qkv, out, n, heads, d, sums == "onednn-avx512")
     np.testing.assert_array_equal(out, attention(qkv, heads, sums))
 
 
