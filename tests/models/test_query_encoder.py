@@ -298,13 +298,13 @@ def test_tiny_encoder_agrees_with_ctranslate2(kind):
 
 @pytest.mark.parametrize("name", REAL)
 def test_query_vectors_agree_with_ctranslate2_on_the_multilingual_sample(name):
-    """CTranslate2 int8 is the build side. Its activation rounding makes bit-for-bit agreement
-    impossible for any other implementation (a 1e-6 relative change of the input moves a MiniLM
-    vector by up to 0.0035 in cosine): measured here min 0.9982 (MiniLM) and 0.9986 (e5), mean
-    0.9998 and 0.9997. On a CPU without int8 dot products CTranslate2 cuts pair sums to int16
-    (common/query_encoder.py ``saturation``): the encoder summing that way agrees as closely, and
-    the exact encoder kb searches with is off by that machine's noise (AMD EPYC, AVX2: MiniLM
-    min 0.974, mean 0.994; e5 min 0.9967, mean 0.9986)."""
+    """CTranslate2 int8 is the build side. The encoder takes its float steps, so where the
+    building machine's GEMMs sum as recorded the vectors are its own (the test below); elsewhere
+    (another BLAS order, ARM) int8 activation rounding turns last-bit differences into up to 0.0035
+    of cosine (MiniLM), hence these bounds. On a CPU without int8 dot products CTranslate2 cuts
+    pair sums to int16 (common/query_encoder.py ``saturation``): the encoder summing that way
+    agrees as closely, and the exact encoder kb searches with is off by that machine's noise (AMD
+    EPYC, AVX2: MiniLM min 0.974, mean 0.994; e5 min 0.9967, mean 0.9986)."""
     m = _real(name)
     ct2 = [m.ct2.embed_query(t) for t in MULTILINGUAL]
     like = m.like_ct2()
