@@ -13,8 +13,8 @@ machine's CTranslate2 sums int8 products the saturating way of CPUs without int8
 (common/query_encoder.py ``saturation``), or its float GEMM sums a short text's attention scores
 in lanes (``ATTENTION_SUMS``), and the encoder agrees with it more closely summing that way too,
 the section records it (the encoder's ``int8_pairs`` and ``attention``), and queries are
-embedded the way the passages were, on any machine. A --vectors build's passages come from elsewhere: its section
-keeps exact sums.
+embedded the way the passages were, on any machine. A --vectors build's passages come from
+elsewhere: its section keeps exact sums.
 """
 
 from __future__ import annotations

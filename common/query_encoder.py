@@ -25,11 +25,11 @@ where the CPU has them, plain C elsewhere), with their float steps eight at a ti
 has AVX2 and FMA; layer norms and attention too. They give numpy's results bit for bit
 (tests/models/test_kernels.py). An install where they could not be compiled runs numkong's
 packed int8 kernels (numkong is declared in pyproject.toml and is usearch's own dependency),
-and one without numkong, or with one too old for packed products, runs them in float32 numpy;
-all three give the same int8 sums: int8 x int8 products and their sums are exact while a sum
-stays below 2^24 in float32 (1,040 products at the +-127 extreme; real rows stay far below it,
-and past it the rounding is 1e-7 relative). The rest (without the compiled kernels: layer
-norms, GELU and attention) is float32 numpy, fused multiply-adds emulated exactly in float64.
+and one without numkong, or with one too old for packed products, runs them in numpy;
+all three give the same int8 sums (numpy's in float32 where a row's products cannot reach 2^24,
+in float64 otherwise). The rest (without the compiled kernels: layer norms, GELU and attention)
+is float32 numpy, fused multiply-adds emulated exactly in float64.
+
 A query reads the layer weights (10 MB for all-MiniLM-L6-v2, 21 MB for multilingual-e5-small)
 and only the word-embedding rows of its tokens. The first query checks each dense layer's
 crc32s before using it, on helper threads that run ahead of the forward pass (``forward``). On
@@ -61,14 +61,23 @@ _F = np.float32
 _D = np.float64
 
 
+_TIE, _LOW = np.int64(0x10000000), np.int64(0x1FFFFFFF)  # the 29 bits a float64 has past a float32's 24
+_TINY = float(np.finfo(np.float32).tiny)
+
+
 def fma(a, b, c) -> np.ndarray:
     """float32 ``a * b + c`` rounded once, as a fused multiply-add (C's fmaf) rounds it. The
-    product of two float32s is exact in float64; the sum is rounded to odd there (its TwoSum error
-    decides), so that rounding it to float32 after is the one correct rounding."""
-    p = np.asarray(a, _F).astype(_D) * np.asarray(b, _F)
+    product of two float32s is exact in float64, and rounding their float64 sum to float32 gives
+    the one correct rounding unless that sum is itself halfway between two float32s or among
+    float32's subnormals: only there is the sum redone, rounded to odd (its TwoSum error
+    decides)."""
     c = np.asarray(c, _F).astype(_D)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # inf x 0 and inf - inf are NaN, as in fmaf
+        p = np.asarray(a, _F).astype(_D) * np.asarray(b, _F)
         s = p + c
+        low = np.asarray(s).view(np.int64) & _LOW
+        if not ((low == _TIE) | ((np.abs(s) < _TINY) & (s != 0))).any():  # a float64 0 is exact
+            return s.astype(_F)
         bb = s - p
         err = (p - (s - bb)) + (c - bb)
         even = (np.asarray(s).view(np.int64) & 1) == 0
@@ -237,8 +246,10 @@ def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias
         import numkong
 
         acc = np.asarray(numkong.dots_packed(q, packed)).astype(_F)
-    else:
-        acc = q.astype(_F) @ weight.astype(_F).T
+    else:  # float32 sums of int8 products are exact while under 2^24, whatever BLAS's order
+        exact = int(np.abs(q, dtype=np.int32).sum(-1).max(initial=0)) * 128 < 1 << 24
+        t = _F if exact else _D
+        acc = (q.astype(t) @ weight.astype(t).T).astype(_F, copy=False)
     if risky is not None:
         acc += saturation(q, risky, weight.shape[0])
     acc *= _F(1) / scale[:, None]  # CTranslate2's rescale: (sum x (1 / input scale)) / weight scale + bias
@@ -319,6 +330,15 @@ def _numkong():
         return None
 
 
+def _raise_mmap_threshold(size: int = 8 << 20) -> None:
+    """Raises glibc's threshold for giving a block its own mapping (mallopt(3), M_MMAP_THRESHOLD)
+    by freeing one mapped block of ``size`` bytes, never touched. It starts at 128 KB, under the
+    numpy pass's float64 temporaries (a GELU input of 14 tokens is 172 KB): each was mapped,
+    faulted in page by page and unmapped again, which doubled the pass's time. kb's compiled pass
+    makes no such temporaries; other allocators ignore this (bench/RESULTS.md, after
+    "query-encoder")."""
+    np.empty(size, np.uint8)
+
 
 class QueryEncoder:
     """Embeds queries like the artifact's CTranslate2 embedder, from a formats.query_model
@@ -363,6 +383,8 @@ class QueryEncoder:
         self._nk = _numkong() if kernels in ("auto", "numkong") and self._native is None else None
         if kernels == "numkong" and self._nk is None:
             raise ModelError("numkong with packed int8 products is not installed")
+        if self._native is None:
+            _raise_mmap_threshold()
         # The dense layers, in the order the forward pass needs them, and each one's preparation
         # (its crc32s checked, its weight packed for numkong), done once for a whole encoder
         # layer by whichever thread claims that layer first (``_ready``).

@@ -212,11 +212,10 @@ def ct2_int8_pairs() -> str:
     do with vpmaddubsw (common/query_encoder.py ``saturation``)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return "exact"
-    info = _cpuinfo()
-    if not info:
+    flags = cpu_flags()
+    if not flags:
         return "exact"
-    flags = next((line for line in info.splitlines() if line.startswith("flags")), "").split()
-    return "exact" if {"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags) else "saturate"
+    return "exact" if {"avx512_vnni", "avx_vnni", "amx_int8"} & flags else "saturate"
 
 
 def cpu_flags() -> set[str]:

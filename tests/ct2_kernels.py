@@ -12,6 +12,7 @@ import os
 import platform
 
 import numpy as np
+from bert_ref import cpu_flags
 
 F = np.float32
 AVX2 = 2  # ctranslate2::cpu::CpuIsa::AVX2, the one it selects on x86 CPUs with AVX2
@@ -21,12 +22,7 @@ GELU = 3  # ctranslate2::ops::ActivationType::GELU
 def _x86_avx2_fma() -> bool:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return {"avx2", "fma"} <= set(flags)
+    return {"avx2", "fma"} <= cpu_flags()
 
 
 class Kernels:

@@ -9,14 +9,17 @@ install that failed to compile it fails these tests.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import platform
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from bert_ref import cpu_flags
 from kb.common import _kernels as K
-from kb.common.query_encoder import ATTENTION_SUMS, attention, dense_int8, gelu, layer_norm, risky_pairs, softmax
+from kb.common.query_encoder import ATTENTION_SUMS, attention, dense_int8, fma, gelu, layer_norm, risky_pairs, softmax
 
 
 def _native_dense(x, w, ws, b, act=False, saturate=False, kernel="auto"):
@@ -26,16 +29,7 @@ def _native_dense(x, w, ws, b, act=False, saturate=False, kernel="auto"):
     return y
 
 
-def _cpu_flags() -> set[str]:
-    if platform.system() != "Linux":
-        return set()
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-FLAGS = _cpu_flags()
+FLAGS = cpu_flags()
 # The product kernels this CPU runs: each is tested, whichever "auto" picks.
 KERNELS = ["plain"] + (["avx2"] if "avx2" in FLAGS else []) + (["avx512vnni"] if {"avx512f", "avx512bw", "avx512_vnni"} <= FLAGS else [])
 
@@ -147,6 +141,25 @@ def test_rows_of_zeros_and_the_extremes_of_int8():
     ws, b = np.full(5, 100, np.float32), np.arange(5, dtype=np.float32)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(_native_dense(x, w, ws, b), dense_int8(x, w, ws, b))
+
+
+def test_int8_sums_past_float32s_integers_stay_exact_in_numpy():
+    """1,536 products of 127 x 127 (a layer as wide as e5's or MiniLM's feed-forward output) sum
+    past 2^24, where float32 holds only even integers: numpy's dense layer (which sums such rows in
+    float64) still gives the int32 sum rounded once, as the compiled one does."""
+    k = 1536
+    x = np.ones((2, k), np.float32)
+    x[1, ::3] = -1
+    w = np.full((3, k), 127, np.int8)
+    w[0, 0] = 126  # an odd total past 2^24: no float32
+    w[1, ::2] = -128
+    w[2, ::7] = 1
+    ws, b = np.ones(3, np.float32), np.zeros(3, np.float32)
+    exact = (np.where(x > 0, 127, -127).astype(np.int64) @ w.astype(np.int64).T).astype(np.float64)
+    assert exact[0, 0] > 2**24 and exact[0, 0] % 2 == 1
+    want = exact.astype(np.float32) * (np.float32(1) / np.float32(127)) / ws + b  # the int32 sum, rounded once
+    np.testing.assert_array_equal(dense_int8(x, w, ws, b), want)
+    np.testing.assert_array_equal(_native_dense(x, w, ws, b), want)
 
 
 @settings(max_examples=60, deadline=None)
@@ -361,3 +374,42 @@ def test_softmax_is_ctranslate2s_to_the_bit(rows, n, seed, scale):
 def test_gelu_over_a_sweep_is_ctranslate2s_to_the_bit():
     x = np.linspace(-17, 15, 1 << 18, dtype=np.float32)
     np.testing.assert_array_equal(gelu(x), CT2.gelu(x))
+
+
+def _fmaf():
+    """C's fmaf from the system's libm (correctly rounded in glibc and musl), or None."""
+    name = ctypes.util.find_library("m")
+    try:
+        f = ctypes.CDLL(name).fmaf if name else None
+    except (OSError, AttributeError):
+        return None
+    if f is not None:
+        f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float] * 3
+    return f
+
+
+FMAF = _fmaf()
+F32 = st.floats(width=32, allow_nan=False)
+
+
+@pytest.mark.skipif(FMAF is None, reason="no libm fmaf to compare with")
+@settings(max_examples=300, deadline=None)
+@given(abc=st.lists(st.tuples(F32, F32, F32), min_size=1, max_size=40))
+def test_fma_rounds_once_as_fmaf_does(abc):
+    a, b, c = (np.array(col, np.float32) for col in zip(*abc))
+    want = np.array([FMAF(*t) for t in zip(a.tolist(), b.tolist(), c.tolist())], np.float32)
+    np.testing.assert_array_equal(fma(a, b, c).view(np.int32), want.view(np.int32))
+
+
+@pytest.mark.skipif(FMAF is None, reason="no libm fmaf to compare with")
+def test_fma_where_the_float64_sum_is_halfway_between_two_float32s():
+    """(1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 is halfway between two float32s: an addend too small for
+    float64 to keep decides which way the one rounding goes (the case the fast path hands on), and
+    so do sums that end in float32's subnormals."""
+    a = np.float32(1 + 2**-12)
+    cases = [(a, a, c) for c in (2.0**-80, -(2.0**-80), 0.0, 2.0**-149, -(2.0**-149))]
+    cases += [(2.0**-70, 1.5 * 2.0**-60, -(2.0**-130)), (2.0**-75, 2.0**-75, 2.0**-149), (-(2.0**-64), 2.0**-64, 2.0**-126)]
+    a, b, c = (np.array(col, np.float32) for col in zip(*cases))
+    want = np.array([FMAF(*t) for t in zip(a.tolist(), b.tolist(), c.tolist())], np.float32)
+    np.testing.assert_array_equal(fma(a, b, c).view(np.int32), want.view(np.int32))
+    assert fma(a[:2], b[:2], c[:2]).tolist() == [np.float32(1 + 2**-11 + 2**-23), np.float32(1 + 2**-11)]
