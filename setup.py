@@ -1,9 +1,9 @@
 """The one compiled part of kb: common/_kernels.c, the in-place query encoder's int8 products
 (common/query_encoder.py), cosines over float16 vectors (runtime/cosines.py) and crc32
 (formats/checksum.py). Everything else is declared in pyproject.toml. The extension is optional:
-where it cannot be compiled, the encoder runs numkong's or numpy's kernels instead, with the same
-int8 sums and layer norms (only GELU may differ in its last bit, tests/models/test_kernels.py),
-cosines come from numkong and crc32s from zlib-ng."""
+where it cannot be compiled, the encoder runs numkong's or numpy's kernels instead, slower, with
+the same query vectors bit for bit (tests/models/test_kernels.py), cosines come from numkong and
+crc32s from zlib-ng."""
 
 import sys
 

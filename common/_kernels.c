@@ -133,14 +133,18 @@ __attribute__((target("avx2"))) static void dots_avx2(const int16_t *q, int nq, 
     }
 }
 
-static int have_avx2(void) {
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") ? 1 : 0;
+/* static int NAME(void): whether the CPU has what TEST asks of __builtin_cpu_supports, asked once. */
+#define CPU_HAS(NAME, TEST)             \
+    static int NAME(void) {             \
+        static int known = -1;          \
+        if (known < 0) {                \
+            __builtin_cpu_init();       \
+            known = (TEST) ? 1 : 0;     \
+        }                               \
+        return known;                   \
     }
-    return known;
-}
+
+CPU_HAS(have_avx2, __builtin_cpu_supports("avx2"))
 
 /* The kernels whose input is u = q + 128 (uint8 rows, nq a multiple of TOKENS, k a multiple of
    STEP), as CTranslate2's kernels take it on x86: two weight rows by four tokens per step, as
@@ -201,14 +205,7 @@ DOTS_U8(dots_avx2_sat, __attribute__((target("avx2"))), __m256i, 32, _mm256_setz
 #define DPB(a, y, v) a = _mm512_dpbusd_epi32(a, y, v)
 DOTS_U8(dots_vnni512, VNNI512, __m512i, 64, _mm512_setzero_si512(), LOADZ, DPB, _mm512_reduce_add_epi32, _mm512_set1_epi8(1))
 
-static int have_vnni512(void) {
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") ? 1 : 0;
-    }
-    return known;
-}
+CPU_HAS(have_vnni512, __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
 #endif
 
 /* The product kernels dense() may run, best first where the CPU and the width allow
@@ -291,14 +288,7 @@ FLOAT_FNS(plain, , LIBM_FMA)
 #define HW_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
 FLOAT_FNS(fma, __attribute__((target("avx2,fma"))), HW_FMA)
 
-static int have_fma(void) {
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
-    }
-    return known;
-}
+CPU_HAS(have_fma, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
 
 #define V8 __attribute__((target("avx2,fma")))
 
@@ -694,14 +684,7 @@ done:
    one-shot search 3-5 ms. */
 
 #ifdef KB_X86_AVX2
-static int have_f16c(void) {
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
-    }
-    return known;
-}
+CPU_HAS(have_f16c, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
 
 __attribute__((target("avx2,f16c"))) static inline float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -810,14 +793,7 @@ static uint32_t crc_bytes(uint32_t c, const unsigned char *p, size_t n) {
 }
 
 #ifdef KB_X86_AVX2
-static int have_pclmul(void) {
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") ? 1 : 0;
-    }
-    return known;
-}
+CPU_HAS(have_pclmul, __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1"))
 
 /* The running register ``c`` over ``len`` bytes: len >= 64 and a multiple of 16. */
 __attribute__((target("pclmul,sse4.1")))
