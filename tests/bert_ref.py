@@ -212,10 +212,8 @@ def ct2_int8_pairs() -> str:
     do with vpmaddubsw (common/query_encoder.py ``saturation``)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return "exact"
-    flags = cpu_flags()
-    if not flags:
-        return "exact"
-    return "exact" if {"avx512_vnni", "avx_vnni", "amx_int8"} & flags else "saturate"
+    flags = cpu_flags()  # none found: "exact"
+    return "saturate" if flags and not {"avx512_vnni", "avx_vnni", "amx_int8"} & flags else "exact"
 
 
 def cpu_flags() -> set[str]:
