@@ -275,7 +275,7 @@ def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, dict]:
     scores = {}
     for pairs in ("exact", "saturate"):
         for attention in ATTENTION_SUMS:
-            e = QueryEncoder(model, card, int8_pairs=pairs, attention=attention)  # the same checked section
+            e = enc if (pairs, attention) == ("exact", "sequential") else QueryEncoder(model, card, int8_pairs=pairs, attention=attention)  # the same checked section
             got = [e.embed_query(text) for text in SELF_CHECK_TEXTS]
             same = sum(bool(np.array_equal(a, b)) for a, b in zip(got, ct2))
             cos = [_cosine(a, b) for a, b in zip(got, ct2)]

@@ -52,6 +52,7 @@ import threading
 
 import numpy as np
 
+from ..formats.query_model import ATTENTION_SUMS, INT8_PAIRS
 from .errors import ModelError
 from .pooling import l2_normalize, mean_pool
 
@@ -201,10 +202,8 @@ def softmax(s: np.ndarray) -> np.ndarray:
 # (read off on an AMD EPYC, heads of 32): the same but for 2 to 15 tokens, where the queries are
 # scaled first and the products summed in 16 lanes of two (j and j + 16) added by halves, and
 # for 101 to 199 tokens and more than one head, where the keys are scaled first. kb-build's
-# self-check (builder/query_model.py) picks the one that agrees with its machine.
-ATTENTION_SUMS = ("sequential", "onednn-avx512")
-
-
+# self-check (builder/query_model.py) picks the one that agrees with its machine. The names are
+# the section's (formats/query_model.py ATTENTION_SUMS).
 def attention(qkv: np.ndarray, heads: int, sums: str = "sequential") -> np.ndarray:
     """Self-attention of one sequence from its fused QKV projection (n, 3 x hidden): the
     (n, hidden) context, in CTranslate2's float steps (``ATTENTION_SUMS``)."""
@@ -368,7 +367,7 @@ class QueryEncoder:
             raise ModelError(f"the model card's window of {self.max_tokens} tokens exceeds the encoder's {e['positions']} positions")
         if int8_pairs is None:
             int8_pairs = e["int8_pairs"]  # formats/query_model.py: "exact" where the section has none
-        if int8_pairs not in ("exact", "saturate"):
+        if int8_pairs not in INT8_PAIRS:
             raise ValueError(f"int8_pairs {int8_pairs!r}")
         self.saturates = int8_pairs == "saturate"
         self.attention_sums = attention if attention is not None else e.get("attention", "sequential")

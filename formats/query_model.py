@@ -59,7 +59,7 @@ MAX_DIRECTORY = 1 << 24
 # or cut to int16 as CTranslate2 does on an x86 CPU without int8 dot products.
 INT8_PAIRS = ("exact", "saturate")
 # How the attention's float products were summed where the passages were embedded (the encoder's
-# "attention"; absent: "sequential"): common/query_encoder.py ATTENTION_SUMS.
+# "attention"; absent: "sequential"): common/query_encoder.py ``attention`` sums each way.
 ATTENTION_SUMS = ("sequential", "onednn-avx512")
 
 
