@@ -41,7 +41,7 @@ def kb_build(label: str, out: Path, roots=(), jsonl=()):
 
 def bm25s_index(jsonl: Path, stem: bool = False) -> dict:
     """bm25s read + tokenize + index; ``stem``: with PyStemmer's English stemmer and bm25s's
-    English stopwords (the configuration kb's BM25 is compared with in RESULTS.md "lexical")."""
+    English stopwords (the configuration kb's BM25 is compared with in bench/notes/2026-12-01-lexical-bm25.md)."""
     import bm25s
 
     t0 = time.perf_counter()
@@ -129,13 +129,9 @@ def _build_tables(res: dict) -> list[str]:
         secs = " | ".join(f"{r['seconds'].get(s, 0):.2f}" for s in res["hugo"]["seconds"])
         lines.append(f"| {key} | {r['documents']} | {r['chunks']} | {r['terms']} | {r['vectors']} | {r['artifact_bytes'] / 2**20:.1f} MiB | {secs} | {r['wall_seconds']:.1f} |")
     lines.append("")
-    lines.append("Bytes per section:")
-    lines.append("")
     names = list(res["hugo"]["section_bytes"])
-    lines.append("| section | " + " | ".join(("hugo", "scifact")) + " |")
-    lines.append("|---|---|---|")
-    for n in names:
-        lines.append(f"| {n} | {res['hugo']['section_bytes'].get(n, 0):,} | {res['scifact']['section_bytes'].get(n, 0):,} |")
+    sizes = ", ".join(f"{n} {res['hugo']['section_bytes'].get(n, 0):,} / {res['scifact']['section_bytes'].get(n, 0):,}" for n in names)
+    lines.append(f"Bytes per section, hugo / scifact: {sizes}.")
     return lines
 
 

@@ -11,7 +11,7 @@ over the sets. runtime/fusion.py's thresholds for all-MiniLM-L6-v2 (0.2 and 0.4,
 the dev sets' hybrid quality) are then expressed as z-scores of MiniLM's background, and each
 other model's thresholds are its background mean + the same z-scores x its standard deviation.
 No relevance judgment is used. Prints a markdown table and the thresholds; writes the
-"dense-noise" region of bench/RESULTS.md unless --no-results.
+"dense-noise" region of bench/notes/2026-11-30-e5-multilingual.md unless --no-results.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="all-MiniLM-L6-v2,multilingual-e5-small")
     ap.add_argument("--passages", type=int, default=120)
     ap.add_argument("--queries", type=int, default=60)
-    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
+    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "notes" / "2026-11-30-e5-multilingual.md")
     ap.add_argument("--no-results", action="store_true")
     a = ap.parse_args(argv)
     from kb.builder.embedders import make_embedder

@@ -8,7 +8,7 @@ gap boost of adaptive fusion (runtime/fusion.py GAP_SCALE), by kb bench's own co
 and every model's cosines read as they are (no COSINE_ANCHORS), as kb searched before both;
 "after" is the default. Each set: NAME=fixture:FIXTURE[,FIXTURE...]:ARTIFACT or
 NAME=beir:FOLDER:SPLIT:ARTIFACT; the first ``--limit`` queries. Writes the "fusion-gap" region of
-bench/RESULTS.md (``--no-results``: print only).
+bench/notes/2026-12-02-fusion-gap.md (``--no-results``: print only).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", required=True, metavar="SPEC")
     ap.add_argument("--limit", type=int, default=0, help="first N queries of each set (0: all)")
     ap.add_argument("--backends", default="hybrid,hybrid+rerank")
-    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
+    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "notes" / "2026-12-02-fusion-gap.md")
     ap.add_argument("--no-results", action="store_true")
     a = ap.parse_args(argv)
     from kb.common.options import resolve, stored_search

@@ -4,7 +4,8 @@ set, beside the BM25 and dense legs alone. How kb's fusion defaults were chosen.
     python bench/fusion_grid.py --data ../shared/data --fixtures ../shared/fixtures --out bench/out
 
 Needs the artifacts bench/run_all.py builds (OUT/<set>.kb). Writes the "fusion" region of
-bench/RESULTS.md.
+bench/notes/2026-11-30-fusion-grid.md (``--results bench/RESULTS.md``: RESULTS.md's "fusion" region, which
+issue 45's table holds).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def main(argv=None):
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--fixtures", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
-    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
+    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "notes" / "2026-11-30-fusion-grid.md")
     a = ap.parse_args(argv)
     from kb.runtime.bench import load_beir, load_fixture, run_bench
     from kb.runtime.index import Index

@@ -1,5 +1,5 @@
 """Hybrid nDCG@10 for several BM25 gap scales of adaptive fusion (runtime/fusion.py GAP_SCALE),
-from each query's stored legs: how GAP_SCALE was chosen (bench/RESULTS.md "fusion-gap").
+from each query's stored legs: how GAP_SCALE was chosen (bench/notes/2026-12-02-fusion-gap.md).
 
     python bench/fusion_sweep.py --set NAME=fixture:FIXTURE[,FIXTURE...]:ARTIFACT --set NAME=beir:FOLDER:SPLIT:ARTIFACT ... \
         [--scales inf,0.2,0.25,0.3,0.35,0.4] [--limit N]

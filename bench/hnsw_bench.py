@@ -4,6 +4,7 @@ one parameter at a time (connectivity M, expansion_search ef) on a real artifact
     python bench/hnsw_bench.py --artifact bench/out/scifact.kb --queries ../shared/data/scifact/queries.jsonl
 
 Vectors are read back from the artifact (f16), queries embedded with the artifact's own model.
+Writes the "hnsw" region of bench/notes/2026-11-30-hnsw-parameters.md.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def main(argv=None):
     ap.add_argument("--artifact", type=Path, required=True)
     ap.add_argument("--queries", type=Path, required=True, help="queries.jsonl (BEIR) or a fixture .json")
     ap.add_argument("--limit", type=int, default=300)
-    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
+    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "notes" / "2026-11-30-hnsw-parameters.md")
     a = ap.parse_args(argv)
     from usearch.index import Index as UIndex
 

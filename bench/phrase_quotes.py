@@ -1,7 +1,7 @@
 """Does putting phrase quotes around a multi-word keyword query ever lower hit@10? (issue 21)
 
     kb-build ../shared/data/hugo-docs/content/en -o bench/out/hugo.kb --no-reranker
-    python bench/phrase_quotes.py bench/out/hugo.kb ../shared/fixtures/hugo-docs.json [--kind keyword] [--results bench/RESULTS.md]
+    python bench/phrase_quotes.py bench/out/hugo.kb ../shared/fixtures/hugo-docs.json [--kind keyword] [--results NOTE.md]
 
 For every fixture query of the kind (default keyword) with two or more words, the query is
 searched twice, each with the search pipeline `kb search` runs (top 10, results grouped by
@@ -14,7 +14,7 @@ chunk holds it, kb says so (notice phrase_not_found) and ranks the words in any 
 and mode (bm25, and hybrid when the artifact has vectors). A third column asks what hit@10 would
 be if a phrase ordered instead of filtering: the documents the quoted query finds (up to
 DEPTH), then the plain query's other documents, in their order. Writes the "phrase-quotes"
-region of bench/RESULTS.md and prints it.
+region of bench/notes/2026-11-30-phrase-quotes.md and prints it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(argv=None):
     ap.add_argument("artifact", type=Path)
     ap.add_argument("fixture", type=Path)
     ap.add_argument("--kind", default="keyword", help="fixture query kind to take (default keyword)")
-    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
+    ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "notes" / "2026-11-30-phrase-quotes.md")
     a = ap.parse_args(argv)
     from kb.runtime.bench import hit_at, load_fixture
     from kb.runtime.index import Index

@@ -12,7 +12,7 @@ executor: forked chunk/analyze, one embedder with one thread per core) and the R
 build's chunks over its embed stage's seconds; per worker, divided by the workers (the local
 build's single embedder uses every core, so it counts as one worker per core).
 
-Writes the "ray" region of bench/RESULTS.md and OUT/ray_build.json.
+Writes the "ray" region of bench/notes/2026-11-30-ray-build.md and OUT/ray_build.json.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
     runs.append(run)
     kept.write_text(json.dumps(runs, indent=2))
     command = f"python bench/ray_build.py --ray-address {a.ray_address} --workers {a.workers} --sample {a.sample} --scifact {a.scifact} --out {a.out}"
-    update_region(Path(__file__).resolve().parent / "RESULTS.md", "ray", region(runs, command))
+    update_region(Path(__file__).resolve().parent / "notes" / "2026-11-30-ray-build.md", "ray", region(runs, command))
 
 
 def region(runs: list[dict], command: str) -> str:

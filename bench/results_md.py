@@ -1,5 +1,7 @@
-"""bench/RESULTS.md is shared by several bench scripts: each owns one region, delimited by
-``<!-- BEGIN name -->`` / ``<!-- END name -->``, and rewrites only that region."""
+"""bench/RESULTS.md (the current figures) and the notes under bench/notes/ (studies) are shared by
+several bench scripts: each owns one region of one file, delimited by ``<!-- BEGIN name -->`` /
+``<!-- END name -->``, and rewrites only that region. A region that is missing (or a file that is) is
+appended, never an error, so a script keeps working when its region is moved or removed."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def machine() -> str:
 
 def update_region(path: Path, name: str, body: str) -> None:
     path = Path(path)
-    text = path.read_text(encoding="utf-8") if path.exists() else "# kb benchmark results\n"
+    text = path.read_text(encoding="utf-8") if path.exists() else f"# {path.stem}\n"
     begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
     block = f"{begin}\n{body.strip()}\n{end}"
     rx = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)

@@ -1,5 +1,6 @@
 """One-command quality bench: build every set in the shared data, run `kb bench` on each, compare
-peers, and write the tables into bench/RESULTS.md (its "quality" region).
+peers, and write one row a set into bench/RESULTS.md (its "quality" region) and the full tables
+(every metric, by query kind, the peers) into OUT/run_all.md.
 
     python bench/run_all.py --data ../shared/data --fixtures ../shared/fixtures [--out bench/out]
         [--sets hugo,scifact,cranfield,cisi,cmrc2018-zh,jsquad-ja] [--rebuild] [--no-peers] [--kb-results OUT/run_all.json]
@@ -117,13 +118,30 @@ def main(argv=None):
                 peers[name] = {"error": f"{e.__class__.__name__}: {e}"}
     (a.out / "run_all.json").write_text(json.dumps({"results": results, "builds": builds, "peers": peers}, indent=2))
     cmd = "python bench/run_all.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    parts = [f"Machine: {machine()}  ", f"Date: {time.strftime('%Y-%m-%d')}  ", f"Command: `{cmd}`", ""]
+    head = [f"Machine: {machine()}  ", f"Date: {time.strftime('%Y-%m-%d')}  ", f"Command: `{cmd}`", ""]
+    parts = list(head)
     for name in names:
         parts += [f"### {name}", "", render_table(results[name]), ""]
         if name in peers:
             parts += ["Peers on the same queries, same metrics code:", "", P.render(name, peers[name]) if "error" not in peers[name] else f"failed: {peers[name]['error']}", ""]
-    update_region(a.results, "quality", "\n".join(parts))
+    (a.out / "run_all.md").write_text("\n".join(parts))
+    update_region(a.results, "quality", "\n".join(head + summary(results)))
     print("\n".join(parts))
+
+
+def summary(results: dict) -> list[str]:
+    """One row a set for RESULTS.md: each backend's nDCG@10, then hybrid's recall@100, ECE and p50."""
+    backends = ["bm25", "vector", "hybrid", "hybrid+rerank"]
+    lines = ["| set | queries | " + " | ".join(backends) + " | hybrid recall@100 | hybrid ECE | hybrid p50 ms |", "|---" * (len(backends) + 5) + "|"]
+    for name, res in results.items():
+        got = res["backends"]
+        queries = f"{res['queries']} ({res['negatives']} negative)" if res["negatives"] else f"{res['queries']}"
+        cells = [f"{got[b]['ndcg@10']:.3f}" if b in got else "-" for b in backends]
+        h = got.get("hybrid")
+        ece = h and h["calibration"]["ece"]
+        tail = [f"{h['recall@100']:.3f}", "-" if ece is None else f"{ece:.3f}", f"{h['latency_ms']['p50']:.1f}"] if h else ["-"] * 3
+        lines.append(f"| {name} | {queries} | " + " | ".join(cells + tail) + " |")
+    return lines
 
 
 if __name__ == "__main__":
