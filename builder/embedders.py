@@ -33,7 +33,7 @@ AUTO_MODEL = "auto"
 MULTILINGUAL_MODEL = "multilingual-e5-small"
 # "auto" picks all-MiniLM-L6-v2 (English only, 2-3x faster) unless at least this share of the
 # documents is in another language (or has no language: CJK, which MiniLM cannot read), then
-# multilingual-e5-small (bench/RESULTS.md, "e5": MiniLM scores 0.10-0.24 nDCG@10 on Chinese and
+# multilingual-e5-small (bench/notes/2026-11-30-e5-multilingual.md: MiniLM scores 0.10-0.24 nDCG@10 on Chinese and
 # Japanese, e5 0.88-0.94).
 MULTILINGUAL_SHARE = 0.10
 
@@ -131,7 +131,7 @@ def english_leg(languages: dict, model: str) -> str:
     that is the multilingual model and English is one of the corpus's languages (after
     builder/language.py folds the languages of fewer than 1% of the documents into the majority).
     English queries rank better on it: on the Hugo docs inside a corpus of Hugo, CMRC2018 and
-    JSQuAD, hybrid nDCG@10 0.697 against 0.552 on the multilingual leg (bench/RESULTS.md "mixed")."""
+    JSQuAD, hybrid nDCG@10 0.697 against 0.552 on the multilingual leg (bench/notes/2026-12-01-mixed-corpus.md)."""
     return MINILM_NAME if model == MULTILINGUAL_MODEL and languages.get("en", 0) > 0 else ""
 
 

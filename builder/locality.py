@@ -13,7 +13,7 @@ before it, so the graph's search for them stays in memory already read (at a mil
 bench/scale.py's corpus, 2.5 times faster). Added in that order alone, the graph is worse: its
 early nodes, all of one cluster, get no long links (recall@10 at ef 1024 fell from 0.9885 to
 0.977 at a million). ``add_order``'s ``mixed`` therefore adds a seeded random ``RANDOM_FIRST``
-of the vectors first, then the rest leaf by leaf (bench/RESULTS.md, "scale-notes").
+of the vectors first, then the rest leaf by leaf (bench/notes/2026-12-02-scale-million.md).
 
 The order: a two-level spherical k-means of the vectors, K clusters and K clusters within each
 (K about the fourth root of the count, so a leaf holds about its square root), 8 Lloyd

@@ -4,7 +4,7 @@ Every occurrence of a term in a chunk becomes one (term, chunk, field) triple; s
 them by (term, chunk), and summing each run's field weights gives tf' (``chunk_postings``). The
 in-memory path (builder/build.py ``build_postings``) does that once for the whole corpus: several
 int64 arrays of all occurrences at its peak, about 10 KB per chunk of the scale bench (3.1 GB of a
-3.9 GB build at 300,000 chunks, bench/RESULTS.md "scale-postings"). ``PostingsSpill`` does it per block
+3.9 GB build at 300,000 chunks, bench/notes/2026-11-30-postings-spill.md). ``PostingsSpill`` does it per block
 of whole documents of at most ``BLOCK_OCCURRENCES`` occurrences, as each window of the build
 arrives, and spills each block's postings to a scratch file; ``finish`` merges the blocks by term.
 
@@ -41,7 +41,7 @@ from kb.formats.bm25 import quantize_impacts, tf_component
 
 from .stream import windows
 
-BLOCK_OCCURRENCES = 1 << 21  # occurrences per spilled block: 100 to 250 MB of working set (bench/RESULTS.md "scale-postings")
+BLOCK_OCCURRENCES = 1 << 21  # occurrences per spilled block: 100 to 250 MB of working set (bench/notes/2026-11-30-postings-spill.md)
 MERGE_BATCH = 1 << 21  # postings merged at a time (a term with more is merged alone)
 
 

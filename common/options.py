@@ -6,11 +6,11 @@ artifact as given); kb's ``search`` flags, the HTTP and MCP request fields and t
 descriptions, and README.md's table are all derived from it. At query time the options are
 resolved once: these defaults, then the artifact's ``[search]``, then the request's overrides.
 
-Why the defaults are what they are: bench/RESULTS.md ("fusion", "confidence", "rerank"). The
+Why the defaults are what they are: bench/notes/ (*-fusion-grid, *-lexical-bm25, *-reranker). The
 seeds' RRF k = 60 with qmd's top-rank bonus (+0.05 / +0.02) left hybrid below its dense leg on
 the Hugo fixture and CISI. With the stemmed BM25 leg of format 2, k = 20 left hybrid below the
 dense leg on Hugo (0.672 vs 0.686) and k = 10 put it above both legs on all four English dev sets
-(Hugo 0.713, Cranfield 0.408, CISI 0.447: bench/RESULTS.md "confidence").
+(Hugo 0.713, Cranfield 0.408, CISI 0.447: bench/notes/2026-12-01-lexical-bm25.md).
 The shipped cross-encoder did not improve nDCG@10 on the sets it did not train on, so rerank is
 off unless asked for.
 """
@@ -66,7 +66,7 @@ SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
 # artifact's own [search] table. multilingual-e5-small's cosines sit high and close together
 # (bench/dense_noise.py; runtime/fusion.py COSINE_ANCHORS), and its dense leg earns less of the fusion: semantic_weight
 # 0.5 against 0.7 lifts hybrid nDCG@10 on Hugo 0.513 -> 0.574, CMRC2018 0.952 -> 0.966 and
-# JSQuAD 0.850 -> 0.889 (first 300 dev queries; bench/RESULTS.md "e5"); MiniLM keeps
+# JSQuAD 0.850 -> 0.889 (first 300 dev queries; bench/notes/*-e5-multilingual.md); MiniLM keeps
 # SearchOptions' defaults.
 MODEL_DEFAULTS: dict[str, dict] = {
     "multilingual-e5-small": {"semantic_weight": 0.5},

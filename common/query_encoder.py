@@ -17,7 +17,7 @@ the order the building machine's CTranslate2 used (``ATTENTION_SUMS``, picked by
 self-check). Int8 activation rounding amplifies any difference (a 1e-6 relative change of the
 inputs moves a MiniLM vector by up to 0.0035 in cosine), which is why the steps are copied so
 closely: on the AMD EPYC (Zen 5) VM every query vector of the dev sets equals CTranslate2's
-bit for bit (bench/RESULTS.md, "query-encoder").
+bit for bit (bench/notes/2026-12-05-query-encoder.md).
 
 The dense layers run on kb's compiled kernels (common/_kernels.c, built by pip from setup.py):
 int8 weights multiplied as they lie in the mmap, with no pack and no copy (AVX-512 VNNI or AVX2
@@ -88,7 +88,7 @@ def fma(a, b, c) -> np.ndarray:
 
 
 # The float steps below are CTranslate2's CPU kernels' (the AVX2 ones it selects on every x86 CPU
-# that has AVX2, AVX-512 ones included: bench/RESULTS.md "query-encoder"), step for step, fused
+# that has AVX2, AVX-512 ones included: bench/notes/2026-12-05-query-encoder.md), step for step, fused
 # multiply-adds where its compiled code fuses them: the query vectors are then the very vectors
 # CTranslate2 computes, where the attention's float products are summed as the building
 # machine's (``attention``).
@@ -334,8 +334,8 @@ def _raise_mmap_threshold(size: int = 8 << 20) -> None:
     by freeing one mapped block of ``size`` bytes, never touched. It starts at 128 KB, under the
     numpy pass's float64 temporaries (a GELU input of 14 tokens is 172 KB): each was mapped,
     faulted in page by page and unmapped again, which doubled the pass's time. kb's compiled pass
-    makes no such temporaries; other allocators ignore this (bench/RESULTS.md, after
-    "query-encoder")."""
+    makes no such temporaries; other allocators ignore this (bench/notes/2026-12-05-query-encoder.md,
+    "Without the compiled kernels")."""
     np.empty(size, np.uint8)
 
 
@@ -472,7 +472,7 @@ class QueryEncoder:
         # Packs not kept (a one-shot process): packed here, as the pass reaches the layer, and
         # let go after use, so that each pack reuses the memory the last one freed. Packs kept
         # are fresh memory: about 5,300 first touches of a page for multilingual-e5-small's
-        # 21 MB, 20-25 ms on a 2-core VM (bench/RESULTS.md "oneshot-quiet").
+        # 21 MB, 20-25 ms on a 2-core VM (bench/notes/2026-12-05-one-shot-ratios.md).
         packed, risky = self._ready(name) or self._packs(name)
         y = dense_int8(x, m.tensor(name + ".w"), m.tensor(name + ".s"), m.tensor(name + ".b"), packed, risky)
         return gelu(y) if act else y
@@ -506,7 +506,7 @@ class QueryEncoder:
             raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")
         # The query's embedding rows before the helpers start: the main thread's first steps
         # beside a starting helper wait on the GIL (the first pass 1-1.5 ms faster this way,
-        # bench/RESULTS.md "oneshot-quiet").
+        # bench/notes/2026-12-05-one-shot-ratios.md).
         x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
         if len(self._packed) < len(self._linears):
             for _ in range(_helper_threads() - self._helping):

@@ -103,7 +103,7 @@ def rank_bonus(best_rank: int, p: FusionParams) -> float:
     return 0.0
 
 
-# Query-adaptive fusion, both ways (measured on the dev sets, bench/RESULTS.md "fusion-gap"):
+# Query-adaptive fusion, both ways (measured on the dev sets, bench/notes/2026-12-02-fusion-gap.md):
 # - a dense leg's weight is scaled by how strongly its best hit matches (its top cosine), so a
 #   weak dense leg (a top cosine near what unrelated text gets, as for the one-word query
 #   `where`) does not bury an exact lexical match: scaling between cosines 0.2 and 0.4 lifted the

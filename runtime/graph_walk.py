@@ -3,7 +3,7 @@
 
 usearch trusts the graph it is given, so before it may search, every neighbour slot of every
 node must be checked, and every page of the graph checksummed: O(chunks) work before the first
-result (at 1,000,000 chunks, about 300 ms of a one-shot search; bench/RESULTS.md "scale"). This
+result (at 1,000,000 chunks, about 300 ms of a one-shot search; bench/notes/2026-12-02-scale-million.md). This
 walk reads only the nodes it visits, and checks each before it uses it: the pages under the
 node's record and its vector (their crc32s), the counts and slots of the lists it follows (each
 count within its list's capacity, each slot inside the graph), the keys of the nodes it returns.
@@ -32,9 +32,9 @@ from .cosines import stored_cosines
 
 # Nodes the beam expands per step: ef / BATCH_PER_EF, within BATCH_MIN..BATCH_MAX. Wider steps
 # mean fewer numpy steps and a few more nodes read. At 16 the walk's recall@10 equals usearch's on
-# the same graphs (bench/RESULTS.md "scale"); at ef 1024 and 2048, 64 gave the same recall as 16
+# the same graphs (bench/notes/2026-12-02-scale-million.md); at ef 1024 and 2048, 64 gave the same recall as 16
 # on 200 queries at 100,000 and 1,000,000 chunks and a first (one-shot) search of 42-44 ms
-# instead of 55 ("scale-notes").
+# instead of 55 (the same note).
 BATCH_MIN, BATCH_MAX, BATCH_PER_EF = 16, 64, 16
 
 

@@ -380,7 +380,7 @@ class Searcher:
         # first (the encoder's layer checks on its helper threads, nothing else running), then
         # runs the BM25 leg on a plain thread beside the walk, which lets go of the GIL and spends
         # its time on the first touches of the pages it reads (3-5 ms sooner at a million chunks
-        # than with BM25 beside the encoder too: bench/RESULTS.md "scale-notes").
+        # than with BM25 beside the encoder too: bench/notes/2026-12-02-scale-million.md).
         pool = _leg_pool() if run_bm25 and run_dense and not self.one_shot else None
         beside = run_bm25 and run_dense and self.one_shot and getattr(space, "walks_graph", False)
         early = self._prepare_encoder(space) if run_bm25 and run_dense and self.one_shot and not beside and texts else None
@@ -602,7 +602,7 @@ def low_confidence(candidates: list[Candidate], o: SearchOptions, backend: str, 
     all. A reranked search is judged by its retrieval: the hybrid model's confidence in the top
     fused result, against the hybrid floor (the shipped cross-encoder's probabilities are nearly
     flat, and on the Hugo fixture the reranked top result told negatives apart less well:
-    bench/RESULTS.md, "confidence")."""
+    bench/notes/2026-12-02-confidence-model.md)."""
     msg = (
         "Low confidence: no strong match found. Consider a broader query, rebuilding the index "
         "if it is stale, or checking whether the topic is documented at all."

@@ -29,7 +29,7 @@ def stale_report(manifest, hash_bytes: int | None = None) -> dict:
 
     Plain strings and ``os`` calls, not pathlib: a one-shot ``kb search`` runs this over every
     source file, and pathlib's parsing cost more than the stats (about 50 ms of 93 for the 992
-    files of the Hugo docs, bench/RESULTS.md "oneshot-quiet")."""
+    files of the Hugo docs, bench/notes/2026-12-05-one-shot-ratios.md)."""
     root = os.fspath(manifest.root)
     rep = {"root": str(Path(root)), "root_exists": os.path.isdir(root), "changed": [], "added": [], "removed": []}
     if hash_bytes is not None:

@@ -1,6 +1,6 @@
 """The fuzz targets (tests/fuzz/), briefly, under hypothesis: a few hundred inputs each in the
 normal test run. ``python -m tests.fuzz.run --inputs 1000000 --target artifact|parsers|http``
-runs them at length (bench/RESULTS.md, "Fuzzing")."""
+runs them at length (bench/RESULTS.md, "Fuzz")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The plumbing of the bench scripts of one-shot searches (their figures are in bench/RESULTS.md
-"scale-notes" and "oneshot-quiet"): bench/walk_pages.py walks an artifact's graph and counts the
+"""The plumbing of the bench scripts of one-shot searches (their figures are in bench/notes/
+2026-12-02-scale-million.md and 2026-12-05-one-shot-ratios.md): bench/walk_pages.py walks an artifact's graph and counts the
 pages it read, and its other order of the slots is a permutation within each block;
 bench/bm25_one_shot.py times the BM25 leg both ways in fresh processes and finds them alike;
 bench/startup_records.py counts the dataclasses a command's imports create."""

@@ -1,6 +1,6 @@
 """bench/calibrate.py's fit plumbing: rows mapped to runtime/confidence.py's FEATURES by name, the
 noise floor of an ECE, and a fit on synthetic rows whose true model is logistic. The fitted
-model's quality on real data is bench/RESULTS.md's ("confidence")."""
+model's quality on real data is bench/RESULTS.md's ("Confidence and calibration")."""
 
 import importlib.util
 import json

@@ -1,5 +1,5 @@
 """The confidence model's features and terms (runtime/confidence.py): plumbing and math on
-hand-made legs; the model's quality is bench/calibrate.py's (bench/RESULTS.md, "confidence")."""
+hand-made legs; the model's quality is bench/calibrate.py's (bench/RESULTS.md, "Confidence and calibration")."""
 
 import math
 

@@ -1,7 +1,7 @@
 """The English leg (format 5): a corpus in several languages, English among them, gets a second
 dense leg beside the multilingual one, and a query in an alphabetic script is embedded for it.
 Stand-in models (tests/fakes.py) under the two names "auto" picks, so only the plumbing is tested;
-the quality it buys is measured in bench/RESULTS.md "mixed"."""
+the quality it buys is measured in bench/notes/2026-12-01-mixed-corpus.md."""
 
 import json
 from dataclasses import replace
