@@ -159,9 +159,10 @@ BACKENDS = {  # backend -> (mode, rerank)
 }
 
 
-def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[str] | None = None, progress=None, options: SearchOptions | None = None) -> dict:
+def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[str] | None = None, progress=None, options: SearchOptions | None = None, timed: bool = True) -> dict:
     """Quality and latency of each backend on ``bset``, with ``options`` (default: the artifact's)
-    apart from the mode and rerank each backend sets."""
+    apart from the mode and rerank each backend sets. ``timed=False``: quality only (no top-k
+    call per query; latencies are None)."""
     ix = searcher.ix
     names = backends or [b for b in BACKENDS if b != "hybrid+rerank" or searcher.reranker() is not None]
     if not ix.has_vectors:
@@ -186,9 +187,10 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
                 resp = searcher.search(query, opts)
                 deep.append((time.perf_counter() - t) * 1000)
                 results, notices = resp.results, resp.notices
-                t = time.perf_counter()
-                searcher.search(Query(q.text, top_k=k, all_statuses=True, mode=mode, literal=True), opts)
-                lat.append((time.perf_counter() - t) * 1000)
+                if timed:
+                    t = time.perf_counter()
+                    searcher.search(Query(q.text, top_k=k, all_statuses=True, mode=mode, literal=True), opts)
+                    lat.append((time.perf_counter() - t) * 1000)
             # the notice as kb search gives it: the top result below the floor, or no result at all
             low = any(n.kind == "low_confidence" for n in notices)
             for r in results[:10]:
@@ -217,6 +219,60 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
             "calibration": calibration(conf, judged),
         }
     return out
+
+
+def parse_sweep(spec: str) -> tuple[str, list]:
+    """``KNOB=START:STOP:STEP`` (STOP included) or ``KNOB=V1,V2,...``: a numeric search option
+    and the values to try, each checked as kb.toml's [search] would check it."""
+    from kb.common.options import SETTINGS
+    from kb.common.settings import check
+
+    name, sep, values = spec.partition("=")
+    s = SETTINGS.get(name.strip())
+    if not sep or s is None or s.kind not in (int, float) or not s.flag:
+        numeric = ", ".join(n for n, x in SETTINGS.items() if x.kind in (int, float) and x.flag)
+        raise UsageError(f"--sweep {spec!r}: give KNOB=START:STOP:STEP or KNOB=V1,V2,... with KNOB one of {numeric}")
+    try:
+        if ":" in values:
+            start, stop, step = (float(x) for x in values.split(":"))
+            if not step > 0 or stop < start or (stop - start) / step > MAX_SWEEP:
+                raise ValueError
+            vals = [round(start + i * step, 10) for i in range(int(math.floor((stop - start) / step + 1e-9)) + 1)]
+        else:
+            vals = [float(x) for x in values.split(",")]
+        vals = [check(s, int(v) if s.kind is int and float(v).is_integer() else v) for v in vals]
+    except ValueError as e:
+        detail = f": {s.name} {e}" if str(e) else ""
+        raise UsageError(f"--sweep {spec!r}: not a range START:STOP:STEP (STEP > 0, at most {MAX_SWEEP} values) or a list of values{detail}") from None
+    if not vals or len(vals) > MAX_SWEEP:
+        raise UsageError(f"--sweep {spec!r}: give 1 to {MAX_SWEEP} values")
+    return s.name, vals
+
+
+MAX_SWEEP = 101  # values one --sweep tries (each is one quality pass over the queries)
+SWEEP_BACKEND = "hybrid"
+
+
+def run_sweep(searcher: Searcher, bset: BenchSet, name: str, values: list, options_for_value) -> dict:
+    """Hybrid nDCG@10 on ``bset`` for each value of the search option ``name`` (options from
+    ``options_for_value(value)``), the best in hindsight, and the default's (``options_for_value(None)``)."""
+
+    def ndcg(o: SearchOptions) -> float:
+        return run_bench(searcher, bset, 10, [SWEEP_BACKEND], options=o, timed=False)["backends"][SWEEP_BACKEND]["ndcg@10"]
+
+    rows = [{"value": v, "ndcg@10": ndcg(options_for_value(v))} for v in values]
+    best = max(rows, key=lambda r: r["ndcg@10"])  # the first of equals: the smallest value given first
+    default = options_for_value(None)
+    return {"setting": name, "backend": SWEEP_BACKEND, "values": rows, "best": best, "default": {"value": getattr(default, name), "ndcg@10": ndcg(default)}}
+
+
+def render_sweep(sw: dict) -> str:
+    name, best, default = sw["setting"], sw["best"], sw["default"]
+    lines = [f"{sw['backend']} nDCG@10 by {name}:", "", f"| {name} | ndcg@10 |", "|---|---|"]
+    lines += [f"| {r['value']:g} | {r['ndcg@10']:.4f} |" for r in sw["values"]]
+    what = "by query length" if default["value"] is None else f"{default['value']:g}"
+    lines += ["", f"best fixed {name} in hindsight: {best['value']:g} (nDCG@10 {best['ndcg@10']:.4f}); the default ({what}): {default['ndcg@10']:.4f} ({default['ndcg@10'] - best['ndcg@10']:+.4f})"]
+    return "\n".join(lines)
 
 
 def _percentiles(ms: list[float]) -> dict:

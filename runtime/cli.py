@@ -293,23 +293,37 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json)
 @click.option("-k", "k", type=int, default=10, show_default=True, help="k of P@k.")
 @click.option("--backend", "backends", multiple=True, type=click.Choice(["bm25", "vector", "hybrid", "hybrid+rerank"]), help="Only these backends (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object for machines.")
+@search_option_flags
+@click.option("--sweep", metavar="KNOB=START:STOP:STEP", help="Also run hybrid quality for each value of one numeric search option (e.g. semantic_weight=0.3:0.8:0.1, or a list 0.3,0.5) and print the best fixed value in hindsight beside the default.")
 @device_option
 @compute_option
 @debug_option
-def bench(fixture, index_path, beir_dir, split, k, backends, as_json, device, compute_type):
-    """Quality (P@k, recall, MRR, nDCG, hit) and latency per backend on a FIXTURE or a BEIR split."""
-    from .bench import load_beir, load_fixture, render_table, run_bench
+def bench(fixture, index_path, beir_dir, split, k, backends, as_json, overrides, sweep, device, compute_type):
+    """Quality (P@k, recall, MRR, nDCG, hit) and latency per backend on a FIXTURE or a BEIR split,
+    with the artifact's search options and the flags given over them."""
+    from kb.common.options import resolve, stored_search
+
+    from .bench import load_beir, load_fixture, parse_sweep, render_sweep, render_table, run_bench, run_sweep
     from .search import Searcher
 
     if bool(fixture) == bool(beir_dir):
         raise UsageError("give a FIXTURE.json or --beir DIR (one of them)")
+    swept = parse_sweep(sweep) if sweep else None
     bset = load_beir(beir_dir, split) if beir_dir else load_fixture(fixture)
     with open_index(index_path) as ix:
-        res = run_bench(Searcher(ix, device, compute_type), bset, k, list(backends) or None)
+        searcher = Searcher(ix, device, compute_type)
+        stored = stored_search(ix.meta)
+        res = run_bench(searcher, bset, k, list(backends) or None, options=resolve(stored, overrides))
+        if swept:
+            name, values = swept
+            res["sweep"] = run_sweep(searcher, bset, name, values, lambda v: resolve(stored, overrides if v is None else {**overrides, name: v}))
         from .index import artifact_record
 
         res["artifact"] = artifact_record(ix)
-    click.echo(json_text(res, pretty()) if as_json else render_table(res))
+    if as_json:
+        click.echo(json_text(res, pretty()))
+    else:
+        click.echo(render_table(res) + ("\n\n" + render_sweep(res["sweep"]) if swept else ""))
 
 
 @main.group(name="set")

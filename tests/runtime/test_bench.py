@@ -69,3 +69,46 @@ def test_calibration_is_the_expected_calibration_error_over_ten_bins():
     assert c["bins"] == [[0.05, 0.5, 2], [0.55, 0.0, 1], [0.95, 1.0, 2]]
     assert abs(c["ece"] - (2 / 5 * 0.45 + 1 / 5 * 0.55 + 2 / 5 * 0.05)) < 1e-4
     assert B.calibration([], []) == {"ece": None, "bins": []}
+
+
+def test_kb_bench_takes_the_search_knobs_of_kb_search():
+    args = ["bench", str(FIXTURE), "-i", str(GOLDEN / "tiny-v1.kb"), "--json", "--backend", "hybrid"]
+    plain = json.loads(CliRunner().invoke(kb, args).stdout)["backends"]["hybrid"]
+    lexical = json.loads(CliRunner().invoke(kb, args + ["--semantic-weight", "0", "--fixed-fusion"]).stdout)["backends"]["hybrid"]
+    bm25 = json.loads(CliRunner().invoke(kb, args[:-2] + ["--backend", "bm25"]).stdout)["backends"]["bm25"]
+    assert lexical["ndcg@10"] == bm25["ndcg@10"]  # a dense share of 0 is the BM25 leg alone
+    assert plain["ndcg@10"] >= 0
+    r = CliRunner().invoke(kb, args + ["--rrf-k", "-1"])
+    assert r.exit_code == 2 and "--rrf-k" in r.output
+
+
+def test_a_sweep_reports_each_value_the_best_in_hindsight_and_the_default():
+    r = CliRunner().invoke(kb, ["bench", str(FIXTURE), "-i", str(GOLDEN / "tiny-v1.kb"), "--json", "--backend", "hybrid", "--sweep", "semantic_weight=0:1:0.5"])
+    assert r.exit_code == 0, r.output
+    sw = json.loads(r.stdout)["sweep"]
+    assert (sw["setting"], sw["backend"]) == ("semantic_weight", "hybrid")
+    assert [v["value"] for v in sw["values"]] == [0.0, 0.5, 1.0]
+    assert sw["best"] == max(sw["values"], key=lambda v: v["ndcg@10"])
+    assert sw["default"]["value"] is None  # the artifact fixes none: each query's share by its length
+    text = CliRunner().invoke(kb, ["bench", str(FIXTURE), "-i", str(GOLDEN / "tiny-v1.kb"), "--backend", "hybrid", "--sweep", "semantic_weight=0.2,0.8"]).stdout
+    assert "hybrid nDCG@10 by semantic_weight:" in text and "best fixed semantic_weight in hindsight: " in text and "the default (by query length): " in text
+
+
+def test_a_sweep_names_its_grammar_and_the_knobs_it_takes():
+    assert B.parse_sweep("semantic_weight=0.3:0.8:0.1") == ("semantic_weight", [0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    assert B.parse_sweep("rerank_top=10,40") == ("rerank_top", [10, 40])
+    for bad, why in (
+        ("semantic_weight", "give KNOB=START:STOP:STEP or KNOB=V1,V2,... with KNOB one of semantic_weight, rrf_k, "),
+        ("adaptive_fusion=1:2:1", "give KNOB=START:STOP:STEP or KNOB=V1,V2,... with KNOB one of"),
+        ("semantic_weight=0:1:0", "not a range START:STOP:STEP (STEP > 0, at most 101 values) or a list of values"),
+        ("semantic_weight=0.5,2", "not a range START:STOP:STEP (STEP > 0, at most 101 values) or a list of values: semantic_weight must be within 0..1, got 2.0"),
+        ("semantic_weight=0:100:0.1", "not a range"),
+    ):
+        try:
+            B.parse_sweep(bad)
+        except B.UsageError as e:
+            assert why in str(e) and str(e).startswith(f"--sweep {bad!r}: "), str(e)
+        else:
+            raise AssertionError(bad)
+    r = CliRunner().invoke(kb, ["bench", str(FIXTURE), "-i", str(GOLDEN / "tiny-v1.kb"), "--sweep", "nope=1"])
+    assert r.exit_code == 2 and r.output.startswith("kb: error: --sweep 'nope=1': give KNOB=")
