@@ -18,6 +18,7 @@ order in which legs are given.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -157,6 +158,34 @@ def strength_factor(leg: Leg, to_minilm=None) -> float:
         return 1.0
     top = to_minilm(leg.strength) if to_minilm is not None else leg.strength
     return min(1.0, max(STRENGTH_FLOOR, (top - COS_WEAK) / (COS_STRONG - COS_WEAK)))
+
+
+# The dense legs' share when semantic_weight is not set: by the query's length, in distinct content
+# terms (the BM25 leg's ``terms``: stems, stopwords left out). Across the dev sets short queries
+# gain from the dense leg and long ones from BM25: Hugo's questions (about 7 terms) rank best
+# at a weight of 0.8, SciFact's claims and Cranfield's questions (9-10) at 0.5-0.6, LISA's and
+# CISI's paragraphs (24-26) at 0.3-0.6, and no one fixed weight is within 0.01 nDCG@10 of each
+# set's best (bench/notes/2026-12-06-fusion-by-query-length.md). A verbose query gives BM25
+# many independent pieces of evidence and gives the one query vector several topics to average.
+# multilingual-e5-small keeps a fixed 0.5 (kb.common.options MODEL_DEFAULTS: flat from 0.3 to 0.5
+# on CMRC2018 and JSQuAD, whose BM25 legs over character n-grams are near 0.98).
+# Corpus-level calibration (pseudo-queries held out of their documents) was measured and not
+# kept: it rated LISA's dense leg above its BM25 leg, the opposite of its real queries.
+SHORT_QUERY_TERMS = 4  # a query of at most this many distinct terms gets SHORT_QUERY_WEIGHT
+LONG_QUERY_TERMS = 20  # ... at least this many, LONG_QUERY_WEIGHT; between, linear in log(terms)
+SHORT_QUERY_WEIGHT = 0.8
+LONG_QUERY_WEIGHT = 0.45
+
+
+def length_weight(terms: int) -> float:
+    """The dense legs' share of a query of ``terms`` distinct terms when semantic_weight is not
+    set (a query of no term counts as short)."""
+    if terms <= SHORT_QUERY_TERMS:
+        return SHORT_QUERY_WEIGHT
+    if terms >= LONG_QUERY_TERMS:
+        return LONG_QUERY_WEIGHT
+    g = (math.log(terms) - math.log(SHORT_QUERY_TERMS)) / (math.log(LONG_QUERY_TERMS) - math.log(SHORT_QUERY_TERMS))
+    return SHORT_QUERY_WEIGHT + (LONG_QUERY_WEIGHT - SHORT_QUERY_WEIGHT) * g
 
 
 def adapt_weights(legs: list[Leg], model: str | None = None) -> list[Leg]:

@@ -32,7 +32,7 @@ from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
 from .filters import allowed_mask, syntax_mask
 from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor, predict
-from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf
+from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf, length_weight
 from .cosines import cosines_of
 from .index import members_of
 from .rerank import rerank
@@ -353,10 +353,14 @@ class Searcher:
         depth = max(LEG_DEPTH, top_k, o.rerank_top)
         if q.mode == "bm25" and not q.rewrites and not q.entities and q.group == "chunk":
             depth = max(top_k, BM25_ALONE_DEPTH)  # one leg: fusion keeps its order, nothing reranks
-        w_dense = o.semantic_weight if q.mode == "hybrid" else 1.0
-        w_lex = 1.0 - o.semantic_weight if q.mode == "hybrid" else 1.0
         texts = [("", q.text, 1.0)] if q.text.strip() else []
         texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
+        if q.mode != "hybrid":
+            shares = [1.0] * len(texts)  # one kind of leg: its weight changes no order
+        elif o.semantic_weight is not None:
+            shares = [o.semantic_weight] * len(texts)
+        else:  # each text's own, by its length (fusion.length_weight)
+            shares = [length_weight(len(set(query_terms(self.ix, text)))) for _, text, _ in texts]
         legs: list[Leg] = []
         qv = None
 
@@ -369,7 +373,8 @@ class Searcher:
             v = embed(text)
             return v, self.ops.vector_leg(space, name, v, weight, depth, allowed), _ms(t)
 
-        run_bm25, run_dense = use_bm25 and w_lex > 0, use_vectors and w_dense > 0
+        lex_shares = [1.0 - x if q.mode == "hybrid" else 1.0 for x in shares]
+        run_bm25, run_dense = use_bm25 and max(lex_shares, default=1.0) > 0, use_vectors and max(shares, default=1.0) > 0
         # Both legs in a long-lived process: the dense one on a thread beside this one (usearch's
         # search and CTranslate2 let go of the GIL), so a hybrid search costs about its slower leg
         # instead of the sum of both. A one-shot search runs its legs one after the other where its
@@ -385,7 +390,7 @@ class Searcher:
         beside = run_bm25 and run_dense and self.one_shot and getattr(space, "walks_graph", False)
         early = self._prepare_encoder(space) if run_bm25 and run_dense and self.one_shot and not beside and texts else None
         try:
-            for suffix, text, scale in texts:
+            for (suffix, text, scale), w_dense, w_lex in zip(texts, shares, lex_shares):
                 pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
                 if beside:
                     t = time.perf_counter()

@@ -173,8 +173,8 @@ def test_model_search_defaults_sit_under_the_artifacts_own_search_table_and_the_
     e5 = SimpleNamespace(embedder={"name": "multilingual-e5-small"}, search={})
     assert resolve(stored_search(e5)).semantic_weight == 0.5
     assert resolve(stored_search(SimpleNamespace(embedder={"name": "multilingual-e5-small"}, search={"semantic_weight": 0.9}))).semantic_weight == 0.9
-    assert resolve(stored_search(SimpleNamespace(embedder={"name": "all-MiniLM-L6-v2"}, search={}))).semantic_weight == 0.7
-    assert resolve(stored_search(SimpleNamespace(embedder=None, search={}))).semantic_weight == 0.7
+    assert resolve(stored_search(SimpleNamespace(embedder={"name": "all-MiniLM-L6-v2"}, search={}))).semantic_weight is None  # by query length
+    assert resolve(stored_search(SimpleNamespace(embedder=None, search={}))).semantic_weight is None
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     for model, values in MODEL_DEFAULTS.items():
         for key, value in values.items():

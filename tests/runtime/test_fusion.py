@@ -80,7 +80,24 @@ def test_fuse_rrf_matches_the_oracle_with_the_seed_constants(ls):
 
 
 def test_default_constants_are_the_measured_ones():
-    assert (D.rrf_k, D.rank1_bonus, D.rank23_bonus, D.semantic_weight) == (10, 0.0, 0.0, 0.7)
+    assert (D.rrf_k, D.rank1_bonus, D.rank23_bonus, D.semantic_weight) == (10, 0.0, 0.0, None)
+    assert (F.SHORT_QUERY_TERMS, F.LONG_QUERY_TERMS, F.SHORT_QUERY_WEIGHT, F.LONG_QUERY_WEIGHT) == (4, 20, 0.8, 0.45)
+
+
+@given(st.integers(0, 10_000), st.integers(0, 10_000))
+def test_a_longer_query_never_gets_a_larger_dense_share(a, b):
+    short, long_ = sorted((a, b))
+    assert F.LONG_QUERY_WEIGHT <= F.length_weight(long_) <= F.length_weight(short) <= F.SHORT_QUERY_WEIGHT
+
+
+def test_the_length_weight_meets_its_ends_and_is_log_linear_between():
+    assert F.length_weight(0) == F.length_weight(4) == 0.8
+    assert F.length_weight(20) == F.length_weight(500) == 0.45
+    from kb.common.options import SETTINGS
+
+    assert f"{F.SHORT_QUERY_WEIGHT:g} up to {F.SHORT_QUERY_TERMS}, falling to {F.LONG_QUERY_WEIGHT:g} at {F.LONG_QUERY_TERMS} or more" in SETTINGS["semantic_weight"].spec.doc
+    assert round(F.length_weight(8), 3) == 0.649  # twice the short length: log(2) / log(5) of the way down
+    assert round(F.length_weight(10), 3) == 0.601
 
 
 probs = st.lists(st.floats(0, 1), min_size=1, max_size=30)

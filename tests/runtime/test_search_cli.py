@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb.runtime.cli import main as kb
+from kb.runtime.fusion import SHORT_QUERY_WEIGHT
 from kb.runtime.index import Index
 from kb.common.options import resolve
 from kb.runtime.search import Query, Searcher
@@ -117,7 +118,7 @@ def test_explain_reports_legs_rrf_parts_and_bonus():
     e = d["results"][0]["explain"]
     assert set(e["legs"]) == {"bm25", "vector"}
     assert e["legs"]["bm25"]["rank"] == 1 and e["bonus"] == 0.05
-    assert abs(e["legs"]["bm25"]["rrf"] - 0.3 / 61) < 1e-6  # lexical weight 1 - 0.7 at rank 1
+    assert abs(e["legs"]["bm25"]["rrf"] - (1 - SHORT_QUERY_WEIGHT) / 61) < 1e-6  # a two-term query: lexical weight 1 - 0.8 at rank 1
     assert abs(sum(v["rrf"] for v in e["legs"].values()) + e["bonus"] - e["rrf"]) < 1e-5
     assert e["rerank"] is None and "timings_ms" in d
 
