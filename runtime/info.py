@@ -30,6 +30,7 @@ def describe(ix) -> dict:
         "tags": m.tag_descriptions,
         "path_contexts": m.path_contexts,
         "search": m.search,
+        "search_defaults": search_defaults(m),
         "manifest": {
             "root": man.root,
             "config_file": man.config_file,
@@ -40,6 +41,28 @@ def describe(ix) -> dict:
             "jsonl": list(man.jsonl),
         },
     }
+
+
+def search_defaults(meta) -> dict:
+    """The options a search of this artifact starts from (kb's defaults, its model's, its own
+    [search] table), with how a query's dense share is found when semantic_weight is unset."""
+    from kb.common.options import SETTINGS, resolve, stored_search
+
+    from .fusion import LONG_QUERY_TERMS, LONG_QUERY_WEIGHT, SHORT_QUERY_TERMS, SHORT_QUERY_WEIGHT
+
+    o = resolve(stored_search(meta))
+    out = {name: getattr(o, name) for name in SETTINGS}
+    if o.semantic_weight is None:
+        out["semantic_weight_by_length"] = {"short_terms": SHORT_QUERY_TERMS, "short_weight": SHORT_QUERY_WEIGHT, "long_terms": LONG_QUERY_TERMS, "long_weight": LONG_QUERY_WEIGHT}
+    return out
+
+
+def _search_line(s: dict) -> str:
+    """search: semantic_weight by query length (0.8 up to 4 terms, 0.45 from 20), rrf_k 10, ..."""
+    rule = s.get("semantic_weight_by_length")
+    share = (f"semantic_weight by query length ({rule['short_weight']:g} up to {rule['short_terms']} terms, {rule['long_weight']:g} from {rule['long_terms']})" if rule
+             else f"semantic_weight {s['semantic_weight']:g}")
+    return f"search: {share}, rrf_k {s['rrf_k']:g}, " + ("adaptive fusion" if s["adaptive_fusion"] else "fixed fusion") + (", rerank" if s["rerank"] else ", no rerank")
 
 
 def describe_set(paths, artifacts: list[dict], verify: bool) -> dict:
@@ -76,6 +99,7 @@ def render_info(d: dict) -> str:
         "analyzer: " + _analyzer_line(d["analyzer"]),
         "bm25: " + ", ".join(f"{k}={v:g}" for k, v in d["bm25"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)),
         *_bm25_languages(d["bm25"].get("languages")),
+        _search_line(d["search_defaults"]),
         f"statuses: {', '.join(d['statuses'])} (excluded by default: {', '.join(d['excluded_statuses'])})",
         f"tags: {len(d['tags'])}",
     ]
