@@ -1,0 +1,118 @@
+"""Offline fusion study over the legs bench/fusion_legs.py stored: nDCG@10 (kb bench's, documents
+ranked by their best chunk) of each leg alone, the fusion the legs were stored with ("stored": the
+artifact's semantic_weight when fusion_legs.py ran), kb's default now (each query's weight by its
+length unless the artifact fixes one: runtime/fusion.py length_weight), an equal-weight RRF k 60,
+and a sweep of fixed semantic weights, per set. The same fusion code as kb search (fusion.py);
+``kb bench --sweep semantic_weight=0:1:0.1`` gives the same figures through the CLI.
+
+    python bench/fusion_study.py DIR/*.legs.pkl [--results bench/RESULTS.md]
+
+"before" is kb's fusion until 2026-12-06: a fixed semantic_weight of 0.7 (multilingual-e5-small:
+0.5). With ``--results``, the acceptance table of issue 45 goes into that file's "fusion" region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from kb.runtime import fusion as F
+from kb.runtime.bench import ndcg_at
+
+
+def ranked_docs(order, key) -> list:
+    seen, out = set(), []
+    for c in order:
+        d = key[c]
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def fuse(row, sw: float, k: float, adaptive: bool, fn=None) -> list:
+    legs = [replace(lg, weight=(sw if lg.kind == "cosine" else 1.0 - sw)) for lg in row["legs"]]
+    if adaptive:
+        legs = F.adapt_weights(legs, row["space"]) if fn is None else fn(legs, row)
+    fused = F.fuse_rrf(legs, F.FusionParams(k))
+    return ranked_docs([f.chunk for f in fused], row["key"])
+
+
+def leg_alone(row, kind: str) -> list:
+    for lg in row["legs"]:
+        if lg.kind == kind:
+            return ranked_docs([h.chunk for h in lg.hits], row["key"])
+    return []
+
+
+def mean_ndcg(rows, rank) -> float:
+    return float(np.mean([ndcg_at(rank(r), r["relevant"], 10) for r in rows]))
+
+
+BEFORE = {"multilingual-e5-small": 0.5}  # else 0.7
+
+
+def default_weight(row) -> float:
+    """The dense share kb gives this query now: the artifact's fixed weight, else by length."""
+    if row.get("fixed_weight") is not None:
+        return row["fixed_weight"]
+    return F.length_weight(next(lg.terms for lg in row["legs"] if lg.kind == "bm25") or 0)
+
+
+def study(rows, sweep) -> dict:
+    out = {
+        "bm25": mean_ndcg(rows, lambda r: leg_alone(r, "bm25")),
+        "dense": mean_ndcg(rows, lambda r: leg_alone(r, "cosine")),
+        "before": mean_ndcg(rows, lambda r: fuse(r, BEFORE.get(r["space"], 0.7), r["rrf_k"], True)),
+        "default": mean_ndcg(rows, lambda r: fuse(r, default_weight(r), r["rrf_k"], True)),
+        "rrf60": mean_ndcg(rows, lambda r: fuse(r, 0.5, 60, False)),
+    }
+    out["sweep"] = {sw: mean_ndcg(rows, lambda r: fuse(r, sw, rows[0]["rrf_k"], True)) for sw in sweep}
+    return out
+
+
+def acceptance_row(name: str, n: int, r: dict) -> str:
+    """One set's line of the acceptance table: the figures, then each bar as the margin by which
+    the default clears it (negative: missed)."""
+    best = max(r["sweep"], key=r["sweep"].get)
+    h = r["default"]
+    bars = (h - max(r["bm25"], r["dense"]) - 0.005, h - r["rrf60"], h - (r["sweep"][best] - 0.01), h - (r["before"] - 0.005))
+    return (f"| {name} | {n} | {r['bm25']:.4f} | {r['dense']:.4f} | {r['rrf60']:.4f} | {best:g}: {r['sweep'][best]:.4f} | {r['before']:.4f} | **{h:.4f}** | "
+            + " | ".join(f"{x:+.4f}" for x in bars) + " |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("pickles", nargs="+", type=Path)
+    ap.add_argument("--results", type=Path, help="write the acceptance table into this file's 'fusion' region")
+    a = ap.parse_args(argv)
+    sweep = [round(x, 2) for x in np.arange(0.0, 1.01, 0.1)]
+    print("| set | n | bm25 | dense | before | default | rrf60 | best sw | best | " + " | ".join(f"{s:g}" for s in sweep) + " |")
+    table = [
+        "| set | queries | BM25 | dense | RRF k 60, equal | best fixed weight: nDCG | before | hybrid now | over best leg + 0.005 | over RRF k 60 | over best fixed - 0.01 | over before - 0.005 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in a.pickles:
+        d = pickle.loads(p.read_bytes())
+        r = study(d["rows"], sweep)
+        best = max(r["sweep"], key=r["sweep"].get)
+        print(f"| {d['set']} | {len(d['rows'])} | {r['bm25']:.4f} | {r['dense']:.4f} | {r['before']:.4f} | {r['default']:.4f} | {r['rrf60']:.4f} | {best:g} | {r['sweep'][best]:.4f} | " + " | ".join(f"{r['sweep'][s]:.3f}" for s in sweep) + " |", flush=True)
+        table.append(acceptance_row(d["set"], len(d["rows"]), r))
+    if a.results:
+        import time
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from results_md import machine, update_region
+
+        head = [f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. Command: `python bench/fusion_legs.py --set ... --out DIR` then `python bench/fusion_study.py DIR/*.legs.pkl --results bench/RESULTS.md` (nDCG@10 as kb bench gives it; `kb bench --sweep semantic_weight=0:1:0.1` gives each row's sweep through the CLI).", ""]
+        update_region(a.results, "fusion", "\n".join(head + table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
