@@ -235,3 +235,19 @@ def test_the_servers_service_searches_a_set_and_refuses_get_on_it(split):
         assert len(svc.info()["artifacts"]) == 4 and len(svc.status()["artifacts"]) == 4
         with pytest.raises(RequestError, match="get reads one artifact"):
             svc.get(parse_get({"chunk_id": 0}))
+
+
+def test_a_set_weighs_its_legs_by_the_querys_length_as_one_artifact_does(split):
+    from kb.common.options import resolve, stored_search
+    from kb.runtime.fusion import length_weight
+
+    whole_path, parts = split
+    with Index(whole_path) as whole, open_paths([str(p) for p in parts]) as coll:
+        for q in ("zfs replication", "restore a snapshot from the backup host after the disk of the primary storage server failed during the nightly replication window"):
+            share = length_weight(len(set(query_terms(whole, q))))
+            for ix in (whole, coll):
+                stored = {k: v for k, v in stored_search(ix.meta).items() if k != "semantic_weight"}  # the sample's kb.toml fixes one
+                fixed = resolve(stored, {"adaptive_fusion": False})  # the legs' own weights, unscaled
+                legs = Searcher(ix).search(Query(q, top_k=1, all_statuses=True, explain=True), fixed).results[0].explain.legs
+                for name, part in legs.items():
+                    assert abs(part["rrf"] - (share if name == "vector" else 1 - share) / (10 + part["rank"])) < 1e-6, (q, name)
