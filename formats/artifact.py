@@ -513,16 +513,23 @@ class Artifact:
             self._checked.add(name)
         return view
 
+    def _crcs_to_check(self, name: str):
+        """Section ``name``'s page checksums, or None when nothing is left to check by page: the
+        section was verified whole already, or it has no page checksums (then it is, now)."""
+        if name in self._checked:
+            return None
+        crcs = self._page_crcs(name)
+        if crcs is None:
+            self.raw(name)
+        return crcs
+
     def check_range(self, name: str, start: int, stop: int) -> None:
         """Verify bytes [start, stop) of section ``name`` by their page checksums (each page once
         per process); the whole section's crc32 when it has none."""
         import numpy as np
 
-        if name in self._checked:
-            return
-        crcs = self._page_crcs(name)
+        crcs = self._crcs_to_check(name)
         if crcs is None:
-            self.raw(name)
             return
         first, last = start // PAGE, -(-stop // PAGE)
         ok = self._pages_ok[name]
@@ -536,11 +543,8 @@ class Artifact:
         """``check_range`` for many ranges at once (rows of a table)."""
         import numpy as np
 
-        if name in self._checked:
-            return
-        crcs = self._page_crcs(name)
+        crcs = self._crcs_to_check(name)
         if crcs is None:
-            self.raw(name)
             return
         starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
         pages = np.concatenate([starts // PAGE, (np.maximum(stops, starts + 1) - 1) // PAGE])
