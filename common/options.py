@@ -1,7 +1,7 @@
 """A search's inputs, each declared once, here: the ranking knobs (SearchOptions) and the
 query's own inputs (Query).
 
-Each field is one knob: its kb.toml key under ``[search]``, its type, range, default and a
+Each SearchOptions field is one knob: its kb.toml key under ``[search]``, its type, range, default and a
 one-line description. kb-build validates ``[search]`` against it (and stores the table in the
 artifact as given); kb's ``search`` flags, the HTTP and MCP request fields and their
 descriptions, and README.md's table are all derived from it. At query time the options are
@@ -68,7 +68,7 @@ SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
 class Query:
     """One search's own inputs; the ranking knobs are the SearchOptions given with it. kb search's
     QUERY and flags, and the HTTP and MCP request fields (``key``, ``aliases``), with their help,
-    are made from these fields (runtime/clikit.py query_flags, runtime/requests.py)."""
+    are made from these fields (runtime/clikit.py input_flags, runtime/requests.py)."""
 
     text: str = setting("", "The question or topic in natural language, as a person would ask it. Drives the BM25 (exact words) and dense (meaning) legs and the reranker. May hold \"exact phrases\" (required), -word or -\"phrase\" (excluded), title:word, section:word and path:prefix (scopes).", flag="", key="query", aliases=("q",), max_chars=MAX_QUERY_CHARS)
     rewrites: tuple[str, ...] = setting((), "Optional rewritten natural-language forms of the same need (a paraphrase, the wording the documents probably use, acronyms spelled out). Each adds BM25 and dense sub-legs weighted below the original query.", flag="--rewrite", aliases=("rewrite",), max_items=8, max_chars=MAX_QUERY_CHARS)

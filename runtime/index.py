@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.artifact import CODEC_RAW, MAX_ZSTD_RATIO, Artifact, CorruptArtifact
+from kb.formats.artifact import CODEC_RAW, Artifact, CorruptArtifact
+from kb.formats.text_codec import TextReader
 
 from .cosines import cosines_of, stored_cosines
 
@@ -471,11 +472,8 @@ class Index:
         return self._blobs(L.TEXT_BLOCKS, -(-self.n_chunks // self.meta.text_block), paged=True)
 
     @cached_property
-    def _dctx(self):
-        import zstandard
-
-        zdict = bytes(self.artifact.section(L.TEXT_DICT))
-        return zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(zdict)) if zdict else zstandard.ZstdDecompressor()
+    def _dctx(self) -> TextReader:
+        return TextReader(bytes(self.artifact.section(L.TEXT_DICT)), self.path)
 
     def chunk(self, cid: int) -> StoredChunk:
         """Chunk ``cid`` with its text and where it comes from."""
@@ -508,7 +506,7 @@ class Index:
             if b in cache:
                 cache.move_to_end(b)
                 return cache[b]
-            raw = self._decompress(self._text_blocks[b], f"text block {b}")
+            raw = self._dctx.decode(self._text_blocks[b], f"text block {b}")
             try:
                 per = self.meta.text_block
                 block = R.unpack_text_block(raw, f"text block {b}", min(per, self.n_chunks - b * per))
@@ -518,19 +516,6 @@ class Index:
             if len(cache) > BLOCK_CACHE:
                 cache.popitem(last=False)
             return block
-
-    def _decompress(self, data, what: str) -> bytes:
-        """A zstd frame of text.blocks or docs.source, decoded with text.dict; the caller holds
-        ``_block_lock`` (one decompression context)."""
-        import zstandard
-
-        try:
-            data = bytes(data)
-            if zstandard.frame_content_size(data) > MAX_ZSTD_RATIO * max(len(data), 1024):
-                raise zstandard.ZstdError("implausible decoded size")  # a forged size would allocate it
-            return self._dctx.decompress(data)
-        except zstandard.ZstdError:
-            raise self._corrupt(f"{what} does not decode") from None
 
     # --- document sources ----------------------------------------------------------------------
     @property
@@ -548,7 +533,7 @@ class Index:
         number n. Only when ``has_sources``."""
         what = f"the source of document {d}"
         with self._block_lock:
-            raw = self._decompress(self._sources[d], what)
+            raw = self._dctx.decode(self._sources[d], what)
         try:
             return R.unpack_source(raw, what)
         except CorruptArtifact as e:
