@@ -104,7 +104,7 @@ class ChunkColumns:
 
     def first_chunk(self, documents: int) -> bytes:
         """``docs.first_chunk``: u32 x (documents + 1), document d's chunks are [f[d], f[d + 1])."""
-        f = np.zeros(documents + 1, dtype="<u4")
+        f = np.zeros(documents + 1, dtype=L.ID_DTYPE)
         np.cumsum(np.bincount(np.frombuffer(self.doc, dtype=np.uint32), minlength=documents), out=f[1:])
         return f.tobytes()
 
@@ -260,7 +260,7 @@ class VectorIndex:
                 perm = check_hnsw(view, n, neighbours=False).row_of_key
         del vecs
         self.spill.close()
-        self.rows = None if perm is None else perm.astype("<u4").tobytes()
+        self.rows = None if perm is None else perm.astype(L.ID_DTYPE).tobytes()
         return FileRange(out.path, 0, os.path.getsize(out.path))
 
 
