@@ -14,13 +14,12 @@ import sys
 import click
 
 from kb.common.errors import UsageError
-from kb.common.options import QUERY_INPUTS, Query
+from kb.common.options import GET_INPUTS, QUERY_INPUTS, Query
 from kb.common.usage import count, debug_option, printable
 from kb.formats.version import KB_VERSION
 
 from .clikit import command_group, compute_option, device_option, index_option, input_flags, open_index, search_option_flags
 from .output import FORMATS, json_text
-from .requests import GET_FIELDS, RequestError, parse_get
 from .serve_cli import mcp as mcp_command, serve as serve_command
 
 
@@ -166,7 +165,7 @@ def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_sco
 @main.command()
 @click.argument("targets", nargs=-1, metavar="TARGET...")
 @index_option
-@input_flags(GET_FIELDS.values())
+@input_flags(GET_INPUTS)
 @click.option("--doc", "whole_doc", is_flag=True, help="A chunk id TARGET gives its whole document instead (a path or doc_id always gives the whole document).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the record kb serve's /get and the MCP get tool return; for several targets or --glob, {items, omitted} as /get with targets and MCP multi_get return.")
 @debug_option
@@ -184,6 +183,7 @@ def get(targets, index_path, whole_doc, as_json, **inputs):
     --max-bytes, in order, and name every one left out.
     """
     from .output import render_get
+    from .requests import RequestError, parse_get
     from .service import Service, too_large
 
     if not targets and inputs["glob"] is None:

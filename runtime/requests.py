@@ -2,8 +2,8 @@
 
 Both servers hand a decoded JSON object to ``parse_search`` or ``parse_get`` and get back a typed
 request or a ``RequestError`` naming the field at fault; runtime/service.py answers it. The
-fields are the inputs declared once as settings (kb.common.settings): the search's in
-kb.common.options (Query and the ranking knobs), the get's in GetRequest here. The parser, the
+fields are the inputs declared once as settings (kb.common.settings) in kb.common.options: the
+search's (Query and the ranking knobs) and the get's (GetRequest). The parser, the
 HTTP query-string decoder, the MCP tool schema and kb's flags are all derived from them, and
 every value is checked by kb.common.settings ``check``.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kb.common.options import DEFAULT_DOC_CHUNKS, DEFAULT_GET_BYTES, MAX_CONTEXT, MAX_DOC_CHUNKS, MAX_GET_BYTES, MAX_GET_TARGETS, MAX_GLOB_MATCHES, QUERY_INPUTS, Query
+from kb.common.options import GET_INPUTS, QUERY_INPUTS, GetRequest, Query
 from kb.common.options import SETTINGS as OPTION_SETTINGS
-from kb.common.settings import Invalid, Setting, check, json_type, setting, settings_of, shown
+from kb.common.settings import Invalid, Setting, check, json_type, shown
 
 
 class RequestError(Exception):
@@ -44,7 +44,7 @@ HTTP_STATUS = {
 }
 
 
-# --- the field tables: the search's inputs (kb.common.options Query and the knobs), the get's -----
+# --- the field tables: the search's (Query and the knobs) and the get's (GetRequest) -----------
 def _knob(s) -> Setting:
     """The request field of a search option: its doc says the default is the artifact's."""
     return replace(s, doc=f"{s.doc} Default: the artifact's [search] {s.name}, else {s.default_text()}.", default=None)
@@ -57,40 +57,7 @@ SEARCH_FIELDS: dict[str, Setting] = {s.key: s for s in QUERY_INPUTS} | {n: _knob
 MCP_SEARCH_FIELDS = ("query", "rewrites", "entities", "status", "all_statuses", "tag", "path", "top_k", "mode", "rerank", "full", "group")
 
 
-@dataclass(frozen=True)
-class GetRequest:
-    """One read: a chunk_id, doc_id or path (one record back), or targets and a glob (``many``:
-    items and what was omitted back). Each field is a request field and, where it has a flag, a
-    flag of kb get."""
-
-    chunk_id: int | None = setting(None, "A chunk's id (a search result's chunk_id): returns the chunk with its neighbouring chunks in the same document.", minimum=0, flag="")
-    doc_id: str | None = setting(None, "A document's id (a search result's doc_id): returns the document's chunks in order.", max_chars=4096, flag="")
-    path: str | None = setting(None, "A document's exact path (a search result's path): returns the document's chunks in order.", max_chars=4096, flag="")
-    context: int = setting(1, "With chunk_id: how many neighbouring chunks to return on each side (previous and next).", minimum=0, maximum=MAX_CONTEXT, flag="-C --context")
-    max_chunks: int = setting(DEFAULT_DOC_CHUNKS, "With doc_id or path: the most chunks to return.", minimum=1, maximum=MAX_DOC_CHUNKS)
-    targets: tuple[str, ...] = setting(
-        (),
-        "What to read, each as `kb get` takes it: a chunk id ('12', with `context` neighbours), a document's path or doc_id (its chunks), "
-        "or PATH:FROM:COUNT (COUNT lines of the document from line FROM, numbered as in the source file; PATH:FROM reads to its end).",
-        max_items=MAX_GET_TARGETS,
-        max_chars=4096,
-        flag="",
-    )
-    glob: str | None = setting(None, f"Also every document whose path matches this shell pattern (as kb-build --include: * matches any characters, / too; ?, [abc]), in path order; at most {MAX_GLOB_MATCHES} documents.", metavar="PATTERN", max_chars=1024)
-    max_bytes: int = setting(
-        DEFAULT_GET_BYTES,
-        "The most bytes of text (UTF-8) to return. Items are taken in order while they fit; each one that does not is listed in `omitted` with its size. "
-        "A single chunk_id, doc_id or path over it is an error.",
-        minimum=1,
-        maximum=MAX_GET_BYTES,
-    )
-
-    @property
-    def many(self) -> bool:
-        return bool(self.targets) or self.glob is not None
-
-
-GET_FIELDS: dict[str, Setting] = {s.key: s for s in settings_of(GetRequest)}
+GET_FIELDS: dict[str, Setting] = {s.key: s for s in GET_INPUTS}
 SINGLE_GET_FIELDS = ("chunk_id", "doc_id", "path", "context", "max_chunks")  # the MCP `get` tool
 MULTI_GET_FIELDS = ("targets", "glob", "max_bytes", "context", "max_chunks")  # the MCP `multi_get` tool
 
