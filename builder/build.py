@@ -642,7 +642,7 @@ class FieldsMerger:
                 joined[k][at[k] : at[k] + len(a)] = a
                 at[k] += len(a)
         hashes, ids, offsets, use_chunk, use_piece, use_field = joined
-        return Fields(list(self._seen), hashes.astype("<u8", copy=False), ids, offsets, use_chunk, use_piece, use_field, self._chunks, self._variants)
+        return Fields(list(self._seen), hashes.astype(L.HASH_DTYPE, copy=False), ids, offsets, use_chunk, use_piece, use_field, self._chunks, self._variants)
 
 
 def merge_fields(parts: list[Fields]) -> Fields:
@@ -676,18 +676,18 @@ def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None 
     if np.any(df == 0):  # terms whose every occurrence had weight 0 have no postings: drop them
         live = np.flatnonzero(df > 0)
         terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
-    offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    offsets = np.zeros(len(terms) + 1, dtype=L.OFFSET_DTYPE)
     np.cumsum(df, out=offsets[1:])
     avg = float(lengths.mean()) if len(lengths) else 0.0
     impacts = impacts_of(tf, lengths[post_chunk], avg, p)
     doc_ids = post_doc[doc_start]
     doc_len, doc_avg = doc_lengths(chunk_doc, lengths, n_docs)
     doc_impacts = impacts_of(doc_tf, doc_len[doc_ids], doc_avg, p)
-    doc_offsets = np.zeros(len(terms) + 1, dtype="<u8")
+    doc_offsets = np.zeros(len(terms) + 1, dtype=L.OFFSET_DTYPE)
     np.cumsum(doc_df, out=doc_offsets[1:])
     return Postings(
-        terms, hashes, offsets, post_chunk.astype("<u4"), tf, impacts, lengths, doc_df.astype("<u4"),
-        doc_offsets, doc_ids.astype("<u4"), doc_impacts,
+        terms, hashes, offsets, post_chunk.astype(L.ID_DTYPE), tf, impacts, lengths, doc_df.astype(L.ID_DTYPE),
+        doc_offsets, doc_ids.astype(L.ID_DTYPE), doc_impacts,
     )  # fmt: skip
 
 

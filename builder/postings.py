@@ -91,7 +91,7 @@ def chunk_postings(ids: np.ndarray, offsets, use_chunk, use_piece, use_field, ch
     field_weight = np.array([1.0, p.section_weight, p.title_weight])
     weight = field_weight[use_field]
     size = (kept[offsets[1:]] - kept[offsets[:-1]])[use_piece]
-    lengths = np.bincount(use_chunk, weights=weight * size, minlength=chunks).astype("<f4")
+    lengths = np.bincount(use_chunk, weights=weight * size, minlength=chunks).astype(L.WEIGHT_DTYPE)
     del kept
     size = np.diff(offsets)[use_piece]
     keep = (weight > 0) & (size > 0)  # a zero field weight contributes nothing, not even a posting
@@ -107,7 +107,7 @@ def chunk_postings(ids: np.ndarray, offsets, use_chunk, use_piece, use_field, ch
     key, w = packed >> 2, field_weight[packed & 3]
     del packed
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
-    tf = np.add.reduceat(w, starts).astype("<f4") if len(key) else np.zeros(0, "<f4")
+    tf = np.add.reduceat(w, starts).astype(L.WEIGHT_DTYPE) if len(key) else np.zeros(0, L.WEIGHT_DTYPE)
     ukey = key[starts]
     return ukey >> shift, ukey & ((1 << shift) - 1), tf, lengths
 
@@ -268,10 +268,10 @@ class PostingsSpill:
         rank = np.full(n_terms, -1, dtype=np.int64)
         rank[final] = np.arange(len(final))
         df, doc_df = df[final], doc_df[final]
-        offsets, doc_offsets = np.zeros(len(terms) + 1, dtype="<u8"), np.zeros(len(terms) + 1, dtype="<u8")
+        offsets, doc_offsets = np.zeros(len(terms) + 1, dtype=L.OFFSET_DTYPE), np.zeros(len(terms) + 1, dtype=L.OFFSET_DTYPE)
         np.cumsum(df, out=offsets[1:])
         np.cumsum(doc_df, out=doc_offsets[1:])
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, "<f4")
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, L.WEIGHT_DTYPE)
         avg = float(lengths.mean()) if len(lengths) else 0.0
         doc_len, doc_avg = doc_lengths(chunk_doc, lengths, n_docs)
         names = sorted(set(doc_lang)) if doc_lang is not None and len(chunk_doc) else []
@@ -287,7 +287,7 @@ class PostingsSpill:
             avg = np.where(own, language_means(lengths, lang_of_chunk, len(names)), avg)  # per language, then per posting below
             doc_avg = np.where(own, language_means(doc_len, lang_of_doc, len(names)), doc_avg)
             n_of = np.where(own, docs_in, n_docs)  # N for a term whose main language it is
-            doc_n = np.zeros(len(terms), dtype="<u4")
+            doc_n = np.zeros(len(terms), dtype=L.ID_DTYPE)
             stats = [{"code": lang, "documents": int(docs_in[i]), "own": bool(own[i]), "avg_length": float(avg[i]), "doc_avg_length": float(doc_avg[i])} for i, lang in enumerate(names)]
         outs = [self._scratch() for _ in range(4)]
         positions = [rank[blk.terms] for blk in self._blocks]  # ascending: blocks are in dictionary order
@@ -301,14 +301,14 @@ class PostingsSpill:
                 doc_n[t0:t1] = np.maximum(n_of[per_lang.argmax(axis=1)], doc_df[t0:t1])  # ties: the first code
             else:
                 chunk_impacts, doc_impacts = impacts_of(tf, lengths[ids], avg, self._p), impacts_of(doc_tf, doc_len[doc_ids], doc_avg, self._p)
-            for out, a in zip(outs, (ids.astype("<u4"), chunk_impacts, doc_ids.astype("<u4"), doc_impacts)):
+            for out, a in zip(outs, (ids.astype(L.ID_DTYPE), chunk_impacts, doc_ids.astype(L.ID_DTYPE), doc_impacts)):
                 out.file.write(memoryview(np.ascontiguousarray(a)))
         parts = []
         for out in outs:
             out.file.flush()
             parts.append((FileRange(out.path, 0, os.path.getsize(out.path)),))
         self._spill.close()
-        return SpilledPostings(terms, hashes.astype("<u8", copy=False), offsets, parts[0], parts[1], lengths, doc_df.astype("<u4"), doc_offsets, parts[2], parts[3], doc_n, stats, group_variants(self._variants))
+        return SpilledPostings(terms, hashes.astype(L.HASH_DTYPE, copy=False), offsets, parts[0], parts[1], lengths, doc_df.astype(L.ID_DTYPE), doc_offsets, parts[2], parts[3], doc_n, stats, group_variants(self._variants))
 
     def _merged(self, positions: list[np.ndarray], t0: int, t1: int) -> tuple:
         """The chunk ids, tf', document ids and document tf' of dictionary terms t0..t1-1, in

@@ -7,8 +7,8 @@ these accumulators in chunk-id order:
 - ``ChunkColumns``: the chunk table's columns, each status's and tag's chunk ids, the document
   paths: a few bytes per chunk and per document;
 - ``TextBlocks``: each chunk's record, appended to a scratch file; ``finish`` trains the zstd
-  dictionary on the sample the whole-corpus stage took (every n-th record, n from the total
-  size) and compresses the blocks into a second scratch file, which the writer copies;
+  dictionary on every n-th record (n from the total size) and compresses the blocks into a
+  second scratch file (formats/text_codec.py), which the writer copies;
 - ``VectorIndex``: the vectors, spilled to a scratch file; ``save`` adds them to the HNSW graph
   in ``[vectors] add_order`` on one thread (the same graph at every build; ``[vectors] threads``
   trades that for speed), writes it to a scratch file with its nodes moved so that near vectors
@@ -31,18 +31,9 @@ import numpy as np
 from kb.formats import layout as L
 from kb.formats import records as R
 from kb.formats.artifact import FileRange, Scratch
+from kb.formats.text_codec import text_writer, train_dictionary
 
 WINDOW_BYTES = 32 << 20  # stored document bytes per window: bounds the chunking and analysis working set
-ZSTD_LEVEL = R.ZSTD_LEVEL  # text blocks compress like the manifest
-ZSTD_DICT_BYTES = 32 * 1024  # at most; a dictionary is about a tenth of the text it is trained on
-ZSTD_DICT_MIN_BYTES = 4 * 1024  # below this a dictionary does not pay for its own bytes
-ZSTD_DICT_MIN_SAMPLES = 64  # below this, training fails or does not pay
-# Fixed COVER parameters (segment size k, d-mer size d): letting zstd search for them cost ~5 s
-# on 3.6k Hugo chunks; k=256, d=8 trains in 0.1 s and compresses within 1% of the searched best.
-ZSTD_DICT_K, ZSTD_DICT_D = 256, 8
-# Train on every n-th record, at most about 100x the dictionary's size (zstd's rule of thumb):
-# on SciFact's 8.9 MB of records that trains in 0.11 s instead of 0.32 s, for 0.45% more bytes.
-ZSTD_DICT_SAMPLE_FACTOR = 100
 COMPRESS_BATCH = 4096  # text blocks (or document sources) compressed at a time: a few MB of records
 
 
@@ -113,7 +104,7 @@ class ChunkColumns:
 
     def first_chunk(self, documents: int) -> bytes:
         """``docs.first_chunk``: u32 x (documents + 1), document d's chunks are [f[d], f[d + 1])."""
-        f = np.zeros(documents + 1, dtype="<u4")
+        f = np.zeros(documents + 1, dtype=L.ID_DTYPE)
         np.cumsum(np.bincount(np.frombuffer(self.doc, dtype=np.uint32), minlength=documents), out=f[1:])
         return f.tobytes()
 
@@ -151,8 +142,6 @@ class TextBlocks:
         """(the zstd dictionary, the ``text.blocks`` section data: its blob-table head in memory,
         the compressed blocks in a scratch file). ``threads`` compress blocks at once (each block
         is its own frame: the bytes do not depend on the number)."""
-        import zstandard
-
         self._raw.file.flush()
         n, ends, fd = len(self._ends), self._ends, self._raw.file.fileno()
 
@@ -162,16 +151,7 @@ class TextBlocks:
             start = ends[i - 1] if i else 0
             return os.pread(fd, ends[j - 1] - start, start), start
 
-        zdict = b""
-        total = self._size
-        dict_bytes = min(ZSTD_DICT_BYTES, total // 10)
-        if n >= ZSTD_DICT_MIN_SAMPLES and dict_bytes >= ZSTD_DICT_MIN_BYTES:
-            try:
-                step = max(1, -(-total // (ZSTD_DICT_SAMPLE_FACTOR * dict_bytes)))
-                samples = [span(i, i + 1)[0] for i in range(0, n, step)]
-                zdict = zstandard.train_dictionary(dict_bytes, samples, k=ZSTD_DICT_K, d=ZSTD_DICT_D, threads=1, level=ZSTD_LEVEL).as_bytes()
-            except zstandard.ZstdError:
-                zdict = b""  # too little or too uniform text to train on: plain zstd still works
+        zdict = train_dictionary(n, self._size, lambda i: span(i, i + 1)[0])
 
         def batches():
             step = L.TEXT_BLOCK * COMPRESS_BATCH
@@ -182,17 +162,7 @@ class TextBlocks:
                 record = [view[(ends[i - 1] if i else 0) - base : ends[i] - base] for i in range(lo, hi)]
                 yield [R.pack_text_block(record[b : b + L.TEXT_BLOCK]) for b in range(0, hi - lo, L.TEXT_BLOCK)]
 
-        return zdict, spill_frames(batches(), compressor(zdict), self._packed, threads)
-
-
-def compressor(zdict: bytes):
-    """The zstd compressor of text.blocks and docs.source: with text.dict when there is one."""
-    import zstandard
-
-    params = {"level": ZSTD_LEVEL, "write_content_size": True, "write_checksum": False}
-    if zdict:
-        params["dict_data"] = zstandard.ZstdCompressionDict(zdict)
-    return zstandard.ZstdCompressor(**params)
+        return zdict, spill_frames(batches(), text_writer(zdict), self._packed, threads)
 
 
 def spill_frames(batches, cctx, out: Scratch, threads: int = 1) -> tuple:
@@ -223,7 +193,7 @@ def pack_sources(docs, zdict: bytes, out: Scratch, threads: int = 1) -> tuple:
         for lo in range(0, len(docs), COMPRESS_BATCH):
             yield [R.pack_source(docs[i].source) for i in range(lo, min(len(docs), lo + COMPRESS_BATCH))]
 
-    return spill_frames(batches(), compressor(zdict), out, threads)
+    return spill_frames(batches(), text_writer(zdict), out, threads)
 
 
 class VectorIndex:
@@ -290,7 +260,7 @@ class VectorIndex:
                 perm = check_hnsw(view, n, neighbours=False).row_of_key
         del vecs
         self.spill.close()
-        self.rows = None if perm is None else perm.astype("<u4").tobytes()
+        self.rows = None if perm is None else perm.astype(L.ID_DTYPE).tobytes()
         return FileRange(out.path, 0, os.path.getsize(out.path))
 
 

@@ -1,6 +1,7 @@
-"""The search options: every ranking knob declared once, here.
+"""A search's inputs, each declared once, here: the ranking knobs (SearchOptions) and the
+query's own inputs (Query).
 
-Each field is one knob: its kb.toml key under ``[search]``, its type, range, default and a
+Each SearchOptions field is one knob: its kb.toml key under ``[search]``, its type, range, default and a
 one-line description. kb-build validates ``[search]`` against it (and stores the table in the
 artifact as given); kb's ``search`` flags, the HTTP and MCP request fields and their
 descriptions, and README.md's table are all derived from it. At query time the options are
@@ -35,6 +36,7 @@ MAX_GLOB_MATCHES = 1000  # documents one get's glob may match; a glob that match
 DEFAULT_GET_BYTES = 1 << 20  # bytes of text one get returns unless max_bytes says otherwise
 MAX_GET_BYTES = 16 << 20
 BLENDS = ("position", "sigmoid")
+MAX_QUERY_CHARS = 8192  # a query or rewrite longer than this is refused (the models truncate far earlier)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,67 @@ class SearchOptions:
 
 
 SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
+
+
+@dataclass(frozen=True)
+class Query:
+    """One search's own inputs; the ranking knobs are the SearchOptions given with it. kb search's
+    QUERY and flags, and the HTTP and MCP request fields (``key``, ``aliases``), with their help,
+    are made from these fields (runtime/clikit.py input_flags, runtime/requests.py)."""
+
+    text: str = setting("", "The question or topic in natural language, as a person would ask it. Drives the BM25 (exact words) and dense (meaning) legs and the reranker. May hold \"exact phrases\" (required), -word or -\"phrase\" (excluded), title:word, section:word and path:prefix (scopes).", flag="", key="query", aliases=("q",), max_chars=MAX_QUERY_CHARS)
+    rewrites: tuple[str, ...] = setting((), "Optional rewritten natural-language forms of the same need (a paraphrase, the wording the documents probably use, acronyms spelled out). Each adds BM25 and dense sub-legs weighted below the original query.", flag="--rewrite", aliases=("rewrite",), max_items=8, max_chars=MAX_QUERY_CHARS)
+    entities: tuple[str, ...] = setting((), "Optional entities or themes (systems, products, topics) matched against the chunks' tags: chunks carrying more of them rank higher (the tag leg). A soft signal, unlike `tag`.", flag="-e --entity", metavar="NAME", aliases=("entity",), max_items=32, max_chars=256)
+    top_k: int | None = setting(None, f"Number of results. Default: the artifact's [search] default_limit, else {SearchOptions.default_limit}.", flag="-n --top-k", aliases=("n",), minimum=1, maximum=MAX_TOP_K)
+    statuses: tuple[str, ...] = setting((), "Only chunks with one of these statuses. Default: every status except the artifact's excluded ones (typically historical and superseded).", flag="--status", metavar="S", key="status", aliases=("statuses",), max_items=32, max_chars=256)
+    all_statuses: bool = setting(False, "Include every status, the excluded ones (historical, superseded) too.")
+    tags: tuple[str, ...] = setting((), "Only chunks carrying every one of these tags (a hard filter).", flag="--tag", metavar="T", key="tag", aliases=("tags",), max_items=32, max_chars=256)
+    path: str | None = setting(None, "Only documents whose path starts with this prefix, e.g. 'docs/ops/'.", metavar="PREFIX", max_chars=4096)
+    mode: str = setting("hybrid", "Which legs run: hybrid (BM25 + dense, fused), bm25 (exact words only) or vector (meaning only).", choices=MODES)
+    budget_ms: float | None = setting(None, "Shrink the rerank depth to fit this many milliseconds (the response's rerank.skipped says how many were not rescored).", minimum=0.0, maximum=600000.0)
+    explain: bool = setting(False, "Per result: each leg's rank and raw score, the RRF parts and bonus, the rerank logit and blend weights; plus timings_ms.")
+    group: str = setting("chunk", "chunk: one result per chunk; doc: the best chunk per document (also_matched counts the others).", choices=GROUPS)
+    full: bool = setting(False, "Return each chunk's full text instead of a snippet.")
+    literal: bool = setting(False, "Take query as plain words: quotes, a leading - and field: are not syntax.")
+
+
+QUERY_INPUTS = settings_of(Query)
+
+
+@dataclass(frozen=True)
+class GetRequest:
+    """One read: a chunk_id, doc_id or path (one record back), or targets and a glob (``many``:
+    items and what was omitted back). Each field is a request field of the servers' get and, where
+    it has a flag, a flag of kb get (runtime/requests.py, runtime/cli.py)."""
+
+    chunk_id: int | None = setting(None, "A chunk's id (a search result's chunk_id): returns the chunk with its neighbouring chunks in the same document.", minimum=0, flag="")
+    doc_id: str | None = setting(None, "A document's id (a search result's doc_id): returns the document's chunks in order.", max_chars=4096, flag="")
+    path: str | None = setting(None, "A document's exact path (a search result's path): returns the document's chunks in order.", max_chars=4096, flag="")
+    context: int = setting(1, "With chunk_id: how many neighbouring chunks to return on each side (previous and next).", minimum=0, maximum=MAX_CONTEXT, flag="-C --context")
+    max_chunks: int = setting(DEFAULT_DOC_CHUNKS, "With doc_id or path: the most chunks to return.", minimum=1, maximum=MAX_DOC_CHUNKS)
+    targets: tuple[str, ...] = setting(
+        (),
+        "What to read, each as `kb get` takes it: a chunk id ('12', with `context` neighbours), a document's path or doc_id (its chunks), "
+        "or PATH:FROM:COUNT (COUNT lines of the document from line FROM, numbered as in the source file; PATH:FROM reads to its end).",
+        max_items=MAX_GET_TARGETS,
+        max_chars=4096,
+        flag="",
+    )
+    glob: str | None = setting(None, f"Also every document whose path matches this shell pattern (as kb-build --include: * matches any characters, / too; ?, [abc]), in path order; at most {MAX_GLOB_MATCHES} documents.", metavar="PATTERN", max_chars=1024)
+    max_bytes: int = setting(
+        DEFAULT_GET_BYTES,
+        "The most bytes of text (UTF-8) to return. Items are taken in order while they fit; each one that does not is listed in `omitted` with its size. "
+        "A single chunk_id, doc_id or path over it is an error.",
+        minimum=1,
+        maximum=MAX_GET_BYTES,
+    )
+
+    @property
+    def many(self) -> bool:
+        return bool(self.targets) or self.glob is not None
+
+
+GET_INPUTS = settings_of(GetRequest)
 
 
 # Defaults that differ by embedding model (the artifact's embedder, meta.embedder.name), under the

@@ -6,7 +6,7 @@
 
 Everything else is derived from that field: kb.toml validation (``from_table``), the click
 options, the HTTP/MCP request fields and their JSON Schema, and the README's tables. A value is
-checked the same way wherever it comes from (``check``).
+checked by one validator wherever it comes from (``check``).
 """
 
 from __future__ import annotations
@@ -19,22 +19,13 @@ from dataclasses import dataclass
 from .errors import ConfigError
 
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", tuple: "an array of strings"}
+_JSON_TYPES = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
 
 
-@dataclass(frozen=True)
-class Spec:
-    """What a setting's field carries besides its default."""
-
-    doc: str  # one line: what it does, its effect at the extremes
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple = ()
-    flag: str | None = None  # the kb search flag: None = "--" + name with dashes, "" = none
-
-
-def setting(default, doc: str, *, minimum=None, maximum=None, choices=(), flag=None):
-    """A dataclass field declaring one setting (see the module doc)."""
-    return dataclasses.field(default=default, metadata={"kb": Spec(doc, minimum, maximum, tuple(choices), flag)})
+def setting(default, doc: str, **spec):
+    """A dataclass field declaring one setting (see the module doc); ``spec``: Setting's fields
+    after ``doc``."""
+    return dataclasses.field(default=default, metadata={"kb": {"doc": doc, **spec}})
 
 
 @dataclass(frozen=True)
@@ -45,13 +36,17 @@ class Setting:
     kind: type  # int, float, bool, str or tuple (of strings)
     nullable: bool
     default: object
-    spec: Spec
+    doc: str  # one line: what it does, its effect at the extremes
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple = ()
+    flag: str = ""  # the kb flag's declarations (space-separated): "--" + name with dashes unless given, "" = none
+    metavar: str | None = None  # what --help calls the flag's value
+    key: str = ""  # the request field's name: the name unless given
+    aliases: tuple[str, ...] = ()  # other names a request may give it by
+    max_items: int | None = None  # a request's array holds at most this many strings
+    max_chars: int | None = None  # ... each at most this long; or a request's string
     one_or_many: bool = False  # ``str | tuple[str, ...]``: a lone string is a one-item array
-
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-") if self.spec.flag is None else self.spec.flag
 
     def default_text(self) -> str:
         """The default as help texts say it: on, off, none, or the value."""
@@ -63,15 +58,14 @@ class Setting:
 
     def range_text(self) -> str:
         """'0..1', '>= 0', 'position, sigmoid' or '' (for the docs)."""
-        s = self.spec
-        if s.choices:
-            return ", ".join(s.choices)
-        if s.minimum is not None and s.maximum is not None:
-            return f"{_num(s.minimum)}..{_num(s.maximum)}"
-        if s.minimum is not None:
-            return f">= {_num(s.minimum)}"
-        if s.maximum is not None:
-            return f"<= {_num(s.maximum)}"
+        if self.choices:
+            return ", ".join(self.choices)
+        if self.minimum is not None and self.maximum is not None:
+            return f"{_num(self.minimum)}..{_num(self.maximum)}"
+        if self.minimum is not None:
+            return f">= {_num(self.minimum)}"
+        if self.maximum is not None:
+            return f"<= {_num(self.maximum)}"
         return ""
 
 
@@ -86,7 +80,8 @@ def settings_of(cls) -> tuple[Setting, ...]:
         hint = hints[f.name]
         one_or_many = set(typing.get_args(hint)) == {str, tuple[str, ...]}
         kind, nullable = (tuple, False) if one_or_many else _kind(hint)
-        out.append(Setting(f.name, kind, nullable, f.default, spec, one_or_many))
+        spec = {"flag": "--" + f.name.replace("_", "-"), "key": f.name, **spec, "choices": tuple(spec.get("choices", ()))}
+        out.append(Setting(f.name, kind, nullable, f.default, one_or_many=one_or_many, **spec))
     return tuple(out)
 
 
@@ -101,9 +96,19 @@ def _kind(hint) -> tuple[type, bool]:
     return hint, False
 
 
-def check(s: Setting, value):
-    """``value`` as the setting's Python type, or ValueError saying what is wrong with it."""
-    if value is None and s.nullable:
+class Invalid(ValueError):
+    """What is wrong with a value; ``code``: bad_type or bad_value (the servers' error codes)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def check(s: Setting, value, request: bool = False):
+    """``value`` as the setting's Python type, or Invalid saying what is wrong with it. The one
+    validator of kb.toml, the artifact's [search] table, and (``request``: a decoded JSON value,
+    null refused, its JSON type named) the servers' request fields."""
+    if value is None and s.nullable and not request:
         return None
     given, k = value, s.kind
     if s.one_or_many and isinstance(value, str):
@@ -115,21 +120,30 @@ def check(s: Setting, value):
         str: isinstance(value, str),
         tuple: isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value),
     }[k]
+    if not ok and not request:
+        raise Invalid("bad_type", f"must be {s.type_word()}, got {shown(value)}")
     if not ok:
-        raise ValueError(f"must be {s.type_word()}, got {_show(value)}")
+        if k is tuple and isinstance(value, list):
+            bad = next(x for x in value if not isinstance(x, str))
+            raise Invalid("bad_type", f"must be an array of strings; it holds {json_type(bad)} {shown(bad)}")
+        raise Invalid("bad_type", f"must be {'a boolean (true or false)' if k is bool else s.type_word()}, got {json_type(value)} {shown(value)}")
     if k is float:
         value = float(value)
         if not math.isfinite(value):
-            raise ValueError(f"must be a finite number, got {_show(value)}")
+            raise Invalid("bad_value", "must be a finite number" + ("" if request else f", got {shown(value)}"))
     if k is tuple:
         value = tuple(value)
         if s.one_or_many and not value:
-            raise ValueError(f"must not be empty, got {_show(given)}")
-    sp = s.spec
-    if sp.choices and value not in sp.choices:
-        raise ValueError(f"must be one of {', '.join(sp.choices)}, got {_show(given)}")
-    if (sp.minimum is not None and value < sp.minimum) or (sp.maximum is not None and value > sp.maximum):
-        raise ValueError(f"must be within {s.range_text()}, got {_show(given)}")
+            raise Invalid("bad_value", f"must not be empty, got {shown(given)}")
+        if s.max_items is not None and len(value) > s.max_items:
+            raise Invalid("bad_value", f"takes at most {s.max_items} items, got {len(value)}")
+    for text in value if k is tuple else (value,) if k is str else ():
+        if s.max_chars is not None and len(text) > s.max_chars:
+            raise Invalid("bad_value", f"is {len(text)} characters long; the most is {s.max_chars}")
+    if s.choices and value not in s.choices:
+        raise Invalid("bad_value", f"must be one of {', '.join(s.choices)}, got {shown(given)}")
+    if (s.minimum is not None and value < s.minimum) or (s.maximum is not None and value > s.maximum):
+        raise Invalid("bad_value", f"must be within {s.range_text()}, got {_num(value) if request else shown(given)}")
     return value
 
 
@@ -158,7 +172,7 @@ def markdown_table(cls, flags: bool = False) -> str:
     for s in settings_of(cls):
         cells = [f"`{s.name}`"] + ([f"`{s.flag}`" if s.flag else ""] if flags else [])
         default = "none" if s.default is None else _toml(s.default)
-        cells += [s.type_word(), s.range_text(), f"`{default}`", s.spec.doc]
+        cells += [s.type_word(), s.range_text(), f"`{default}`", s.doc]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -177,7 +191,11 @@ def _num(x) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def _show(v, n: int = 40) -> str:
+def json_type(v) -> str:
+    return _JSON_TYPES.get(type(v), type(v).__name__)
+
+
+def shown(v, n: int = 40) -> str:
     import json
 
     try:

@@ -45,6 +45,8 @@ import numpy as np
 
 from kb.common.settings import setting
 
+from .layout import IMPACT_DTYPE
+
 
 @dataclass(frozen=True)
 class BM25Params:
@@ -72,7 +74,7 @@ IMPACT_LEVELS = 255  # format 3: a saturated tf in (0, 1) is stored as one byte,
 def quantize_impacts(saturated) -> np.ndarray:
     """Saturated tf values in [0, 1) as format 3's u8 impacts: round(255 x), at least 1."""
     q = np.rint(np.asarray(saturated, dtype=np.float64) * IMPACT_LEVELS)
-    return np.clip(q, 1, IMPACT_LEVELS).astype(np.uint8)
+    return np.clip(q, 1, IMPACT_LEVELS).astype(IMPACT_DTYPE)
 
 
 def idf_scalar(df: int, n_docs: int) -> float:

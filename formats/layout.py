@@ -75,11 +75,18 @@ CHUNK_DTYPE = np.dtype(
     ]
 )
 
+# The element types of the raw numeric sections (and of blob-table offsets), named once.
+OFFSET_DTYPE = np.dtype("<u8")  # postings.offsets, postings.doc_offsets, postings.tf_offsets, blob-table offsets
+ID_DTYPE = np.dtype("<u4")  # postings.ids, postings.doc_ids, docs.first_chunk, terms.doc_df, terms.doc_n, vectors.rows
+HASH_DTYPE = np.dtype("<u8")  # terms.hash
+WEIGHT_DTYPE = np.dtype("<f4")  # chunks.length, postings.tf
+IMPACT_DTYPE = np.dtype("u1")  # postings.impacts, postings.doc_impacts
+
 _BLOB_HEAD = struct.Struct("<II")
 
 
 def pack_blobs(items: list[bytes]) -> bytes:
-    offsets = np.zeros(len(items) + 1, dtype="<u8")
+    offsets = np.zeros(len(items) + 1, dtype=OFFSET_DTYPE)
     if items:
         np.cumsum([len(b) for b in items], out=offsets[1:])
     return pack_blob_buffer(b"".join(items), offsets)
@@ -92,7 +99,7 @@ def pack_blob_buffer(data: bytes | np.ndarray, offsets: np.ndarray) -> bytes:
 
 def blob_head(offsets: np.ndarray) -> bytes:
     """The bytes of a blob table before its data: count, reserved, the ``count + 1`` offsets."""
-    return _BLOB_HEAD.pack(len(offsets) - 1, 0) + np.asarray(offsets, dtype="<u8").tobytes()
+    return _BLOB_HEAD.pack(len(offsets) - 1, 0) + np.asarray(offsets, dtype=OFFSET_DTYPE).tobytes()
 
 
 class BlobTable:
@@ -118,7 +125,7 @@ class BlobTable:
         if check is not None:
             check(_BLOB_HEAD.size, _BLOB_HEAD.size + 8)
             check(head - 8, head)
-        offsets = np.frombuffer(buf, dtype="<u8", count=count + 1, offset=_BLOB_HEAD.size)
+        offsets = np.frombuffer(buf, dtype=OFFSET_DTYPE, count=count + 1, offset=_BLOB_HEAD.size)
         data_len = len(buf) - head
         if offsets[0] != 0 or offsets[-1] != data_len:
             raise CorruptArtifact(f"corrupt artifact: {what} offsets do not cover its data")
@@ -195,4 +202,4 @@ def term_hash(term: str) -> int:
 def term_hashes(terms: list[str]) -> np.ndarray:
     """``term_hash`` of many terms at once, as a little-endian uint64 array."""
     digest = hashlib.blake2b
-    return np.frombuffer(b"".join([digest(t.encode("utf-8"), digest_size=8).digest() for t in terms]), dtype="<u8")
+    return np.frombuffer(b"".join([digest(t.encode("utf-8"), digest_size=8).digest() for t in terms]), dtype=HASH_DTYPE)

@@ -76,7 +76,7 @@ def check_meta(meta) -> None:
     _need(isinstance(bm25, dict), "meta.bm25 must be a map")
     _need(_is_num(bm25.get("avg_length")) and bm25["avg_length"] >= 0, "meta.bm25.avg_length must be a finite number >= 0")
     for s in _bm25_settings():  # the ranges kb-build accepts (formats/bm25.py BM25Params)
-        lo, hi = s.spec.minimum, s.spec.maximum
+        lo, hi = s.minimum, s.maximum
         optional = s.name in ("title_weight", "section_weight", "document_weight")  # document_weight: format 2
         _need((optional and s.name not in bm25) or (_is_num(bm25.get(s.name)) and lo <= bm25[s.name] <= hi), f"meta.bm25.{s.name} must be a number in {lo:g}..{hi:g}")
     langs = bm25.get("languages", [])  # format 4: per language, in number order: code, documents, mean lengths

@@ -14,11 +14,11 @@ import sys
 import click
 
 from kb.common.errors import UsageError
-from kb.common.options import DEFAULT_DOC_CHUNKS, DEFAULT_GET_BYTES, GROUPS, MAX_CONTEXT, MAX_DOC_CHUNKS, MAX_GET_BYTES, MAX_GLOB_MATCHES, MAX_TOP_K, MODES, SETTINGS
+from kb.common.options import GET_INPUTS, QUERY_INPUTS, Query
 from kb.common.usage import count, debug_option, printable
 from kb.formats.version import KB_VERSION
 
-from .clikit import command_group, compute_option, device_option, index_option, open_index, search_option_flags
+from .clikit import command_group, compute_option, device_option, index_option, input_flags, open_index, search_option_flags
 from .output import FORMATS, json_text
 from .serve_cli import mcp as mcp_command, serve as serve_command
 
@@ -84,32 +84,20 @@ def status(index_path, as_json):
 
 
 @main.command()
-@click.argument("query", required=False, default="")
+@click.argument("text", metavar="QUERY", required=False, default="")
 @index_option
-@click.option("--rewrite", multiple=True, metavar="TEXT", help="A rewritten natural-language form of the query: extra BM25 and dense sub-legs, weighted below the original. Repeatable.")
-@click.option("-e", "--entity", multiple=True, metavar="NAME", help="An entity or theme matched against chunk tags (the tag leg). Repeatable.")
-@click.option("-n", "--top-k", type=click.IntRange(1, MAX_TOP_K), help=f"Results to return (default: the artifact's [search] default_limit, else {SETTINGS['default_limit'].default}).")
-@click.option("--status", multiple=True, metavar="S", help="Only chunks with this status. Repeatable. Default: all but historical and superseded.")
-@click.option("--all-statuses", is_flag=True, help="Include every status, historical and superseded too.")
-@click.option("--tag", multiple=True, metavar="T", help="Only chunks carrying tag T (repeat to require several).")
-@click.option("--path", "path_prefix", metavar="PREFIX", help="Only documents whose path starts with PREFIX.")
-@click.option("--mode", type=click.Choice(MODES), default="hybrid", show_default=True, help="Which legs run.")
+@input_flags(QUERY_INPUTS)
 @click.option("--reranker", "reranker_path", metavar="PATH", help="Use this cross-encoder (converted or HF folder) instead of the artifact's.")
-@click.option("--budget-ms", type=click.FloatRange(0), help="Shrink the rerank depth to fit this many milliseconds (--explain shows what was skipped).")
 @search_option_flags
-@click.option("--literal", is_flag=True, help="Take QUERY as plain words: quotes, a leading - and field: are not syntax.")
-@click.option("--explain", is_flag=True, help="Per result: each leg's rank and raw score, RRF parts, bonus, rerank logit and blend weights.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object; indented on a terminal, one line otherwise), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="Same as --format jsonl.")
 @click.option("--min-score", type=click.FloatRange(0, 1), help="Only results whose confidence is at least this (0..1).")
-@click.option("--full", is_flag=True, help="Full chunk text instead of a snippet.")
-@click.option("--group", type=click.Choice(GROUPS), default="chunk", show_default=True, help="doc: best chunk per document.")
 @device_option
 @compute_option
 @click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk.")
 @debug_option
-def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag, path_prefix, mode, reranker_path, budget_ms, overrides, literal, explain, fmt, as_json, as_jsonl, min_score, full, group, device, compute_type, no_stale_check):
+def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_score, device, compute_type, no_stale_check, **inputs):
     """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked.
 
     \b
@@ -125,7 +113,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
     from kb.common.options import resolve, stored_search
 
     from .output import render_csv, render_files, render_human, render_json, render_jsonl, render_md, render_notices
-    from .search import Query, Searcher
+    from .search import Searcher
 
     aliases = [f for f, on in (("json", as_json), ("jsonl", as_jsonl)) if on]
     if len(aliases) + (fmt is not None) > 1:
@@ -138,11 +126,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
         reranker = load_reranker_path(reranker_path, device, compute_type)  # a bad model refuses loudly, before any search
     with open_index(index_path) as ix:
         options = resolve(stored_search(ix.meta), overrides)
-        q = Query(
-            text=query, rewrites=tuple(rewrite), entities=tuple(entity), top_k=top_k, statuses=tuple(status),
-            all_statuses=all_statuses, tags=tuple(tag), path=path_prefix, mode=mode, budget_ms=budget_ms,
-            explain=explain, group=group, full=full, literal=literal,
-        )
+        q = Query(**inputs)
         resp = Searcher(ix, device, compute_type, reranker=reranker, one_shot=True).search(q, options)
         if not no_stale_check:
             from .stale import stale_notices
@@ -169,7 +153,7 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
                 from .bm25 import analyzer_of, query_terms
                 from .snippets import highlighter
 
-                highlight = highlighter(query_terms(ix, " ".join((query,) + tuple(rewrite))), analyzer_of(ix))
+                highlight = highlighter(query_terms(ix, " ".join((q.text,) + q.rewrites)), analyzer_of(ix))
             out = render_human(resp, show_status=ix.has_statuses, highlight=highlight, show_artifact=hasattr(ix, "members"))
             notes = render_notices(resp)
     if out:
@@ -181,14 +165,11 @@ def search(query, index_path, rewrite, entity, top_k, status, all_statuses, tag,
 @main.command()
 @click.argument("targets", nargs=-1, metavar="TARGET...")
 @index_option
-@click.option("--glob", metavar="PATTERN", help=f"Also every document whose path matches PATTERN (as kb-build --include: * matches / too), in path order; at most {MAX_GLOB_MATCHES} documents.")
-@click.option("--max-bytes", type=click.IntRange(1, MAX_GET_BYTES), default=DEFAULT_GET_BYTES, show_default=True, help="The most bytes of text to print. Several targets: each that does not fit is left out and named (stderr; JSON: omitted). One target over it is an error.")
+@input_flags(GET_INPUTS)
 @click.option("--doc", "whole_doc", is_flag=True, help="A chunk id TARGET gives its whole document instead (a path or doc_id always gives the whole document).")
-@click.option("-C", "--context", type=click.IntRange(0, MAX_CONTEXT), default=1, show_default=True, help="With a chunk id: neighbouring chunks to show on each side.")
-@click.option("--max-chunks", type=click.IntRange(1, MAX_DOC_CHUNKS), default=DEFAULT_DOC_CHUNKS, show_default=True, help="With a document: the most chunks to print.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the record kb serve's /get and the MCP get tool return; for several targets or --glob, {items, omitted} as /get with targets and MCP multi_get return.")
 @debug_option
-def get(targets, index_path, glob, max_bytes, whole_doc, context, max_chunks, as_json):
+def get(targets, index_path, whole_doc, as_json, **inputs):
     """Read chunks, documents or line ranges of the artifact.
 
     \b
@@ -205,21 +186,21 @@ def get(targets, index_path, glob, max_bytes, whole_doc, context, max_chunks, as
     from .requests import RequestError, parse_get
     from .service import Service, too_large
 
-    if not targets and glob is None:
+    if not targets and inputs["glob"] is None:
         raise UsageError("give a TARGET (a chunk id, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN")
     with open_index(index_path, several=False) as ix:
         if whole_doc:
             targets = tuple(_document_of_chunk(ix, t) if t.isascii() and t.isdigit() else t for t in targets)
         try:
-            req = parse_get({"targets": list(targets), "max_bytes": max_bytes, "context": context, "max_chunks": max_chunks, **({} if glob is None else {"glob": glob})})
+            req = parse_get({"targets": list(targets), **{k: v for k, v in inputs.items() if v is not None}})
             out = Service(ix, stale_check=False).get(req)
         except RequestError as e:
             raise UsageError(e.message) from None
-    single = len(targets) == 1 and glob is None  # one target: its record, as the servers' single get
+    single = len(targets) == 1 and inputs["glob"] is None  # one target: its record, as the servers' single get
     if single:
         if out["omitted"]:
             left = out["omitted"][0]
-            raise UsageError(too_large(left["target"], left["bytes"], max_bytes, "--max-bytes"))
+            raise UsageError(too_large(left["target"], left["bytes"], inputs["max_bytes"], "--max-bytes"))
         records = [{k: v for k, v in out["items"][0].items() if k != "target"} | {"artifact": out["artifact"]}]
     else:
         records = out["items"]
@@ -241,14 +222,11 @@ def _document_of_chunk(ix, target: str) -> str:
 
 @main.command(name="list")
 @index_option
-@click.option("--status", multiple=True, metavar="S", help="Only this status (repeatable; default: all but historical and superseded).")
-@click.option("--all-statuses", is_flag=True, help="Every status.")
-@click.option("--tag", multiple=True, metavar="T", help="Only chunks carrying tag T (repeatable: all required).")
-@click.option("--path", "path_prefix", metavar="PREFIX", help="Only documents under PREFIX.")
+@input_flags(QUERY_INPUTS, ("statuses", "all_statuses", "tags", "path"))
 @click.option("--chunks", "by_chunk", is_flag=True, help="One line per chunk instead of per document.")
 @click.option("--json", "as_json", is_flag=True, help="JSON Lines, one object per document (or chunk).")
 @debug_option
-def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json):
+def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
     """List the documents (or chunks) in a scope, in path order. The explicit way to see a scope."""
     import numpy as np
 
@@ -258,7 +236,7 @@ def list_(index_path, status, all_statuses, tag, path_prefix, by_chunk, as_json)
             from .collection import allowed_mask
         else:
             from .filters import allowed_mask
-        ids = np.flatnonzero(allowed_mask(ix, tuple(status), all_statuses, tuple(tag), path_prefix))
+        ids = np.flatnonzero(allowed_mask(ix, statuses, all_statuses, tags, path))
         seen = set()
         for c in ids.tolist():
             doc = ix.doc_of(c)

@@ -1,5 +1,6 @@
 """What kb's commands share: opening the artifact, the error boundary, common options, and the
-``kb search`` flags derived from the search options (kb.common.options).
+flags derived from the declared inputs (kb.common.options Query and SearchOptions, runtime/requests.py
+GetRequest).
 
 runtime/cli.py (the kb group and its commands) and runtime/serve_cli.py (serve, mcp) both import
 this module and not each other.
@@ -85,23 +86,31 @@ COMPUTE_TYPES = ("auto", "default", "int8", "int8_float32", "int8_float16", "int
 compute_option = click.option("--compute-type", type=click.Choice(COMPUTE_TYPES), default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA; with auto, kb search embeds its query in place, without CTranslate2, when the artifact allows).")
 
 
-
-def _click_option(s):
-    """The kb search flag of one search option: its type, bounds, doc and default say the same
-    as kb.toml's [search] key does."""
-    help_ = f"{s.spec.doc} (default: the artifact's [search] {s.name}, else {s.default_text()})"
-    dest = f"opt_{s.name}"
-    if s.kind is bool:
-        return click.option(s.flag, dest, default=None, help=help_)
-    if s.spec.choices:
-        kind = click.Choice(list(s.spec.choices))
-    elif s.kind is int:
-        kind = click.IntRange(s.spec.minimum, s.spec.maximum)
-    elif s.kind is float:
-        kind = click.FloatRange(s.spec.minimum, s.spec.maximum)
+def _click_option(s, dest: str, default, help_: str):
+    """The flag of one declared input (kb.common.settings Setting): its type and bounds say the
+    same as its kb.toml key or request field does."""
+    decls = (*s.flag.split(), dest)
+    if s.kind is bool:  # "--on/--off" (a search option: default None, not given) or a flag
+        return click.option(*decls, is_flag=True, default=default, help=help_)
+    if s.kind is tuple:
+        return click.option(*decls, multiple=True, metavar=s.metavar, help=help_)
+    if s.choices:
+        kind = click.Choice(s.choices)
     else:
-        kind = s.kind
-    return click.option(s.flag, dest, type=kind, default=None, help=help_)
+        kind = {int: click.IntRange, float: click.FloatRange}[s.kind](s.minimum, s.maximum) if s.kind in (int, float) else s.kind
+    return click.option(*decls, type=kind, default=default, show_default=default is not None, metavar=s.metavar, help=help_)
+
+
+def input_flags(inputs, names=None):
+    """A flag per input (Query's, GetRequest's; ``names``: only these) that declares one: the
+    command receives each as a keyword argument of the input's name."""
+
+    def add(fn):
+        for s in reversed([s for s in inputs if s.flag and (names is None or s.name in names)]):
+            fn = _click_option(s, s.name, s.default, s.doc)(fn)
+        return fn
+
+    return add
 
 
 def search_option_flags(fn):
@@ -115,5 +124,5 @@ def search_option_flags(fn):
         return fn(*args, overrides={k: v for k, v in overrides.items() if v is not None}, **kwargs)
 
     for s in reversed([s for s in SETTINGS.values() if s.flag]):
-        run = _click_option(s)(run)
+        run = _click_option(s, f"opt_{s.name}", None, f"{s.doc} (default: the artifact's [search] {s.name}, else {s.default_text()})")(run)
     return run

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.artifact import CODEC_RAW, MAX_ZSTD_RATIO, Artifact, CorruptArtifact
+from kb.formats.artifact import CODEC_RAW, Artifact, CorruptArtifact
+from kb.formats.text_codec import TextReader
 
 from .cosines import cosines_of, stored_cosines
 
@@ -206,14 +207,14 @@ class Index:
     @cached_property
     def lengths(self) -> np.ndarray:
         """Each chunk's weighted BM25 length: finite and not negative (formats 1-2 score with them)."""
-        n = np.frombuffer(self.artifact.section(L.CHUNK_LENGTHS), dtype="<f4")
+        n = np.frombuffer(self.artifact.section(L.CHUNK_LENGTHS), dtype=L.WEIGHT_DTYPE)
         if len(n) and not (np.isfinite(n).all() and n.min() >= 0):
             raise self._corrupt("chunk lengths must be finite and not negative")
         return n
 
     @cached_property
     def first_chunk(self) -> np.ndarray:
-        f = np.frombuffer(self.artifact.section(L.DOC_FIRST_CHUNK), dtype="<u4")
+        f = np.frombuffer(self.artifact.section(L.DOC_FIRST_CHUNK), dtype=L.ID_DTYPE)
         if f[0] != 0 or f[-1] != self.n_chunks or np.any(f[1:] < f[:-1]):
             raise self._corrupt("document chunk ranges are inconsistent")
         return f
@@ -236,7 +237,7 @@ class Index:
     # --- term dictionary and postings ----------------------------------------------------------
     @cached_property
     def term_hashes(self) -> np.ndarray:
-        return np.frombuffer(self.artifact.section(L.TERM_HASHES), dtype="<u8")
+        return np.frombuffer(self.artifact.section(L.TERM_HASHES), dtype=L.HASH_DTYPE)
 
     @cached_property
     def doc_df(self) -> np.ndarray:
@@ -258,7 +259,7 @@ class Index:
         """A u32-per-term section viewed in place (verified by the caller, page by page)."""
         col = self._term_columns.get(name)
         if col is None:
-            col = self._term_columns[name] = np.frombuffer(self.artifact.section(name, paged=True), dtype="<u4")
+            col = self._term_columns[name] = np.frombuffer(self.artifact.section(name, paged=True), dtype=L.ID_DTYPE)
         return col
 
     def _term_value(self, name: str, tid: int) -> int:
@@ -309,14 +310,14 @@ class Index:
 
     @cached_property
     def tf_offsets(self) -> np.ndarray:
-        o = np.frombuffer(self.artifact.section(L.POSTING_TF_OFFSETS), dtype="<u8")
+        o = np.frombuffer(self.artifact.section(L.POSTING_TF_OFFSETS), dtype=L.OFFSET_DTYPE)
         if int(o[0]) != 0 or int(o[-1]) * 4 != self.artifact.sections[L.POSTING_TF].length:  # Python ints: a forged u64 must not wrap
             raise self._corrupt("term-frequency offsets do not cover postings.tf")
         return o
 
     @cached_property
     def tf(self) -> np.ndarray:
-        return np.frombuffer(self.artifact.section(L.POSTING_TF), dtype="<f4")
+        return np.frombuffer(self.artifact.section(L.POSTING_TF), dtype=L.WEIGHT_DTYPE)
 
     def term_id(self, term: str) -> int | None:
         cache = self._term_cache
@@ -348,13 +349,13 @@ class Index:
         out = []
         art = self.artifact
         for offs, ids, imps in POSTING_SECTIONS:
-            o = np.frombuffer(art.section(offs, paged=True), dtype="<u8")
-            i = np.frombuffer(art.section(ids, paged=True), dtype="<u4")
+            o = np.frombuffer(art.section(offs, paged=True), dtype=L.OFFSET_DTYPE)
+            i = np.frombuffer(art.section(ids, paged=True), dtype=L.ID_DTYPE)
             art.check_range(offs, 0, 8)
             art.check_range(offs, 8 * (len(o) - 1), 8 * len(o))
             if int(o[0]) != 0 or int(o[-1]) != len(i):
                 raise self._corrupt(f"section {offs!r} does not cover {ids!r}")
-            out += [o, i, np.frombuffer(art.section(imps, paged=True), dtype="u1")]
+            out += [o, i, np.frombuffer(art.section(imps, paged=True), dtype=L.IMPACT_DTYPE)]
         return tuple(out)
 
     def impact_posting(self, tid: int, document: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -471,11 +472,8 @@ class Index:
         return self._blobs(L.TEXT_BLOCKS, -(-self.n_chunks // self.meta.text_block), paged=True)
 
     @cached_property
-    def _dctx(self):
-        import zstandard
-
-        zdict = bytes(self.artifact.section(L.TEXT_DICT))
-        return zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(zdict)) if zdict else zstandard.ZstdDecompressor()
+    def _dctx(self) -> TextReader:
+        return TextReader(bytes(self.artifact.section(L.TEXT_DICT)), self.path)
 
     def chunk(self, cid: int) -> StoredChunk:
         """Chunk ``cid`` with its text and where it comes from."""
@@ -508,7 +506,7 @@ class Index:
             if b in cache:
                 cache.move_to_end(b)
                 return cache[b]
-            raw = self._decompress(self._text_blocks[b], f"text block {b}")
+            raw = self._dctx.decode(self._text_blocks[b], f"text block {b}")
             try:
                 per = self.meta.text_block
                 block = R.unpack_text_block(raw, f"text block {b}", min(per, self.n_chunks - b * per))
@@ -518,19 +516,6 @@ class Index:
             if len(cache) > BLOCK_CACHE:
                 cache.popitem(last=False)
             return block
-
-    def _decompress(self, data, what: str) -> bytes:
-        """A zstd frame of text.blocks or docs.source, decoded with text.dict; the caller holds
-        ``_block_lock`` (one decompression context)."""
-        import zstandard
-
-        try:
-            data = bytes(data)
-            if zstandard.frame_content_size(data) > MAX_ZSTD_RATIO * max(len(data), 1024):
-                raise zstandard.ZstdError("implausible decoded size")  # a forged size would allocate it
-            return self._dctx.decompress(data)
-        except zstandard.ZstdError:
-            raise self._corrupt(f"{what} does not decode") from None
 
     # --- document sources ----------------------------------------------------------------------
     @property
@@ -548,7 +533,7 @@ class Index:
         number n. Only when ``has_sources``."""
         what = f"the source of document {d}"
         with self._block_lock:
-            raw = self._decompress(self._sources[d], what)
+            raw = self._dctx.decode(self._sources[d], what)
         try:
             return R.unpack_source(raw, what)
         except CorruptArtifact as e:
@@ -713,7 +698,7 @@ class DenseSpace:
         art = self.artifact
         if self.rows_section in art.sections:
             art.check_pages(self.rows_section, ids * 4, ids * 4 + 4)
-            rows = np.frombuffer(art.section(self.rows_section, paged=True), dtype="<u4")[ids].astype(np.int64)
+            rows = np.frombuffer(art.section(self.rows_section, paged=True), dtype=L.ID_DTYPE)[ids].astype(np.int64)
             if len(rows) and int(rows.max()) >= self.n_chunks:
                 raise self._corrupt(f"section {self.rows_section!r} names a row outside the vectors")
             return rows

@@ -20,13 +20,13 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
 from kb.common.errors import UsageError
-from kb.common.options import GROUPS, MODES, MODEL_DEFAULTS, SearchOptions, resolve, stored_search
+from kb.common.options import GROUPS, MODES, MODEL_DEFAULTS, Query, SearchOptions, resolve, stored_search
 
 from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
@@ -52,26 +52,6 @@ EMBEDDER_SCRIPTS = {"all-MiniLM-L6-v2": ("latin",)}
 
 class SearchError(UsageError):
     """Bad search input (exit 2)."""
-
-
-@dataclass(frozen=True)
-class Query:
-    """One search's own inputs; the ranking knobs are the SearchOptions given with it."""
-
-    text: str = ""
-    rewrites: tuple[str, ...] = ()
-    entities: tuple[str, ...] = ()
-    top_k: int | None = None  # None = options.default_limit
-    statuses: tuple[str, ...] = ()  # empty = the default set (all but the excluded statuses)
-    all_statuses: bool = False
-    tags: tuple[str, ...] = ()
-    path: str | None = None
-    mode: str = "hybrid"
-    budget_ms: float | None = None  # shrink the rerank depth to fit this many milliseconds
-    explain: bool = False
-    group: str = "chunk"
-    full: bool = False
-    literal: bool = False  # the text is words only: no phrases, exclusions or scopes (runtime/query_syntax.py)
 
 
 class Searcher:

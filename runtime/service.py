@@ -24,9 +24,9 @@ import re
 from dataclasses import asdict, dataclass
 
 from kb.common.errors import UsageError
-from kb.common.options import MAX_GLOB_MATCHES, resolve, stored_search
+from kb.common.options import DEFAULT_DOC_CHUNKS, MAX_GLOB_MATCHES, resolve, stored_search
 
-from .requests import DEFAULT_DOC_CHUNKS, GetRequest, RequestError, SearchRequest
+from .requests import GetRequest, RequestError, SearchRequest
 from .search import Query
 
 STALE_TTL_S = 30.0  # how long a staleness check (one stat per corpus file) is reused

@@ -153,6 +153,20 @@ def test_the_http_and_mcp_fields_of_the_search_options_say_the_real_defaults():
     assert "off unless the artifact's kb.toml turned it on" in search_tool["description"]
 
 
+def test_each_query_and_get_input_is_one_definition_of_its_flag_its_request_field_and_their_help():
+    from kb.common.options import GET_INPUTS, QUERY_INPUTS
+    from kb.runtime.cli import main as kb
+    from kb.runtime.requests import GET_FIELDS, SEARCH_FIELDS
+
+    for command, inputs, fields in (("search", QUERY_INPUTS, SEARCH_FIELDS), ("get", GET_INPUTS, GET_FIELDS)):
+        params = {p.name: p for p in kb.commands[command].params}
+        for s in inputs:
+            assert fields[s.key] is s
+            if s.flag:
+                assert params[s.name].help == s.doc and set(s.flag.split()) == set(params[s.name].opts), s.name
+    assert [s.name for s in QUERY_INPUTS if not s.flag] == ["text"] and kb.commands["search"].params[0].name == "text"
+
+
 def test_auto_picks_minilm_for_english_and_e5_when_a_tenth_is_not():
     from kb.builder.embedders import choose_embedder
 

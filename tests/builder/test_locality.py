@@ -59,7 +59,7 @@ def test_too_few_vectors_keep_chunk_order(n):
 
 
 def test_the_settings_name_the_threshold_and_the_share_the_code_uses():
-    docs = {s.name: s.spec.doc for s in settings_of(VectorOptions)}
+    docs = {s.name: s.doc for s in settings_of(VectorOptions)}
     assert f"Below {locality.MIN_CLUSTERED} vectors" in docs["order"] and f"Below {locality.MIN_CLUSTERED} vectors" in docs["add_order"]
     assert f"a seeded random {locality.RANDOM_FIRST:.0%} first" in docs["add_order"]
 

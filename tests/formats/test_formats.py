@@ -81,6 +81,21 @@ def test_a_blob_table_checks_each_items_offsets_when_the_item_is_taken():
         BlobTable(short, "section 'x'")
 
 
+def test_the_text_codec_reads_what_it_writes_and_refuses_an_implausible_declared_size():
+    import zstandard
+
+    from kb.formats.text_codec import TextReader, text_writer, train_dictionary
+
+    records = [f"record {i}: the nightly restic backup of host {i % 7} rotates snapshots; ".encode() * 8 for i in range(300)]
+    zdict = train_dictionary(len(records), sum(map(len, records)), records.__getitem__)
+    assert zdict  # enough text to train on
+    assert TextReader(zdict, "a.kb").decode(text_writer(zdict).compress(records[7]), "text block 7") == records[7]
+    bomb = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(4 << 20))  # 4 MiB declared by a few hundred bytes
+    with pytest.raises(A.CorruptArtifact) as e:
+        TextReader(b"", "a.kb").decode(bomb, "text block 0")
+    assert str(e.value) == "a.kb: corrupt artifact: text block 0 does not decode"
+
+
 def test_header_bytes_are_exactly_as_specified(tmp_path):
     p = _write(tmp_path, [A.SectionData("meta", b"hello")])
     data = p.read_bytes()

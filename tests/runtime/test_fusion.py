@@ -95,7 +95,7 @@ def test_the_length_weight_meets_its_ends_and_is_log_linear_between():
     assert F.length_weight(20) == F.length_weight(500) == 0.45
     from kb.common.options import SETTINGS
 
-    assert f"{F.SHORT_QUERY_WEIGHT:g} up to {F.SHORT_QUERY_TERMS}, falling to {F.LONG_QUERY_WEIGHT:g} at {F.LONG_QUERY_TERMS} or more" in SETTINGS["semantic_weight"].spec.doc
+    assert f"{F.SHORT_QUERY_WEIGHT:g} up to {F.SHORT_QUERY_TERMS}, falling to {F.LONG_QUERY_WEIGHT:g} at {F.LONG_QUERY_TERMS} or more" in SETTINGS["semantic_weight"].doc
     assert round(F.length_weight(8), 3) == 0.649  # twice the short length: log(2) / log(5) of the way down
     assert round(F.length_weight(10), 3) == 0.601
 
