@@ -195,7 +195,7 @@ def searches(searcher, bset, backend: str, options, top_k: int = 10):
     from kb.runtime.search import Query
 
     mode = "hybrid" if backend.startswith("hybrid") else backend
-    opts = replace(options, rerank=backend == "hybrid+rerank")
+    opts = options._replace(rerank=backend == "hybrid+rerank")
     for q in bset.queries:
         if not q.text.strip():
             continue

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import pickle
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,7 @@ def ranked_docs(order, key) -> list:
 
 
 def fuse(row, sw: float, k: float, adaptive: bool, fn=None) -> list:
-    legs = [replace(lg, weight=(sw if lg.kind == "cosine" else 1.0 - sw)) for lg in row["legs"]]
+    legs = [lg._replace(weight=(sw if lg.kind == "cosine" else 1.0 - sw)) for lg in row["legs"]]
     if adaptive:
         legs = F.adapt_weights(legs, row["space"]) if fn is None else fn(legs, row)
     fused = F.fuse_rrf(legs, F.FusionParams(k))

@@ -15,7 +15,6 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +71,7 @@ def main(argv=None):
         for mode, rerank in (("bm25", False), ("vector", False), ("hybrid", False), ("hybrid", True)):
             if rerank and s.reranker() is None:
                 continue
-            opts = replace(s.defaults, rerank=rerank)
+            opts = s.defaults._replace(rerank=rerank)
             lat = timed(lambda t: s.search(Query(t, top_k=10, mode=mode), opts), texts, a.repeat if not rerank else 1)
             name = mode + ("+rerank (40)" if rerank else "")
             lines.append(f"| {art.name} | {len(texts)} | {name} | {pct(lat, 50):.2f} | {pct(lat, 95):.2f} | {statistics.mean(lat):.2f} |")

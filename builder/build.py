@@ -1,9 +1,15 @@
-"""The build pipeline: read -> chunk -> analyze -> postings -> embed -> hnsw -> tags -> text -> write.
+"""The build pipeline, one function a stage (``build`` runs them in this order):
 
-Each stage is a function from data to data; input is read only in the read stage and output
-written only by the final atomic write, through scratch files beside it: the documents, the
-text blocks and the vector index are spilled as they are made (builder/store.py,
-builder/stream.py), so memory is set by the HNSW graph, the postings stage and one window of
+    read -> choose_models -> index_windows -> finish -> describe -> artifact_sections -> write
+                             (per window: chunk, analyze,   (graphs, text,
+                              postings, tags, text, embed,   postings, filters)
+                              hnsw)
+
+Each stage is a function from data to data (``Run`` carries the inputs and the report; each
+returns a record: ``Corpus``, ``Models``, ``Windows``, ``Parts``, meta and manifest, sections);
+input is read only in the read stage and output written only by the final atomic write, through
+scratch files beside it: the documents, the text blocks and the vector index are spilled as they
+are made (builder/store.py, builder/stream.py), so memory is set by the HNSW graph, the postings stage and one window of
 documents, not by the text. Everything written is derived deterministically from the inputs:
 sorted vocabularies, stable chunk ids (documents sorted by path, chunks in document order), a
 single-threaded HNSW build, and no wall-clock time in the artifact.
@@ -39,7 +45,7 @@ from .embedders import AUTO_MODEL, choose_embedder, embedder_files, english_leg,
 from .executors import LocalExecutor
 from .query_model import PackedEmbedder, query_model_section
 from .filetypes import SOURCE_EXTENSIONS
-from .ingest import Document, read_corpus
+from .ingest import Corpus, Document, read_corpus
 from .language import document_languages
 from .postings import PostingsSpill, SpilledPostings, chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
 from .store import DocumentStore
@@ -119,6 +125,66 @@ def _without_cyclic_gc(fn):
     return run
 
 
+@dataclass
+class Run:
+    """One build's inputs and bookkeeping, handed to every stage (``clock``: ``with clock("stage"):``
+    adds a block's time to ``rep``; ``scratch`` makes a scratch file beside the artifact)."""
+
+    config: BuildConfig
+    roots: list[Path]
+    jsonl: list[Path]
+    include: list[str]
+    exclude: list[str]
+    shard: tuple[int, int] | None
+    rep: BuildReport
+    clock: Callable
+    progress: Progress
+    executor: object  # builder/executors.py
+    jobs: int | None
+    scratch: Callable[[], Scratch]
+
+
+@dataclass
+class Models:
+    """What ``choose_models`` decided: each document's language, the analyzer, and the models
+    that embed the chunks here (None: none runs here) and whose files are packed."""
+
+    doc_langs: list[str]
+    analyzer: Analyzer
+    embedder: object | None
+    model_files: dict[str, bytes] | None  # model.embed; None: no vectors
+    embedder_en: object | None  # the English leg's model (format 5)
+    files_en: dict[str, bytes] | None  # model.embed.en
+    rerank_files: dict[str, bytes] | None  # model.rerank
+    loaded: bool  # a model runs in this process (not given vectors)
+
+
+@dataclass
+class Windows:
+    """What ``index_windows`` built from every window of documents, not yet finished."""
+
+    columns: ChunkColumns  # the chunk table, document paths and filters
+    text: TextBlocks
+    postings: PostingsSpill
+    index: VectorIndex | None
+    index_en: VectorIndex | None
+
+
+@dataclass
+class Parts:
+    """Everything the artifact's sections are made of, finished. ``search`` is meta's [search]
+    table (kb.toml's as given): a stage inserted before ``describe`` may add to it."""
+
+    columns: ChunkColumns
+    post: SpilledPostings
+    single: bool  # one chunk per document, in order
+    filters: tuple  # statuses, status bitmaps, tag names, tag bitmaps (ChunkColumns.filters)
+    text: tuple  # the zstd dictionary, the text blocks, the documents' sources
+    vectors: tuple | None  # the HNSW image (VectorIndex.save) and its rows; None: no vectors
+    vectors_en: tuple | None  # the English leg's
+    search: dict
+
+
 @_without_cyclic_gc
 def build(
     roots: list[Path],
@@ -148,12 +214,17 @@ def build(
     Documents are spilled to a scratch file as they are read and taken back a window at a time
     (builder/stream.py); text blocks and the vector index are spilled too and copied into the
     artifact by the final write. Scratch files lie beside ``out``; they are removed when the
-    build ends, and a killed build's by the next build of ``out``."""
+    build ends, and a killed build's by the next build of ``out``.
+
+    The stages (ARCHITECTURE.md draws them): ``read``, ``choose_models``, ``index_windows`` (the
+    chunk, analyze, postings, tags, text, embed and hnsw stages of each window), ``finish`` (the
+    graphs, text, postings and filters), ``describe`` (meta and manifest), ``artifact_sections``
+    and the write. Each takes and returns plain data: a stage that needs the finished parts
+    (the chunk texts, the vectors, the graph) goes between ``finish`` and ``describe``."""
     rep = BuildReport()
     executor = executor or LocalExecutor(jobs)
     rep.executor = executor.name
     clock = _clock(rep.seconds, rep.rss_mb)
-    progress = progress or (lambda stage, done, total: None)
     # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
     rerank_choice = "none" if config.reranker == "default" and config.embedding_model == "none" else config.reranker
     rerank_files = reranker_files(rerank_choice)  # a bad --reranker fails before any work
@@ -165,181 +236,233 @@ def build(
     remove_stale_temporaries(out)  # a killed build's scratch files
     with ExitStack() as stack:
         scratch = lambda: stack.enter_context(Scratch(out))  # noqa: E731
+        run = Run(config, roots, jsonl, include, exclude, shard, rep, clock, progress or (lambda stage, done, total: None), executor, jobs, scratch)
         store = DocumentStore(scratch(), keep=None if shard is None else lambda path: shard_of(path, shard[1]) == shard[0])
         stack.callback(store.close)
-        with clock("read"):
-            corpus = read_corpus(roots, jsonl, include, exclude, skip_paths={out}, follow_symlinks=follow_symlinks, documents=store)
-            contexts_unmatched = unmatched_contexts(config.contexts, store.paths())
-            store.seal()
-        if given is not None:
-            check_rows(given, corpus.records, Path(jsonl[0]))
-            corpus.sources.append(source_of(given, corpus.root))
-        rep.files_read = len(corpus.sources)
-        rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
-        rep.excluded = corpus.excluded
-        if strict and corpus.skipped:
-            first = corpus.skipped[0]
-            raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
-        if not store.seen:
-            raise BuildError("nothing to index: no readable documents in the inputs")
-        if shard is not None:
-            if not len(store):
-                raise BuildError(f"shard {shard[0]}/{shard[1]} holds none of the corpus's {store.seen} documents; build fewer shards")
-            rep.shard = f"{shard[0]}/{shard[1]}"
-        rep.warnings.extend(contexts_unmatched)
-        with clock("language"):
-            # the votes in forks beside this process, unless a model already runs here or the
-            # shards go to a cluster (Ray's threads do not survive a fork)
-            forks = executor.workers() if executor.name == "local" and embedder is None else 1
-            try:
-                doc_langs = document_languages(store, config.languages, jobs=forks, sizes=store.text_sizes())
-            except shards.WorkerDied as e:
-                raise BuildError(str(e)) from None
-        rep.languages = dict(sorted(Counter(doc_langs).items()))
-        model = choose_embedder(rep.languages) if config.embedding_model == AUTO_MODEL else config.embedding_model
-        rep.embedder = model
-        if given is None and embedder is None:
-            embedder = make_embedder(model, config.quantization)  # None for "none"
-        if given is None and embedder is not None:
-            model_files = embedder.files()
-        # The English leg: MiniLM over every chunk beside e5, for queries in alphabetic scripts
-        # (runtime/search.py english_query), when "auto" picked e5 for a corpus with English in it.
-        # Not for a --shard build: a set cannot combine English legs yet (runtime/collection.py).
-        rep.embedder_en = english_leg(rep.languages, model) if config.embedding_model == AUTO_MODEL and given is None and shard is None else ""
-        embedder_en = make_embedder(rep.embedder_en, config.quantization) if rep.embedder_en else None
-        analyzer = Analyzer.for_languages(rep.languages).prepare()
-        loaded = given is None and embedder is not None  # a model runs in this process
-        exact = loaded and config.chunking.exact_tokens
-        job = ShardJob(embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer.languages, whole=given is not None)
-        # Chunk and analyze run on the executor, except here in one process when exact token
-        # counts need the model loaded here, or when a local build embeds: forks beside a loaded
-        # model buy little (a build that embeds is bound by the embedding: its chunking and
-        # analysis are about 1% of its time). The artifact is the same either way.
-        stage = LocalExecutor(1) if exact or (loaded and executor.name == "local") else executor
-        threads = 1 if loaded else (jobs or shards.default_jobs())  # text compression
-        columns = ChunkColumns(config.statuses, config.default_status, config.tags)
-        text = TextBlocks(scratch(), scratch())
-        index = None if model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors, scratch)
-        index_en = None if embedder_en is None else VectorIndex(embedder_en.dim, config.vectors, scratch)
-        postings = PostingsSpill(config.bm25, scratch)
-        for lo, hi in windows(store.text_sizes()):
-            with clock("read"):
-                docs = [store[i] for i in range(lo, hi)]
-            rows, fields = chunk_and_analyze(docs, doc_langs[lo:hi], job, analyzer, stage, rep.seconds, _shifted(progress, lo, len(store)), jobs if stage is executor else None)
-            with clock("postings"):
-                postings.add(fields, np.fromiter((lo + r.doc for r in rows), dtype=np.int64, count=len(rows)))
-            del fields
-            with clock("tags"):
-                first_chunk = len(columns)
-                columns.add(docs, rows, lo)
-            with clock("text"):
-                text.add(docs, rows)
-            if given is not None:
-                with clock("vectors"):
-                    vecs = given.take(np.fromiter((docs[r.doc].record for r in rows), dtype=np.int64, count=len(rows)))
-            elif embedder is not None:
-                with clock("embed"):
-                    vecs, truncated, nodes = embed_chunks(docs, rows, embedder, _shifted(progress, first_chunk, first_chunk + len(rows)), executor=executor)
-                rep.truncated_chunks += truncated
-                rep.embed_nodes = max(rep.embed_nodes, nodes)  # the most machines any window's embedding used
-            if index is not None:
-                with clock("hnsw"):
-                    index.add(vecs)
-            if index_en is not None:
-                with clock("embed-en"):
-                    vecs, _, _ = embed_chunks(docs, rows, embedder_en, _shifted(_renamed(progress, "embed (English leg)"), first_chunk, first_chunk + len(rows)), executor=executor)
-                with clock("hnsw"):
-                    index_en.add(vecs)
-            del docs, rows
-        rep.documents, rep.chunks = len(store), len(columns)
-        # The graph, the documents' map and the given vectors are done with: let them go before
-        # the postings stage, so that stage's peak does not add to theirs.
-        given = None
-        vectors_data = vectors_en = None
-        if index is not None:
-            with clock("hnsw"):
-                vectors_data = index.save(scratch, progress)
-            rep.vectors = index.count
-        if index_en is not None:
-            with clock("hnsw"):
-                vectors_en = index_en.save(scratch, _renamed(progress, "graph (English leg)"))
-        with clock("text"):
-            zdict, blocks = text.finish(threads=threads)
-            sources = pack_sources(store, zdict, scratch(), threads=threads)
-        store.close()
-        with clock("postings"):
-            chunk_doc = columns.chunk_doc()
-            post = postings.finish(chunk_doc, rep.documents, doc_langs)
-            single = rep.chunks == rep.documents and bool(np.array_equal(chunk_doc, np.arange(rep.chunks)))
-            del chunk_doc
-        del postings
-        rep.terms = len(post.terms)
-        with clock("tags"):
-            statuses, status_bitmaps, tag_names, tag_bitmaps = columns.filters()
-        rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(config.statuses)})" for s in columns.unknown)
-
-        embed_card = _card(model_files)
-        rerank_card = _card(rerank_files)
-        files_en = embedder_en.files() if embedder_en is not None else None
-        card_en = _card(files_en)
-        # 5: an English leg; 4: BM25 statistics per language; else the format 3 bytes as before
-        version = FORMAT_VERSION if card_en is not None else 4 if post.doc_n is not None else 3
-        meta = R.Meta(
-            kb_version=KB_VERSION,
-            format_version=version,
-            counts=R.Counts(rep.documents, rep.chunks, len(post.terms), rep.vectors),
-            analyzer=analyzer.params() | {"documents": rep.languages},
-            bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0, "one_chunk_per_document": single} | ({"languages": post.language_stats} if post.language_stats else {}),
-            embedder=embed_card,
-            reranker=rerank_card,
-            vectors={"metric": "cos", **{k: v for k, v in vars(config.vectors).items() if k != "threads"}} if model_files is not None else None,
-            tag_names=tuple(tag_names),
-            tag_descriptions={t: config.tags.get(t, "") for t in tag_names},
-            statuses=tuple(statuses),
-            excluded_statuses=tuple(config.excluded_statuses),
-            search=config.search,
-            text_block=L.TEXT_BLOCK,
-            source="jsonl" if jsonl and not roots else "files",
-            path_contexts=config.contexts,
-            embedder_en=card_en,
-        )
-        manifest = R.Manifest(
-            root=corpus.root,
-            kb_version=KB_VERSION,
-            config=config.to_dict(),
-            config_file=config.source,
-            sources=tuple(R.Source(s.path, s.size, s.mtime_ns, s.sha256) for s in sorted(corpus.sources, key=lambda s: s.path)),
-            jsonl=tuple(Path(j).name for j in jsonl),
-            skipped=tuple((s.path, s.reason) for s in corpus.skipped),
-            excluded=corpus.excluded,
-            include=tuple(include),
-            exclude=tuple(exclude),
-            models={"embedder": embed_card, "reranker": rerank_card} | ({"embedder_en": card_en} if card_en is not None else {}),
-            analyzer=analyzer.params() | {"documents": rep.languages},
-            file_types=tuple(sorted(SOURCE_EXTENSIONS)),
-        )
-        sections = assemble(meta, manifest, columns, post, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files, index.rows if index is not None else None)
-        if vectors_en is not None:
-            sections.append(SectionData(L.VECTORS_EN, (vectors_en,)))
-            if index_en.rows is not None:
-                sections.append(SectionData(L.VECTOR_ROWS_EN, index_en.rows))
-            sections.append(SectionData(L.MODEL_EMBED_EN, R.pack_model_files(files_en)))
-        if vectors_data is not None:
-            with clock("query-model"):  # a --vectors build's model is loaded only for the self-check
-                reference = embedder if embedder is not None else PackedEmbedder(model_files)
-                legs = [(reference, L.MODEL_EMBED, L.MODEL_QUERY)] + ([(embedder_en, L.MODEL_EMBED_EN, L.MODEL_QUERY_EN)] if vectors_en is not None else [])
-                for model_of, embed_name, query_name in legs:
-                    query, why = query_model_section(model_of, next(s.data for s in sections if s.name == embed_name), embedder is not None)
-                    if query is not None:
-                        sections.append(SectionData(query_name, query))
-                    elif why:
-                        rep.warnings.append(why)
-        if rerank_files is not None:
-            sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(rerank_files)))
+        corpus = read(run, store, out, given, strict=strict, follow_symlinks=follow_symlinks)
+        models = choose_models(run, store, embedder, given, model_files, rerank_files)
+        windows = index_windows(run, store, models, given)
+        given = None  # the given vectors are in the graph now: let them go before the postings stage
+        parts = finish(run, windows, store, models)
+        meta, manifest = describe(run, parts, models, corpus)
+        sections = artifact_sections(run, parts, models, meta, manifest)
         with clock("write"):
-            rep.artifact_bytes = write_artifact(out, sections, version=version)
+            rep.artifact_bytes = write_artifact(out, sections, version=meta.format_version)
         rep.section_bytes = {s.name: s.size for s in sections}
     return rep
+
+
+def read(run: Run, store: DocumentStore, out: Path, given: GivenVectors | None, *, strict: bool, follow_symlinks: bool) -> Corpus:
+    """The read stage: every input document into ``store`` (sealed), and what was read and
+    skipped; BuildError when nothing (or, ``strict``, not everything) can be indexed."""
+    rep = run.rep
+    with run.clock("read"):
+        corpus = read_corpus(run.roots, run.jsonl, run.include, run.exclude, skip_paths={out}, follow_symlinks=follow_symlinks, documents=store)
+        contexts_unmatched = unmatched_contexts(run.config.contexts, store.paths())
+        store.seal()
+    if given is not None:
+        check_rows(given, corpus.records, Path(run.jsonl[0]))
+        corpus.sources.append(source_of(given, corpus.root))
+    rep.files_read = len(corpus.sources)
+    rep.skipped = [(s.path, s.reason) for s in corpus.skipped]
+    rep.excluded = corpus.excluded
+    if strict and corpus.skipped:
+        first = corpus.skipped[0]
+        raise BuildError(f"--strict: {len(corpus.skipped)} input(s) skipped, first {first.path}: {first.reason}")
+    if not store.seen:
+        raise BuildError("nothing to index: no readable documents in the inputs")
+    if run.shard is not None:
+        i, n = run.shard
+        if not len(store):
+            raise BuildError(f"shard {i}/{n} holds none of the corpus's {store.seen} documents; build fewer shards")
+        rep.shard = f"{i}/{n}"
+    rep.warnings.extend(contexts_unmatched)
+    return corpus
+
+
+def choose_models(run: Run, store: DocumentStore, embedder, given: GivenVectors | None, model_files: dict | None, rerank_files: dict | None) -> Models:
+    """The language stage, then what it decides: each document's language (the analyzer's
+    languages) and, for [embedding] model = "auto", the embedding model and the English leg."""
+    config, rep = run.config, run.rep
+    with run.clock("language"):
+        # the votes in forks beside this process, unless a model already runs here or the
+        # shards go to a cluster (Ray's threads do not survive a fork)
+        forks = run.executor.workers() if run.executor.name == "local" and embedder is None else 1
+        try:
+            doc_langs = document_languages(store, config.languages, jobs=forks, sizes=store.text_sizes())
+        except shards.WorkerDied as e:
+            raise BuildError(str(e)) from None
+    rep.languages = dict(sorted(Counter(doc_langs).items()))
+    model = choose_embedder(rep.languages) if config.embedding_model == AUTO_MODEL else config.embedding_model
+    rep.embedder = model
+    if given is None and embedder is None:
+        embedder = make_embedder(model, config.quantization)  # None for "none"
+    if given is None and embedder is not None:
+        model_files = embedder.files()
+    # The English leg: MiniLM over every chunk beside e5, for queries in alphabetic scripts
+    # (runtime/search.py english_query), when "auto" picked e5 for a corpus with English in it.
+    # Not for a --shard build: a set cannot combine English legs yet (runtime/collection.py).
+    rep.embedder_en = english_leg(rep.languages, model) if config.embedding_model == AUTO_MODEL and given is None and run.shard is None else ""
+    embedder_en = make_embedder(rep.embedder_en, config.quantization) if rep.embedder_en else None
+    files_en = embedder_en.files() if embedder_en is not None else None
+    analyzer = Analyzer.for_languages(rep.languages).prepare()
+    return Models(doc_langs, analyzer, embedder, model_files, embedder_en, files_en, rerank_files, loaded=given is None and embedder is not None)
+
+
+def index_windows(run: Run, store: DocumentStore, models: Models, given: GivenVectors | None) -> Windows:
+    """The stages that run a window of documents at a time (builder/stream.py windows): chunk
+    and analyze (``chunk_and_analyze``), then each window's postings, chunk table and filters
+    (tags), text blocks, vectors (embed, or the given ones) and their HNSW graph."""
+    config, rep, clock, progress, executor, jobs = run.config, run.rep, run.clock, run.progress, run.executor, run.jobs
+    embedder, embedder_en, analyzer, doc_langs = models.embedder, models.embedder_en, models.analyzer, models.doc_langs
+    exact = models.loaded and config.chunking.exact_tokens
+    job = ShardJob(embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer.languages, whole=given is not None)
+    # Chunk and analyze run on the executor, except here in one process when exact token
+    # counts need the model loaded here, or when a local build embeds: forks beside a loaded
+    # model buy little (a build that embeds is bound by the embedding: its chunking and
+    # analysis are about 1% of its time). The artifact is the same either way.
+    stage = LocalExecutor(1) if exact or (models.loaded and executor.name == "local") else executor
+    w = Windows(
+        ChunkColumns(config.statuses, config.default_status, config.tags),
+        TextBlocks(run.scratch(), run.scratch()),
+        PostingsSpill(config.bm25, run.scratch),
+        None if models.model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors, run.scratch),
+        None if embedder_en is None else VectorIndex(embedder_en.dim, config.vectors, run.scratch),
+    )
+    for lo, hi in windows(store.text_sizes()):
+        with clock("read"):
+            docs = [store[i] for i in range(lo, hi)]
+        rows, fields = chunk_and_analyze(docs, doc_langs[lo:hi], job, analyzer, stage, rep.seconds, _shifted(progress, lo, len(store)), jobs if stage is executor else None)
+        with clock("postings"):
+            w.postings.add(fields, np.fromiter((lo + r.doc for r in rows), dtype=np.int64, count=len(rows)))
+        del fields
+        with clock("tags"):
+            first_chunk = len(w.columns)
+            w.columns.add(docs, rows, lo)
+        with clock("text"):
+            w.text.add(docs, rows)
+        if given is not None:
+            with clock("vectors"):
+                vecs = given.take(np.fromiter((docs[r.doc].record for r in rows), dtype=np.int64, count=len(rows)))
+        elif embedder is not None:
+            with clock("embed"):
+                vecs, truncated, nodes = embed_chunks(docs, rows, embedder, _shifted(progress, first_chunk, first_chunk + len(rows)), executor=executor)
+            rep.truncated_chunks += truncated
+            rep.embed_nodes = max(rep.embed_nodes, nodes)  # the most machines any window's embedding used
+        if w.index is not None:
+            with clock("hnsw"):
+                w.index.add(vecs)
+        if w.index_en is not None:
+            with clock("embed-en"):
+                vecs, _, _ = embed_chunks(docs, rows, embedder_en, _shifted(_renamed(progress, "embed (English leg)"), first_chunk, first_chunk + len(rows)), executor=executor)
+            with clock("hnsw"):
+                w.index_en.add(vecs)
+        del docs, rows
+    rep.documents, rep.chunks = len(store), len(w.columns)
+    return w
+
+
+def finish(run: Run, w: Windows, store: DocumentStore, models: Models) -> Parts:
+    """The stages that finish what the windows built: the HNSW graphs (saved to scratch), the
+    text blocks and documents' sources (the store is closed after them), the postings (merged
+    by term) and the status and tag bitmaps."""
+    rep, clock, progress = run.rep, run.clock, run.progress
+    vectors = vectors_en = None
+    if w.index is not None:
+        with clock("hnsw"):
+            vectors = (w.index.save(run.scratch, progress), w.index.rows)
+        rep.vectors = w.index.count
+    if w.index_en is not None:
+        with clock("hnsw"):
+            vectors_en = (w.index_en.save(run.scratch, _renamed(progress, "graph (English leg)")), w.index_en.rows)
+    threads = 1 if models.loaded else (run.jobs or shards.default_jobs())  # text compression
+    with clock("text"):
+        zdict, blocks = w.text.finish(threads=threads)
+        sources = pack_sources(store, zdict, run.scratch(), threads=threads)
+    store.close()
+    with clock("postings"):
+        chunk_doc = w.columns.chunk_doc()
+        post = w.postings.finish(chunk_doc, rep.documents, models.doc_langs)
+        single = rep.chunks == rep.documents and bool(np.array_equal(chunk_doc, np.arange(rep.chunks)))
+        del chunk_doc
+    w.postings = None
+    rep.terms = len(post.terms)
+    with clock("tags"):
+        filters = w.columns.filters()
+    rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(run.config.statuses)})" for s in w.columns.unknown)
+    return Parts(w.columns, post, single, filters, (zdict, blocks, sources), vectors, vectors_en, run.config.search)
+
+
+def describe(run: Run, parts: Parts, models: Models, corpus: Corpus) -> tuple[R.Meta, R.Manifest]:
+    """The records stage: meta (what the runtime reads at open) and the manifest (how the
+    artifact was built), from the finished parts."""
+    config, rep, post = run.config, run.rep, parts.post
+    statuses, _, tag_names, _ = parts.filters
+    embed_card = _card(models.model_files)
+    rerank_card = _card(models.rerank_files)
+    card_en = _card(models.files_en)
+    # 5: an English leg; 4: BM25 statistics per language; else the format 3 bytes as before
+    version = FORMAT_VERSION if card_en is not None else 4 if post.doc_n is not None else 3
+    meta = R.Meta(
+        kb_version=KB_VERSION,
+        format_version=version,
+        counts=R.Counts(rep.documents, rep.chunks, len(post.terms), rep.vectors),
+        analyzer=models.analyzer.params() | {"documents": rep.languages},
+        bm25=config.bm25.params() | {"avg_length": float(post.lengths.mean()) if rep.chunks else 0.0, "one_chunk_per_document": parts.single} | ({"languages": post.language_stats} if post.language_stats else {}),
+        embedder=embed_card,
+        reranker=rerank_card,
+        vectors={"metric": "cos", **{k: v for k, v in vars(config.vectors).items() if k != "threads"}} if models.model_files is not None else None,
+        tag_names=tuple(tag_names),
+        tag_descriptions={t: config.tags.get(t, "") for t in tag_names},
+        statuses=tuple(statuses),
+        excluded_statuses=tuple(config.excluded_statuses),
+        search=parts.search,
+        text_block=L.TEXT_BLOCK,
+        source="jsonl" if run.jsonl and not run.roots else "files",
+        path_contexts=config.contexts,
+        embedder_en=card_en,
+    )
+    manifest = R.Manifest(
+        root=corpus.root,
+        kb_version=KB_VERSION,
+        config=config.to_dict(),
+        config_file=config.source,
+        sources=tuple(R.Source(s.path, s.size, s.mtime_ns, s.sha256) for s in sorted(corpus.sources, key=lambda s: s.path)),
+        jsonl=tuple(Path(j).name for j in run.jsonl),
+        skipped=tuple((s.path, s.reason) for s in corpus.skipped),
+        excluded=corpus.excluded,
+        include=tuple(run.include),
+        exclude=tuple(run.exclude),
+        models={"embedder": embed_card, "reranker": rerank_card} | ({"embedder_en": card_en} if card_en is not None else {}),
+        analyzer=models.analyzer.params() | {"documents": rep.languages},
+        file_types=tuple(sorted(SOURCE_EXTENSIONS)),
+    )
+    return meta, manifest
+
+
+def artifact_sections(run: Run, parts: Parts, models: Models, meta: R.Meta, manifest: R.Manifest) -> list[SectionData]:
+    """Every section of the artifact, in the order written: the records, the lexical index, the
+    filters and texts (``assemble``), then the vectors, their models and the query encoders'
+    sections (checked against the models: ``query_model_section``), and the reranker."""
+    sections = assemble(meta, manifest, parts)
+    for built, files, names in ((parts.vectors, models.model_files, (L.VECTORS, L.VECTOR_ROWS, L.MODEL_EMBED)), (parts.vectors_en, models.files_en, (L.VECTORS_EN, L.VECTOR_ROWS_EN, L.MODEL_EMBED_EN))):
+        if built is not None:
+            (image, rows), (vectors_name, rows_name, model_name) = built, names
+            sections += [SectionData(vectors_name, (image,)), *([SectionData(rows_name, rows)] if rows is not None else []), SectionData(model_name, R.pack_model_files(files))]
+    if parts.vectors is not None:
+        with run.clock("query-model"):  # a --vectors build's model is loaded only for the self-check
+            embedder = models.embedder  # None for a --vectors build: the self-check loads the packed model
+            reference = embedder if embedder is not None else PackedEmbedder(models.model_files)
+            legs = [(reference, L.MODEL_EMBED, L.MODEL_QUERY)] + ([(models.embedder_en, L.MODEL_EMBED_EN, L.MODEL_QUERY_EN)] if parts.vectors_en is not None else [])
+            for model_of, embed_name, query_name in legs:
+                query, why = query_model_section(model_of, next(s.data for s in sections if s.name == embed_name), embedder is not None)
+                if query is not None:
+                    sections.append(SectionData(query_name, query))
+                elif why:
+                    run.rep.warnings.append(why)
+    if models.rerank_files is not None:
+        sections.append(SectionData(L.MODEL_RERANK, R.pack_model_files(models.rerank_files)))
+    return sections
 
 
 def _given_vectors(path: Path, roots, jsonl, config: BuildConfig, embedder) -> tuple[GivenVectors, dict[str, bytes]]:
@@ -720,8 +843,12 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
     return out, result.truncated, result.nodes
 
 
-def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: SpilledPostings, status_bitmaps, tag_bitmaps, zdict, blocks, sources, vectors_data, model_files, rows: bytes | None = None) -> list[SectionData]:
-    sections = [
+def assemble(meta: R.Meta, manifest: R.Manifest, parts: Parts) -> list[SectionData]:
+    """The sections every artifact has: meta, the manifest, the chunk table, the lexical index,
+    the filters, the texts and the documents' sources."""
+    columns, post, (zdict, blocks, sources) = parts.columns, parts.post, parts.text
+    _, status_bitmaps, _, tag_bitmaps = parts.filters
+    return [
         SectionData(L.META, R.pack_meta(meta)),
         R.manifest_section(manifest),
         SectionData(L.CHUNKS, columns.table()),
@@ -745,9 +872,3 @@ def assemble(meta: R.Meta, manifest: R.Manifest, columns: ChunkColumns, post: Sp
         SectionData(L.TEXT_BLOCKS, blocks),
         SectionData(L.DOC_SOURCES, sources),
     ]
-    if vectors_data is not None:
-        sections.append(SectionData(L.VECTORS, (vectors_data,)))
-        if rows is not None:
-            sections.append(SectionData(L.VECTOR_ROWS, rows))
-        sections.append(SectionData(L.MODEL_EMBED, R.pack_model_files(model_files)))
-    return sections

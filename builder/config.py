@@ -109,7 +109,7 @@ class BuildConfig:
     source: str | None = None  # the kb.toml read, if any
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = asdict(self) | {"bm25": self.bm25.params()}  # BM25Params is a NamedTuple, which asdict keeps as one
         d["statuses"] = list(self.statuses)
         d["excluded_statuses"] = list(self.excluded_statuses)
         d.pop("source")

@@ -18,11 +18,11 @@ off unless asked for.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import UsageError
-from .settings import check, setting, settings_of
+from .settings import check, setting, settings_of, settings_tuple
 
 MODES = ("hybrid", "bm25", "vector")  # a search's mode: which legs run (not a [search] setting)
 GROUPS = ("chunk", "doc")  # a search's grouping: one result per chunk, or the best chunk per document
@@ -39,8 +39,8 @@ BLENDS = ("position", "sigmoid")
 MAX_QUERY_CHARS = 8192  # a query or rewrite longer than this is refused (the models truncate far earlier)
 
 
-@dataclass(frozen=True)
-class SearchOptions:
+@settings_tuple  # a NamedTuple: a one-shot kb creates it at import (common/settings.py)
+class SearchOptions(NamedTuple):
     default_limit: int = setting(10, "Results a search returns when it gives no -n/--top-k (top_k).", minimum=1, maximum=MAX_TOP_K, flag="")
     semantic_weight: float | None = setting(None, "Share of the dense legs in the fusion; the BM25 legs get the rest: 1.0 = meaning only, 0.0 = exact words only. Unset (the default; multilingual-e5-small: 0.5): each query's own, by its length in distinct content terms: 0.8 up to 4, falling to 0.45 at 20 or more.", minimum=0.0, maximum=1.0)
     rrf_k: float = setting(10.0, "RRF rank offset k in weight / (k + rank): smaller lets each leg's top ranks dominate, larger rewards chunks found by many legs.", minimum=0.0, maximum=10000.0)
@@ -57,8 +57,17 @@ class SearchOptions:
     low_confidence_floor: float | None = setting(None, "Overrides the top-result confidence under which the low-confidence notice is given (default: each backend's floor, fitted by bench/calibrate.py into runtime/confidence_model.py).", minimum=0.0, maximum=1.0)
     # Not a setting: the keys the request itself set (resolve's overrides). A search routed to
     # another dense leg than the main one takes that leg's model defaults for every other key
-    # (Searcher.options_for).
-    given: frozenset = dataclasses.field(default=frozenset(), compare=False, repr=False)
+    # (Searcher.options_for). Not compared: options are equal when their knobs are.
+    given: frozenset = frozenset()
+
+    def __eq__(self, other):
+        return isinstance(other, SearchOptions) and self[:-1] == other[:-1]
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self[:-1])
 
 
 SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
@@ -166,4 +175,4 @@ def resolve(stored: dict | None, overrides: dict | None = None) -> SearchOptions
         except ValueError as e:
             raise UsageError(f"{key} {e}") from None
     given = frozenset(k for k, v in (overrides or {}).items() if v is not None)
-    return dataclasses.replace(SearchOptions(), **values, given=given)
+    return SearchOptions(**values, given=given)

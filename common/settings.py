@@ -1,8 +1,10 @@
-"""Typed settings: each one declared once, as a dataclass field that carries its doc and bounds.
+"""Typed settings: each one declared once, as a field that carries its doc and bounds.
 
-    @dataclass(frozen=True)
-    class BM25Params:
+    @settings_tuple
+    class BM25Params(NamedTuple):
         k1: float = setting(1.2, "Term-frequency saturation.", minimum=0.0, maximum=10.0)
+
+(a NamedTuple for a record that a one-shot ``kb`` creates at import, a frozen dataclass elsewhere).
 
 Everything else is derived from that field: kb.toml validation (``from_table``), the click
 options, the HTTP/MCP request fields and their JSON Schema, and the README's tables. A value is
@@ -14,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import ConfigError
 
@@ -23,14 +25,27 @@ _JSON_TYPES = {type(None): "null", bool: "boolean", int: "integer", float: "numb
 
 
 def setting(default, doc: str, **spec):
-    """A dataclass field declaring one setting (see the module doc); ``spec``: Setting's fields
-    after ``doc``."""
+    """A field declaring one setting (see the module doc): of a dataclass, or of a NamedTuple that
+    ``settings_tuple`` finishes; ``spec``: Setting's fields after ``doc``."""
     return dataclasses.field(default=default, metadata={"kb": {"doc": doc, **spec}})
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One declared setting, read off its dataclass field."""
+def settings_tuple(cls):
+    """A NamedTuple class whose defaults are ``setting``s, finished: the settings' values become
+    its defaults, and ``settings_of`` reads the declarations (kept in ``_declared``)."""
+    declared = {k: f for k, f in cls._field_defaults.items() if isinstance(f, dataclasses.Field)}
+    for name, f in declared.items():
+        f.name = name
+    cls._declared = tuple(declared.values())
+    cls._field_defaults = {k: declared[k].default if k in declared else v for k, v in cls._field_defaults.items()}
+    cls.__new__.__defaults__ = tuple(cls._field_defaults.values())
+    return cls
+
+
+# NamedTuples, not frozen dataclasses: a one-shot kb creates these records at import, and a frozen
+# dataclass costs ~0.7 ms to create, a NamedTuple ~0.15 (bench/startup_records.py).
+class Setting(NamedTuple):
+    """One declared setting, read off its field."""
 
     name: str
     kind: type  # int, float, bool, str or tuple (of strings)
@@ -70,10 +85,10 @@ class Setting:
 
 
 def settings_of(cls) -> tuple[Setting, ...]:
-    """The settings a dataclass declares, in declaration order."""
+    """The settings a dataclass or a ``settings_tuple`` declares, in declaration order."""
     hints = typing.get_type_hints(cls)
     out = []
-    for f in dataclasses.fields(cls):
+    for f in getattr(cls, "_declared", None) or dataclasses.fields(cls):
         spec = f.metadata.get("kb")
         if spec is None:
             continue

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 from kb.common.errors import UnsupportedVersion
 
@@ -99,16 +99,17 @@ def stemmer_library() -> str:
     return f"PyStemmer {version('PyStemmer')}"
 
 
-@dataclass(frozen=True)
-class Analyzer:
-    """``languages``: the codes (``LANGUAGES``) whose stemmers and stopwords apply, sorted;
-    ``stopwords``: (code, sorted words) per language with a list. Version 1 ignores both."""
-
+class _AnalyzerFields(NamedTuple):  # not a frozen dataclass: ~0.7 ms of a one-shot kb's start to create (bench/startup_records.py)
     languages: tuple[str, ...] = ()
     stopwords: tuple[tuple[str, tuple[str, ...]], ...] = ()
     cjk_bigrams: bool = True
     max_term_chars: int = 64
     version: int = ANALYZER_VERSION
+
+
+class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for its cached stemmers and sets
+    """``languages``: the codes (``LANGUAGES``) whose stemmers and stopwords apply, sorted;
+    ``stopwords``: (code, sorted words) per language with a list. Version 1 ignores both."""
 
     @classmethod
     def for_languages(cls, languages) -> "Analyzer":
@@ -164,7 +165,7 @@ class Analyzer:
 
     def _with_stemmers(self, stemmers: dict) -> "Analyzer":
         """Remember the stored stemmer names (an artifact says which algorithm each language used)."""
-        object.__setattr__(self, "_stemmer_names", {lang: stemmers.get(lang) for lang in self.languages})
+        self._stemmer_names = {lang: stemmers.get(lang) for lang in self.languages}
         return self
 
     # --- words: the tokenizer, the same in every version ---------------------------------------

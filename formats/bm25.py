@@ -39,17 +39,17 @@ moves a term's contribution by at most idf/510 (nDCG@10 on the dev sets: bench/n
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from kb.common.settings import setting
+from kb.common.settings import setting, settings_tuple
 
 from .layout import IMPACT_DTYPE
 
 
-@dataclass(frozen=True)
-class BM25Params:
+@settings_tuple  # a NamedTuple: a one-shot kb creates it at import (common/settings.py)
+class BM25Params(NamedTuple):
     """kb.toml [bm25]; stored in the artifact's meta."""
 
     k1: float = setting(1.2, "Term-frequency saturation: 0 = presence only, larger = repeated terms keep counting longer.", minimum=0.0, maximum=10.0)
@@ -59,7 +59,7 @@ class BM25Params:
     document_weight: float = setting(0.25, "A chunk's score adds this times its whole document's BM25: 0 = the chunk alone, larger = documents that match as a whole rank their chunks higher.", minimum=0.0, maximum=10.0)
 
     def params(self) -> dict:
-        return asdict(self)
+        return self._asdict()
 
 
 def idf(df, n_docs: int):

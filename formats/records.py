@@ -1,4 +1,4 @@
-"""What is inside the sections that hold records: one frozen type and one pack/unpack pair each.
+"""What is inside the sections that hold records: one immutable type and one pack/unpack pair each.
 
     meta          Meta (msgpack map)                       pack_meta / unpack_meta
     manifest      Manifest (zstd msgpack map)              manifest_section / unpack_manifest
@@ -9,12 +9,14 @@
 The builder writes these sections only through the pack side and the runtime reads them only
 through the unpack side; nothing else knows a record's layout. SPEC.md describes every field.
 Unpacking validates types before anything is trusted: a malformed record is CorruptArtifact.
+The types are NamedTuples, not frozen dataclasses: every one-shot kb creates them at import, and a
+frozen dataclass costs ~0.7 ms to create, a NamedTuple ~0.15 (bench/startup_records.py).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 import msgpack
 
@@ -66,8 +68,7 @@ def _strs(v, what: str) -> tuple[str, ...]:
 
 
 # --- kb_model.json -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ModelCard:
+class ModelCard(NamedTuple):
     """kb_model.json: what a packed model is and how to run it (SPEC.md, "Model cards").
     Absent fields are None; fields this kb does not know are kept in ``extra``."""
 
@@ -81,11 +82,11 @@ class ModelCard:
     quantization: str | None = None  # weights as stored: int8, float32, ...
     num_labels: int | None = None  # cross-encoders: 1 (a relevance logit) or 2 (not relevant, relevant)
     source_sha256: str | None = None  # sha256 of the weights it was converted from
-    extra: dict = field(default_factory=dict)
+    extra: dict = {}  # never changed: from_dict gives each card its own
 
     def to_dict(self) -> dict:
         """The card as a map with sorted keys, absent fields left out (as stored in meta)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra" and getattr(self, f.name) is not None}
+        d = {k: v for k, v in self._asdict().items() if k != "extra" and v is not None}
         d.update(self.extra)
         return {k: d[k] for k in sorted(d)}
 
@@ -94,7 +95,7 @@ class ModelCard:
         """A card from its map; ModelError (one line) when it is not a valid card."""
         if not isinstance(d, dict):
             raise ModelError("kb_model.json is not an object")
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = set(cls._fields) - {"extra"}
         try:
             card = cls(**{k: v for k, v in d.items() if k in known}, extra={k: v for k, v in d.items() if k not in known})
         except TypeError:
@@ -161,16 +162,14 @@ def unpack_model_files(buf, what: str) -> dict[str, bytes]:
 
 
 # --- meta ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Counts:
+class Counts(NamedTuple):
     documents: int
     chunks: int
     terms: int
     vectors: int
 
 
-@dataclass(frozen=True)
-class Meta:
+class Meta(NamedTuple):
     """The ``meta`` section: read at open, small. SPEC.md, "meta"."""
 
     kb_version: str
@@ -188,8 +187,8 @@ class Meta:
     search: dict  # kb.toml [search] as given (validated by kb-build)
     text_block: int  # chunks per text block
     source: str  # "files" or "jsonl"
-    path_contexts: dict = field(default_factory=dict)  # path prefix -> one-line context from kb.toml [contexts]; written only when not empty
-    embedder_en: dict | None = None  # format 5: the English leg's card (SPEC.md "The English leg"); written only when there is one
+    path_contexts: dict  # path prefix -> one-line context from kb.toml [contexts]; written only when not empty
+    embedder_en: dict | None  # format 5: the English leg's card (SPEC.md "The English leg"); written only when there is one
 
     def contexts_of(self, path: str) -> tuple[tuple[str, str], ...]:
         """(prefix, description) of every path context ``path`` is under, most specific (longest) first."""
@@ -304,16 +303,14 @@ LEGACY_FILE_TYPES = (".json", ".markdown", ".md", ".toml", ".txt", ".yaml", ".ym
 CONFIG_NAME = "kb.toml"  # a corpus's config file: never a source, wherever it is in the corpus
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     path: str  # relative to the corpus root, "/"-separated
     size: int
     mtime_ns: int
     sha256: str
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     """The ``manifest`` section: how the artifact was built (SPEC.md, "manifest")."""
 
     root: str  # absolute corpus root
@@ -382,8 +379,7 @@ def unpack_manifest(buf) -> Manifest:
 
 
 # --- text blocks ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ChunkRecord:
+class ChunkRecord(NamedTuple):
     """A chunk's text and what a result shows with it, as stored in a text block."""
 
     text: str

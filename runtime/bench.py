@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -172,7 +172,7 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
     out["negatives"] = len(negatives)
     for name in names:
         mode, rerank = BACKENDS[name]
-        opts = replace(options or searcher.defaults, rerank=rerank)
+        opts = (options or searcher.defaults)._replace(rerank=rerank)
         per_kind: dict[str, list[dict]] = {}
         rows, lat, deep = [], [], []
         fired = {"negative": 0, "positive": 0}

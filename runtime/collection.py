@@ -419,15 +419,13 @@ def query_ceiling(coll: Collection, text: str) -> tuple[float, float]:
 
 
 def bm25_leg(coll: Collection, name: str, text: str, weight: float, depth: int, allowed: np.ndarray) -> Leg:
-    from dataclasses import replace
-
     ids, scores = bm25_scores(coll, text)
     if len(ids):
         keep = allowed[ids]
         ids, scores = ids[keep], scores[keep]
     ids, scores = top_k(ids, scores, depth)
     ceiling, known = query_ceiling(coll, text)
-    return replace(leg_from_ranking(name, "bm25", weight, ids, scores), ceiling=ceiling, known=known, terms=len(set(query_terms(coll.members[0], text))))
+    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, terms=len(set(query_terms(coll.members[0], text))))
 
 
 def match_count(coll: Collection, text: str) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import replace
 
 import numpy as np
 
@@ -93,7 +92,7 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model
     if to_minilm is not None and cosines is not None:
         cosines = [to_minilm(c) for c in cosines]
     if to_minilm is not None and dense is not None:
-        dense = replace(dense, hits=tuple(replace(h, score=to_minilm(h.score)) for h in dense.hits[: SPREAD_RANK]))
+        dense = dense._replace(hits=tuple(h._replace(score=to_minilm(h.score)) for h in dense.hits[: SPREAD_RANK]))
     top_cos = dense.hits[0].score if dense and dense.hits else 0.0
     gap = dense.hits[0].score - dense.hits[1].score if dense and len(dense.hits) > 1 else 0.0
     ceiling = bm25.ceiling if bm25 and bm25.ceiling else 0.0

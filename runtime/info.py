@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from kb.common.usage import printable
 from kb.formats.artifact import CODECS
 
@@ -16,7 +14,7 @@ def describe(ix) -> dict:
         "bytes": ix.artifact.size,
         "format_version": ix.artifact.version,
         "kb_version": m.kb_version,
-        "counts": asdict(m.counts),
+        "counts": m.counts._asdict(),
         "sections": [
             {"name": s.name, "offset": s.offset, "bytes": s.length, "raw_bytes": s.raw_length, "codec": CODECS[s.codec], "crc32": f"{s.crc32:08x}"}
             for s in ix.artifact.sections.values()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 from kb.common.usage import printable
 
@@ -14,19 +13,22 @@ from .results import SCHEMA_VERSION
 def _present(record) -> dict:
     """A record as a dict in field order, without the fields it does not have (None)."""
     scalars = _SCALARS
-    return {name: v if type(v) in scalars else _plain(v) for name, v in vars(record).items() if v is not None}  # a dataclass's __init__ sets its fields in order
+    return {name: v if type(v) in scalars else _plain(v) for name, v in record._asdict().items() if v is not None}
 
 
 _SCALARS = frozenset((str, int, float, bool))
 
 
 def _plain(v):
+    """``v`` as JSON holds it: a record (a NamedTuple) as a dict of all its fields, None included."""
     if type(v) in _SCALARS:
         return v
+    if hasattr(v, "_asdict"):
+        return {name: _plain(x) for name, x in v._asdict().items()}
     if isinstance(v, tuple):
         return [x if type(x) in _SCALARS else _plain(x) for x in v]
-    if hasattr(v, "__dataclass_fields__"):
-        return asdict(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     return v
 
 
@@ -57,7 +59,7 @@ def response_dict(resp: Response, artifact: dict) -> dict:
         "filters": {"statuses": list(q.statuses), "all_statuses": q.all_statuses, "tags": list(q.tags), "path": q.path},
         "group": q.group,
         "reranked": resp.reranked,
-        "rerank": None if resp.rerank is None else asdict(resp.rerank),
+        "rerank": None if resp.rerank is None else resp.rerank._asdict(),
         "artifact": artifact,
         "results": [result_dict(r) for r in resp.results],
         "tag_contexts": resp.tag_contexts,

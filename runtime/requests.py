@@ -47,7 +47,7 @@ HTTP_STATUS = {
 # --- the field tables: the search's (Query and the knobs) and the get's (GetRequest) -----------
 def _knob(s) -> Setting:
     """The request field of a search option: its doc says the default is the artifact's."""
-    return replace(s, doc=f"{s.doc} Default: the artifact's [search] {s.name}, else {s.default_text()}.", default=None)
+    return s._replace(doc=f"{s.doc} Default: the artifact's [search] {s.name}, else {s.default_text()}.", default=None)
 
 
 # The search options a request may override: every knob but default_limit (top_k says how many).

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from typing import Callable, Sequence
 
 from .results import Candidate, RerankInfo, RerankScore
@@ -86,7 +85,7 @@ def blend(candidates: Sequence[Candidate], logits: Sequence[float], how: str, re
     fused = [c.fused.score for c in candidates]
     blended = blend_position_aware(fused, probs) if how == "position" else blend_sigmoid(fused, probs, rerank_weight)
     head = [
-        replace(c, score=final, score_kind="rerank", rerank=RerankScore(float(lg), pr, w, 1.0 - w))
+        c._replace(score=final, score_kind="rerank", rerank=RerankScore(float(lg), pr, w, 1.0 - w))
         for c, lg, pr, (final, w) in zip(candidates, logits, probs, blended)
     ]
     return sorted(head, key=lambda c: (-c.score, c.chunk))

@@ -1,4 +1,4 @@
-"""What a search produces, as frozen records: candidates between the stages, then results.
+"""What a search produces, as immutable records: candidates between the stages, then results.
 
 After fusion each candidate is a ``Candidate``; the rerank stage returns new candidates, never
 changes old ones. ``Response`` holds the final ``Result``s and ``Notice``s; runtime/output.py is
@@ -7,23 +7,23 @@ the one place they become JSON or text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .fusion import Fused
 
 SCHEMA_VERSION = 2  # of the JSON a search returns (runtime/output.py); 2: each result names its artifact, and the top-level artifact is a list for a set
 
 
-@dataclass(frozen=True)
-class RerankScore:
+# NamedTuples, not frozen dataclasses: every one-shot kb creates these classes at import, and a
+# frozen dataclass costs ~0.7 ms to create, a NamedTuple ~0.15 (bench/startup_records.py).
+class RerankScore(NamedTuple):
     logit: float
     probability: float
     retrieval_weight: float  # share of the (min-max normalised) fused score in the final score
     rerank_weight: float
 
 
-@dataclass(frozen=True)
-class RerankInfo:
+class RerankInfo(NamedTuple):
     model: str
     candidates: int  # how many fused candidates were to be rescored
     scored: int
@@ -31,8 +31,7 @@ class RerankInfo:
     budget_ms: float | None
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     chunk: int
     score: float
     score_kind: str  # rrf | rerank | bm25 | cosine
@@ -43,16 +42,14 @@ class Candidate:
     features: tuple | None = None  # what the confidence was computed from (runtime/confidence.py FEATURES)
 
 
-@dataclass(frozen=True)
-class Notice:
+class Notice(NamedTuple):
     kind: str  # low_confidence | no_vectors | dense_skipped | no_reranker | no_tag_match | stale_index
     message: str
     reason: str | None = None
     files: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
-class Explain:
+class Explain(NamedTuple):
     legs: dict  # leg name -> {"rank", "raw_score", "rrf"}
     bonus: float
     rrf: float
@@ -60,16 +57,14 @@ class Explain:
     confidence_features: dict | None = None
 
 
-@dataclass(frozen=True)
-class PathContext:
+class PathContext(NamedTuple):
     """A kb.toml [contexts] entry a result's path is under."""
 
     prefix: str
     description: str
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     rank: int
     score: float
     score_kind: str
@@ -90,29 +85,22 @@ class Result:
     explain: Explain | None = None
 
 
-@dataclass(frozen=True)
-class Response:
+class Response(NamedTuple):
     query: object  # the Query answered (runtime/search.py)
     results: tuple[Result, ...]
     notices: tuple[Notice, ...]
     tag_contexts: dict
     reranked: bool
-    timings_ms: dict = field(default_factory=dict)
+    timings_ms: dict
     rerank: RerankInfo | None = None
     parsed: object = None  # the query's syntax, parsed (runtime/query_syntax.py ParsedQuery)
 
     def with_min_confidence(self, floor: float | None) -> Response:
         """Only the results whose confidence is at least ``floor`` (ranks kept as they were)."""
-        from dataclasses import replace
-
-        return self if floor is None else replace(self, results=tuple(r for r in self.results if r.confidence >= floor))
+        return self if floor is None else self._replace(results=tuple(r for r in self.results if r.confidence >= floor))
 
     def with_notice(self, notice: Notice | None) -> Response:
-        from dataclasses import replace
-
-        return self if notice is None else replace(self, notices=self.notices + (notice,))
+        return self if notice is None else self._replace(notices=self.notices + (notice,))
 
     def with_notices(self, notices) -> Response:
-        from dataclasses import replace
-
-        return replace(self, notices=self.notices + tuple(notices)) if notices else self
+        return self._replace(notices=self.notices + tuple(notices)) if notices else self

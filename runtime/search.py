@@ -162,7 +162,7 @@ class Searcher:
         routed = resolve(stored_search(self.ix.meta, space.name))
         keys = set(MODEL_DEFAULTS.get(self.main.name, {})) | set(MODEL_DEFAULTS.get(space.name, {}))
         keep = o.given | set(self.ix.meta.search or {})
-        return replace(o, **{k: getattr(routed, k) for k in keys - keep})
+        return o._replace(**{k: getattr(routed, k) for k in keys - keep})
 
     def reranker(self):
         """The cross-encoder: given to the Searcher, else the artifact's, else None."""
@@ -212,11 +212,11 @@ class Searcher:
         allowed = ops.allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
         if parsed is not None and (parsed.filters or parsed.path):
             scoped = ops.syntax_mask(self.ix, parsed, allowed)
-            if not scoped.any() and allowed.any() and (parsed.phrases or parsed.title or parsed.section) and not ops.syntax_mask(self.ix, replace(parsed, excluded=()), allowed).any():
+            if not scoped.any() and allowed.any() and (parsed.phrases or parsed.title or parsed.section) and not ops.syntax_mask(self.ix, parsed._replace(excluded=()), allowed).any():
                 # no chunk in scope holds the phrases (or title:/section: words) as written (not
                 # merely excluded): say so, and search the words with the exclusions and path:
                 # only, rather than return nothing
-                scoped = ops.syntax_mask(self.ix, replace(parsed, phrases=(), title=(), section=()), allowed)
+                scoped = ops.syntax_mask(self.ix, parsed._replace(phrases=(), title=(), section=()), allowed)
                 notices.append(Notice("phrase_not_found", f"no chunk contains {_quoted_requirements(parsed)} as written; these results hold the words in any order"))
             allowed = scoped
         timings["filter"] = _ms(t0)
@@ -577,7 +577,7 @@ def _group_by_doc(ix, candidates: list[Candidate]) -> list[Candidate]:
             extra[d] += 1
         else:
             first[d], extra[d] = i, 0
-    return [replace(candidates[i], also_matched=extra[d]) for d, i in first.items()]
+    return [candidates[i]._replace(also_matched=extra[d]) for d, i in first.items()]
 
 
 def low_confidence(candidates: list[Candidate], o: SearchOptions, backend: str, what: str = "top result") -> list[Notice]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from kb.common.errors import UsageError
 from kb.common.options import DEFAULT_DOC_CHUNKS, MAX_GLOB_MATCHES, resolve, stored_search
@@ -266,7 +266,7 @@ class Service:
         out = []
         for ix in members_of(self.ix):
             m = ix.meta
-            out.append({**status_report(ix.manifest()), "counts": asdict(m.counts), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": {"id": ix.artifact.id, "path": str(ix.path)}})
+            out.append({**status_report(ix.manifest()), "counts": m.counts._asdict(), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": {"id": ix.artifact.id, "path": str(ix.path)}})
         return {"fresh": all(s["fresh"] for s in out), "artifacts": out} if hasattr(self.ix, "members") else out[0]
 
     def health(self) -> dict:
@@ -275,7 +275,7 @@ class Service:
 
 # --- get: a chunk with its neighbours, or a whole document -----------------------------------
 def _chunk_dict(ix, cid: int) -> dict:
-    d = asdict(ix.chunk(cid))
+    d = ix.chunk(cid)._asdict()
     d["lines"], d["tags"] = list(d["lines"]), list(d["tags"])
     return d
 

@@ -105,12 +105,10 @@ def stale_notice(manifest, limit: int = 5) -> Notice | None:
 
 def stale_notices(ix) -> list[Notice]:
     """``stale_notice`` of each artifact behind ``ix`` (a set: each member's, naming it)."""
-    from dataclasses import replace
-
     members = getattr(ix, "members", None) or [ix]
     out = []
     for m in members:
         n = stale_notice(m.manifest())
         if n is not None:
-            out.append(replace(n, message=f"{m.path}: {n.message}") if len(members) > 1 else n)
+            out.append(n._replace(message=f"{m.path}: {n.message}") if len(members) > 1 else n)
     return out

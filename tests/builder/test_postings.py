@@ -57,7 +57,7 @@ def test_postings_equal_a_per_chunk_reference_sharded_or_not(spec, analysis, sec
     documents = [Document(f"d{i}", f"d{i}", "text", title, "", description=desc) for i, (title, desc, _) in enumerate(spec)]
     langs = None if how is None else [("en", "de")[i % 2] if how == "mixed" else how for i in range(len(documents))]
     rows = [B.ChunkRow(i, Chunk(sec, body, 1, 1)) for i, (_, _, chunks) in enumerate(spec) for sec, body in chunks]
-    cfg = replace(BuildConfig(), bm25=replace(BM25Params(), section_weight=section_weight))
+    cfg = replace(BuildConfig(), bm25=BM25Params(section_weight=section_weight))
     want_tf, want_len, want_df = reference(documents, rows, analyzer, cfg.bm25, langs)
     chunk_doc = np.array([r.doc for r in rows])
 
@@ -145,7 +145,7 @@ def test_postings_spilled_in_blocks_are_the_bytes_of_the_in_memory_path(spec, an
     documents = [Document(f"d{i}", f"d{i}", "text", title, "", description=desc) for i, (title, desc, _) in enumerate(spec)]
     langs = None if how is None else [("en", "de")[i % 2] for i in range(len(documents))]
     rows = [B.ChunkRow(i, Chunk(sec, body, 1, 1)) for i, (_, _, chunks) in enumerate(spec) for sec, body in chunks]
-    cfg = replace(BuildConfig(), bm25=replace(BM25Params(), section_weight=section_weight))
+    cfg = replace(BuildConfig(), bm25=BM25Params(section_weight=section_weight))
     chunk_doc = np.array([r.doc for r in rows], dtype=np.int64)
     want = B.build_postings(B.analyze(documents, rows, analyzer, langs), cfg, chunk_doc, len(documents))
     bounds = sorted({0, len(rows), *(int(np.searchsorted(chunk_doc, c)) for c in cuts)})  # windows of whole documents

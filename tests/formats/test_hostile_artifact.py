@@ -53,9 +53,7 @@ def test_nonzero_header_flags_are_refused(tmp_path, tiny_artifact):
 
 def test_a_renamed_vector_section_with_forged_checksums_is_corrupt(tmp_path, tiny_artifact):
     p = copy_of(tmp_path, tiny_artifact)
-    from dataclasses import replace
-
-    rewrite(p, [replace(s, name="vectors.hnsx") if s.name == L.VECTORS else s for s in sections_of(p)])
+    rewrite(p, [s._replace(name="vectors.hnsx") if s.name == L.VECTORS else s for s in sections_of(p)])
     r = kb_run("info", "-i", p, "--verify")
     assert r.exit_code == 3
     assert r.stderr == f"kb: error: {p}: corrupt artifact: meta: meta counts 10 vectors but there is no 'vectors.hnsw' section\n"

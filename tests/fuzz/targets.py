@@ -365,12 +365,12 @@ def mutate_artifact(rng: random.Random, seeds: list[bytes]) -> bytes:
         if op == 0:
             name = rng.choice([s.name for s in sections] + ["vectors.hnsx", "x", "meta2", "model.rerank"])
             if name not in {s.name for s in sections}:
-                sections[i] = replace(sections[i], name=name)
+                sections[i] = sections[i]._replace(name=name)
         elif op == 1:
             del sections[i]
         elif op == 2:
             j = rng.randrange(len(sections))
-            sections[i] = replace(sections[j], name=sections[i].name)
+            sections[i] = sections[j]._replace(name=sections[i].name)
         else:
             rng.shuffle(sections)
         return b"".join(A.serialize(sections, version)) if sections else seed[:64]

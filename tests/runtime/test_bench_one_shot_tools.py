@@ -2,7 +2,7 @@
 2026-12-02-scale-million.md and 2026-12-05-one-shot-ratios.md): bench/walk_pages.py walks an artifact's graph and counts the
 pages it read, and its other order of the slots is a permutation within each block;
 bench/bm25_one_shot.py times the BM25 leg both ways in fresh processes and finds them alike;
-bench/startup_records.py counts the dataclasses a command's imports create."""
+bench/startup_records.py counts the records (dataclasses and NamedTuples) a command's imports create."""
 
 import importlib.util
 import json
@@ -57,11 +57,11 @@ def test_bm25_one_shot_times_both_picks_and_finds_them_alike(tmp_path, capsys):
     assert set(r) == {"compiled", "numpy"} and all(v["runs"] == 2 and v["median_ms"] >= 0 for v in r.values())
 
 
-def test_startup_records_counts_the_dataclasses_a_fresh_process_creates(tmp_path):
+def test_startup_records_counts_the_records_a_fresh_process_creates(tmp_path):
     art = tmp_path / "tiny.kb"
     build_hash(TINY, art)
     out = subprocess.run([sys.executable, str(BENCH / "startup_records.py"), "search", "backups", "-i", str(art), "--mode", "bm25", "--json"],
                          capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
     ms, what = out[-1].split(maxsplit=1)
     assert what.startswith("total, ") and int(what.split()[1]) == len(out) - 1 >= 10 and float(ms) > 0
-    assert any(line.endswith("kb.runtime.results.Result") for line in out)
+    assert any(line.endswith("kb.runtime.results.Result  NamedTuple") for line in out)

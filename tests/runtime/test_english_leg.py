@@ -104,7 +104,7 @@ def test_a_routed_search_takes_its_models_defaults_unless_the_request_or_the_art
         assert s.options_for(o, ix.english).semantic_weight is None  # MiniLM's stand-in keeps kb's default: by query length
         asked = options.resolve(options.stored_search(ix.meta), {"semantic_weight": 0.5})
         assert s.options_for(asked, ix.english).semantic_weight == 0.5
-        ix.meta = replace(ix.meta, search={"semantic_weight": 0.4})  # as kb.toml [search] would have stored it
+        ix.meta = ix.meta._replace(search={"semantic_weight": 0.4})  # as kb.toml [search] would have stored it
         s = Searcher(ix)
         assert s.options_for(s.defaults, ix.english).semantic_weight == 0.4
 

@@ -86,8 +86,6 @@ def test_format_3_impacts_score_as_format_2_computes_from_tf_within_one_rounding
 
 def _with_analyzer(src, dst, change):
     """A copy of artifact ``src`` whose meta.analyzer is ``change(analyzer)``."""
-    from dataclasses import replace
-
     from kb.formats import records as R
     from kb.formats.artifact import Artifact, SectionData, write_artifact
 
@@ -97,7 +95,7 @@ def _with_analyzer(src, dst, change):
             data = bytes(art.raw(name))
             if name == "meta":
                 meta = R.unpack_meta(data)
-                data = R.pack_meta(replace(meta, analyzer=change(dict(meta.analyzer))))
+                data = R.pack_meta(meta._replace(analyzer=change(dict(meta.analyzer))))
             sections.append(SectionData(name, data, s.codec, s.raw_length if s.codec else None))
         version = art.version
     write_artifact(dst, sections, version)
