@@ -18,7 +18,6 @@ off unless asked for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from .errors import UsageError
@@ -73,8 +72,8 @@ class SearchOptions(NamedTuple):
 SETTINGS = {s.name: s for s in settings_of(SearchOptions)}
 
 
-@dataclass(frozen=True)
-class Query:
+@settings_tuple  # a NamedTuple, as SearchOptions: a one-shot kb creates it at import
+class Query(NamedTuple):
     """One search's own inputs; the ranking knobs are the SearchOptions given with it. kb search's
     QUERY and flags, and the HTTP and MCP request fields (``key``, ``aliases``), with their help,
     are made from these fields (runtime/clikit.py input_flags, runtime/requests.py)."""
@@ -98,8 +97,8 @@ class Query:
 QUERY_INPUTS = settings_of(Query)
 
 
-@dataclass(frozen=True)
-class GetRequest:
+@settings_tuple
+class GetRequest(NamedTuple):
     """One read: a chunk_id, doc_id or path (one record back), or targets and a glob (``many``:
     items and what was omitted back). Each field is a request field of the servers' get and, where
     it has a flag, a flag of kb get (runtime/requests.py, runtime/cli.py)."""

@@ -10,7 +10,7 @@ every value is checked by kb.common.settings ``check``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kb.common.options import GET_INPUTS, QUERY_INPUTS, GetRequest, Query
 from kb.common.options import SETTINGS as OPTION_SETTINGS
@@ -122,7 +122,7 @@ def parse_search(data, allowed=None) -> SearchRequest:
     if not text.strip() and not any(r.strip() for r in v.get("rewrites", ())) and not v.get("entities"):
         raise RequestError("missing_field", "give a query (or rewrites or entities)", "query")
     q = Query(**{SEARCH_FIELDS[k].name: x for k, x in v.items() if k not in OPTION_FIELDS})
-    q = replace(q, path=q.path or None)
+    q = q._replace(path=q.path or None)
     return SearchRequest(q, {k: v[k] for k in OPTION_FIELDS if k in v})
 
 

@@ -20,7 +20,6 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -199,7 +198,7 @@ class Searcher:
         asked = q
         parsed = parse(q.text) if q.text.strip() and not q.literal else None
         if parsed is not None:
-            q = replace(q, text=parsed.text)  # the words that rank; the syntax filters below
+            q = q._replace(text=parsed.text)  # the words that rank; the syntax filters below
         notices: list[Notice] = []
         space = self.space_for(q.text if q.text.strip() else " ".join(q.rewrites))
         o = self.options_for(o, space)
