@@ -9,5 +9,5 @@ import sys
 
 from setuptools import Extension, setup
 
-args = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-fno-math-errno"]
+args = [] if sys.platform == "win32" else ["-O3", "-fno-math-errno"]
 setup(ext_modules=[Extension("kb.common._kernels", ["common/_kernels.c"], extra_compile_args=args, optional=True)])

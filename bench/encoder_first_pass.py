@@ -1,18 +1,16 @@
 """The query encoder's first forward pass in a fresh process, the way a one-shot `kb search`
 pays it, by kernels: kb's compiled kernels (common/_kernels.c, what kb search runs where they
-are installed), and numkong's packed products with the packs kept (``keep_packed=True``) or let go
-after use (``False``, what kb search did before the compiled kernels), each in its own process,
-interleaved round by round so that the machine's drift hits all alike.
+are installed) and the numpy reference (where they are not), each in its own process,
+interleaved round by round so that the machine's drift hits both alike.
 
     python bench/encoder_first_pass.py --art bench/out/hugo.kb --art bench/out/hugo-e5.kb [--rounds 15]
 
-For each artifact and variant (``--variants``, default all three): a child process opens the artifact, builds the encoder from its
+For each artifact and variant (``--variants``, default both): a child process opens the artifact, builds the encoder from its
 model.query section (common/query_encoder.py), tokenizes "how to configure taxonomies" and
 times ``forward`` once. Prints the median and minimum milliseconds of each (markdown), and
 with ``--out FILE`` writes every run's milliseconds as JSON. ``--parts`` also times, inside that
-pass, the encoder's steps (all dense layers; numkong's packs and packed products, the inputs'
-quantization, GELU; all layer norms; the rest is attention, embedding rows and Python) and prints
-their medians.
+pass, the encoder's steps (all dense layers; numpy's int8 layer, the inputs' quantization, GELU;
+all layer norms; the rest is attention, embedding rows and Python) and prints their medians.
 """
 
 from __future__ import annotations
@@ -29,16 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_md import machine  # noqa: E402
 
 QUERY = "how to configure taxonomies"
-VARIANTS = {"native": ("native", False), "numkong-kept": ("numkong", True), "numkong-let-go": ("numkong", False)}
+VARIANTS = {"native": ("native", False), "numpy": ("numpy", False)}
 
 
 # The steps --parts times inside the pass: (owner, attribute, label). QueryEncoder._dense is a
-# whole dense layer (with its pack and GELU where numkong runs it), _norm a layer norm with its
-# residual; dense_int8 holds numkong's quantization and packed products; _packs is numkong's
-# pack of a layer's weight.
-PARTS = (("QueryEncoder", "_dense", "dense layers, all steps"), ("qe", "dense_int8", "  numkong: quantize, packed products, rescale"),
-         ("qe", "quantize_rows", "  numkong: quantize the inputs"), ("numkong", "dots_packed", "  numkong: packed int8 products"),
-         ("QueryEncoder", "_packs", "  numkong: packs of the weights"), ("qe", "gelu", "  numkong: GELU"),
+# whole dense layer (with its GELU), _norm a layer norm with its residual; dense_int8 is numpy's
+# int8 layer.
+PARTS = (("QueryEncoder", "_dense", "dense layers, all steps"), ("qe", "dense_int8", "  numpy: quantize, int8 products, rescale"),
+         ("qe", "quantize_rows", "  numpy: quantize the inputs"), ("qe", "gelu", "  numpy: GELU"),
          ("QueryEncoder", "_norm", "layer norms"))  # fmt: skip
 
 
@@ -49,10 +45,6 @@ def child(art: str, kernels: str, keep: bool, parts: bool = False) -> dict:
     spent: dict[str, float] = {}
     if parts:
         owners = {"qe": qe, "QueryEncoder": qe.QueryEncoder}
-        if kernels == "numkong":
-            import numkong
-
-            owners["numkong"] = numkong
         for who, name, label in PARTS:
             owner = owners.get(who)
             if owner is None:
@@ -69,7 +61,7 @@ def child(art: str, kernels: str, keep: bool, parts: bool = False) -> dict:
             setattr(owner, name, timed)
     with Index(Path(art)) as ix:
         space = ix.dense
-        enc = qe.QueryEncoder(space.query_model, space.card or {}, kernels, keep_packed=keep)
+        enc = qe.QueryEncoder(space.query_model, space.card or {}, kernels)
         ids = enc.tokenizer.encode(enc.query_prefix + QUERY)
         t = time.perf_counter()
         enc.forward(ids)

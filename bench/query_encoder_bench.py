@@ -11,10 +11,9 @@ A set is NAME=ARTIFACT:FIXTURE.json or NAME=ARTIFACT:BEIR_FOLDER:SPLIT. "ct2" is
 and what kb serve, kb mcp and kb bench still do); "in-place" is ``Searcher(ix, one_shot=True)``
 (kb search). Writes the "query-encoder" region of bench/RESULTS.md.
 
-``--against numkong`` (or ``numpy``) compares the in-place encoder on its default kernels (kb's
-compiled ones, common/_kernels.c) with the same encoder on numkong's (numpy's) instead of
-CTranslate2: on a CPU where CTranslate2's int8 sums saturate (x86 without VNNI) that is the
-comparison that isolates a change of kernels. It prints its tables and writes no region.
+``--against numpy`` compares the in-place encoder on its default kernels (kb's compiled ones,
+common/_kernels.c) with the same encoder on the numpy reference instead of CTranslate2. It
+prints its tables and writes no region.
 """
 
 from __future__ import annotations
@@ -62,7 +61,7 @@ def main(argv=None):
     ap.add_argument("--latency-queries", type=int, default=200, help="queries per set timed for latency")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
-    ap.add_argument("--against", choices=["ct2", "numkong", "numpy"], default="ct2", help="the baseline embedder")
+    ap.add_argument("--against", choices=["ct2", "numpy"], default="ct2", help="the baseline embedder")
     a = ap.parse_args(argv)
     from kb.runtime.bench import run_bench
     from kb.runtime.index import Index
@@ -84,7 +83,7 @@ def main(argv=None):
             from kb.common.query_encoder import QueryEncoder
 
             baseline, space = Searcher(ix, one_shot=True), ix.dense
-            baseline.set_embedder(space, QueryEncoder(space.query_model, space.card or {}, a.against, keep_packed=False))
+            baseline.set_embedder(space, QueryEncoder(space.query_model, space.card or {}, a.against))
         fast = Searcher(ix, one_shot=True)
         assert type(fast.embedder).__name__ == "QueryEncoder", "no model.query?"
         model = fast.embedder.name

@@ -10,11 +10,10 @@ Before the section is kept, kb-build checks it: the compiled tokenizer must give
 ids on ``SELF_CHECK_TEXTS``, and the encoder must agree with the CTranslate2 embedder the
 passages were embedded with (cosine >= ``SELF_CHECK_COSINE`` on each of them). Where this
 machine's CTranslate2 sums int8 products the saturating way of CPUs without int8 dot products
-(common/query_encoder.py ``saturation``), or its float GEMM sums a short text's attention scores
-in lanes (``ATTENTION_SUMS``), and the encoder agrees with it more closely summing that way too,
-the section records it (the encoder's ``int8_pairs`` and ``attention``), and queries are
-embedded the way the passages were, on any machine. A --vectors build's passages come from
-elsewhere: its section keeps exact sums.
+(common/query_encoder.py ``saturation``), and the encoder agrees with it more closely summing
+that way too, the section records it (the encoder's ``int8_pairs``), and queries are embedded
+the way the passages were, on any machine. A --vectors build's passages come from elsewhere: its
+section keeps exact sums.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import numpy as np
 
 from kb.formats import records as R
 from kb.formats.checksum import crc32
-from kb.formats.query_model import ROWS_PER_CRC, QueryModel, TensorRef, ct2_variables, encoder_tensors, pack_query_model, row_group_crcs
+from kb.formats.query_model import INT8_PAIRS, ROWS_PER_CRC, QueryModel, TensorRef, ct2_variables, encoder_tensors, pack_query_model, row_group_crcs
 
 __all__ = ["PackedEmbedder", "query_model_section", "compile_tokenizer", "SELF_CHECK_TEXTS"]
 
@@ -45,7 +44,7 @@ SELF_CHECK_TEXTS = (
     "x" * 120 + " long",
     "token " * 600,
 )
-SELF_CHECK_COSINE = 0.99  # measured 0.998 or more (int8 activation rounding; common/query_encoder.py)
+SELF_CHECK_COSINE = 0.99  # measured 0.999 or more (int8 activation rounding; common/query_encoder.py)
 
 # CTranslate2's TransformerEncoderSpec variables -> the query encoder's names.
 _LAYER_ROLES = {
@@ -249,21 +248,19 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, dict]:
-    """(None, how this machine's CTranslate2 sums) when the section's tokenizer and encoder agree
-    with the library and CTranslate2 on SELF_CHECK_TEXTS, else (what disagreed, {}). How it sums
-    is the encoder keys that make the encoder agree with it most closely: ``int8_pairs``
-    "saturate" where this machine's CTranslate2 cuts int8 pair sums to int16 (an x86 CPU without
-    int8 dot products: common/query_encoder.py ``saturation``), and ``attention``
-    "onednn-avx512" where its float GEMM sums the attention scores of short and of long texts as
-    oneDNN does on an AVX-512 CPU (``ATTENTION_SUMS``); a key at its default is left out."""
+    """(None, how this machine's CTranslate2 sums) when the section's tokenizer agrees with the
+    library and its encoder with CTranslate2 (cosine >= SELF_CHECK_COSINE) on SELF_CHECK_TEXTS,
+    else (what disagreed, {}). How it sums: ``int8_pairs`` "saturate" where the encoder summing
+    that way (common/query_encoder.py ``saturation``) is closer to this machine's CTranslate2 on
+    average, as on an x86 CPU without int8 dot products; {} for exact sums."""
     from tokenizers import Tokenizer
 
-    from kb.common.query_encoder import ATTENTION_SUMS, QueryEncoder
+    from kb.common.query_encoder import QueryEncoder
 
     files = embedder.files()
     card = json.loads(files[R.CARD_FILE])
     model = QueryModel(data, embed, crc32(embed))
-    enc = QueryEncoder(model, card, int8_pairs="exact", attention="sequential")
+    enc = QueryEncoder(model, card, int8_pairs="exact")
     ref = Tokenizer.from_str(bytes(files["tokenizer.json"]).decode("utf-8"))
     ref.no_padding()
     ref.no_truncation()
@@ -272,22 +269,13 @@ def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, dict]:
         if enc.token_ids(text) != ref.encode(text).ids:
             return f"the query tokenizer differs from the library's on {text[:40]!r}; queries use CTranslate2", {}
     ct2 = [embedder.embed_query(text) for text in SELF_CHECK_TEXTS]
-    scores = {}
-    for pairs in ("exact", "saturate"):
-        for attention in ATTENTION_SUMS:
-            e = enc if (pairs, attention) == ("exact", "sequential") else QueryEncoder(model, card, int8_pairs=pairs, attention=attention)  # the same checked section
-            got = [e.embed_query(text) for text in SELF_CHECK_TEXTS]
-            same = sum(bool(np.array_equal(a, b)) for a, b in zip(got, ct2))
-            cos = [_cosine(a, b) for a, b in zip(got, ct2)]
-            scores[pairs, attention] = (same, np.mean(cos), cos)
-    # The way that gives CTranslate2's very vectors most often, then the closest on average (a
-    # cosine in float64: float32 rounding of a dot product is larger than the differences). Where
-    # no pair sum leaves int16, or no text has the lengths where oneDNN sums otherwise, two ways
-    # agree to the bit, and the default is kept (max keeps the first of equals).
-    best = max(scores, key=lambda key: scores[key][:2])
-    cos = scores[best][2]
+    cosines = {}
+    for pairs in INT8_PAIRS:
+        e = enc if pairs == "exact" else QueryEncoder(model, card, int8_pairs=pairs)  # the same checked section
+        cosines[pairs] = [_cosine(e.embed_query(text), v) for text, v in zip(SELF_CHECK_TEXTS, ct2)]
+    best = max(INT8_PAIRS, key=lambda pairs: np.mean(cosines[pairs]))  # equal where no pair sum leaves int16: max keeps "exact"
+    cos = cosines[best]
     if min(cos) < SELF_CHECK_COSINE:
         i = int(np.argmin(cos))
         return f"the query encoder differs from CTranslate2 on {SELF_CHECK_TEXTS[i][:40]!r} (cosine {cos[i]:.4f}); queries use CTranslate2", {}
-    keys = {"int8_pairs": best[0], "attention": best[1]}
-    return None, {k: v for k, v in keys.items() if v != {"int8_pairs": "exact", "attention": "sequential"}[k]}
+    return None, {} if best == "exact" else {"int8_pairs": best}

@@ -10,27 +10,19 @@
 
    dense(x, w, ws, b, out, n, k, m, gelu, saturate=False, kernel="auto"): out = x @ W.T + b, then
    GELU when asked, where x is float32 (n, k), W int8 (m, k) with float32 row scales ws (m,), b
-   float32 (m,), out float32 (n, m), all C-contiguous. The arithmetic is CTranslate2's int8 dense
-   layer, step for step as common/query_encoder.py's numpy version takes it: each row of x
-   quantized to int8 (scale 127 / max |x|, rint(fma(x, scale, 128)) into uint8), exact int32 sums
-   of int8 x int8 products (vpdpbusd on the uint8-shifted input where the CPU has AVX-512 VNNI, as
-   CTranslate2 does there, 2.2 times as fast as the next; vpmaddwd on sign-extended int16 where it
-   has AVX2; plain C elsewhere; all exact), then (acc x (1 / row scale)) / weight scale + bias in
-   float32. With ``saturate`` the sums are those of CTranslate2 on an x86 CPU without int8 dot
-   products: pairs of uint8 x int8 products cut to int16 (vpmaddubsw, as its kernels do; plain C
-   elsewhere), for an artifact whose passages were embedded that way (common/query_encoder.py
-   ``saturation``). ``kernel`` names the product kernel ("plain", "avx2", "avx512vnni"; "auto": the
-   best the CPU and the width allow), for the tests. GELU is CTranslate2's: Abramowitz & Stegun's
-   erf over Cephes' exp, with its fused multiply-adds. With AVX2 and FMA the quantization, the
-   rescale and GELU run eight floats at a time, in the same float steps. Compiled with
-   -ffp-contract=off, so that a multiply and an add fuse only where CTranslate2's do (fmaf, or
-   its instruction).
+   float32 (m,), out float32 (n, m), all C-contiguous: CTranslate2's int8 dense layer as
+   common/query_encoder.py's numpy reference takes it. Each row of x quantized to int8 (scale
+   127 / max |x|), exact int32 sums of int8 x int8 products (vpdpbusd on the uint8-shifted input
+   where the CPU has AVX-512 VNNI, 2.2 times as fast as the next; vpmaddwd on sign-extended int16
+   where it has AVX2; plain C elsewhere), then acc / row scale / weight scale + bias. With
+   ``saturate`` the sums are those of CTranslate2 on an x86 CPU without int8 dot products: pairs
+   of uint8 x int8 products cut to int16 (vpmaddubsw, as its kernels do; plain C elsewhere).
+   ``kernel`` names the product kernel ("plain", "avx2", "avx512vnni"; "auto": the best the CPU
+   and the width allow), for the tests. GELU is the erf one, over libm's erff.
 
-   layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d) (d may be None), in
-   CTranslate2's float steps and summation order (row_sum), equal to the numpy version bit for bit.
+   layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d) (d may be None).
 
-   attention(qkv, out, n, heads, d, onednn): one sequence's self-attention in CTranslate2's float
-   steps (common/query_encoder.py ``attention``).
+   attention(qkv, out, n, heads, d): one sequence's self-attention.
 
    Every buffer's size is checked against the shapes before it is read; the GIL is let go during
    the arithmetic, so the encoder's helper threads check the next layers' crc32s meanwhile. */
@@ -237,137 +229,6 @@ static inline float load_float(const unsigned char *p) {
     return f;
 }
 
-/* ---- float steps: CTranslate2's (common/query_encoder.py) ------------------------------------ */
-
-/* Each step is CTranslate2's CPU kernel's (the AVX2 ones it selects on x86), with a fused
-   multiply-add exactly where its compiled code fuses one, so that the query vectors are
-   CTranslate2's own to the bit; numpy's version (common/query_encoder.py) takes the same steps.
-   fmaf rounds once on every machine; where the CPU has FMA (with AVX2) the same operations run
-   eight floats at a time, or one at a time in hardware (FMA_FNS below). */
-
-static const float ERF_P = 0.3275911f;
-static const float ERF_A[5] = {1.061405429f, -1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f};
-static const float SQRT_HALF = 0.7071067811865475f;
-static const float EXP_HI = 88.3762626647949f, LOG2E = 1.44269504088896341f, LN2_HI = -0.693359375f, LN2_LO = 2.12194440e-4f;
-static const float EXP_P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-
-/* The scalar steps, defined twice: with libm's fmaf (any machine) and, on x86, in functions
-   compiled for FMA, where the compiler emits the instruction (the same roundings). */
-#define FLOAT_FNS(SUF, ATTR, FMA)                                                                  \
-    ATTR static inline float exp_##SUF(float x) {                                                   \
-        /* Cephes: clamp, n = floor(x log2 e + 1/2), reduce by ln 2 in two parts, degree 6 */       \
-        if (x > EXP_HI) x = EXP_HI;                                                                 \
-        if (x < -EXP_HI) x = -EXP_HI; /* a NaN passes both tests and stays NaN */                    \
-        float n = floorf(FMA(x, LOG2E, 0.5f));                                                      \
-        if (n != n) return n; /* NaN: no exponent to build from it */                               \
-        float r = FMA(n, LN2_LO, FMA(n, LN2_HI, x));                                                \
-        float y = EXP_P[0];                                                                         \
-        for (int i = 1; i < 6; i++) y = FMA(y, r, EXP_P[i]);                                        \
-        y = FMA(y, r * r, r) + 1.0f;                                                                \
-        int32_t e = ((int32_t)n + 127) << 23;                                                       \
-        float p2;                                                                                   \
-        memcpy(&p2, &e, sizeof p2);                                                                 \
-        return y * p2;                                                                              \
-    }                                                                                               \
-    ATTR static inline float gelu_##SUF(float x) {                                                  \
-        float z = SQRT_HALF * x, a = fabsf(z);                                                      \
-        float t = 1.0f / FMA(ERF_P, a, 1.0f);                                                       \
-        float poly = FMA(ERF_A[0], t, ERF_A[1]);                                                    \
-        for (int i = 2; i < 5; i++) poly = FMA(poly, t, ERF_A[i]);                                  \
-        float e = FMA(-exp_##SUF(-(z * z)) * t, poly, 1.0f);                                        \
-        return 0.5f * (x * (1.0f + copysignf(e, z)));                                               \
-    }                                                                                               \
-    ATTR static void norm_rows_##SUF(float *y, int k, float mean, float rstd, const unsigned char *g, const unsigned char *b) { \
-        for (int j = 0; j < k; j++) y[j] = FMA(y[j] - mean, rstd * load_float(g + 4 * (size_t)j), load_float(b + 4 * (size_t)j)); \
-    }
-
-#define LIBM_FMA(a, b, c) fmaf((a), (b), (c))
-FLOAT_FNS(plain, , LIBM_FMA)
-
-#ifdef KB_X86_AVX2
-#define HW_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
-FLOAT_FNS(fma, __attribute__((target("avx2,fma"))), HW_FMA)
-
-CPU_HAS(have_fma, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-
-#define V8 __attribute__((target("avx2,fma")))
-
-/* exp_plain of 8 floats. */
-V8 static inline __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI)); /* as the scalar tests: a NaN stays NaN */
-    x = _mm256_max_ps(x, _mm256_set1_ps(-EXP_HI));
-    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5f)));
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(LN2_LO), _mm256_fmadd_ps(n, _mm256_set1_ps(LN2_HI), x));
-    __m256 y = _mm256_set1_ps(EXP_P[0]);
-    for (int i = 1; i < 6; i++) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(EXP_P[i]));
-    y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
-
-/* gelu_plain of 8 floats. */
-V8 static inline __m256 gelu8(__m256 x) {
-    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
-    __m256 z = _mm256_mul_ps(_mm256_set1_ps(SQRT_HALF), x);
-    __m256 a = _mm256_andnot_ps(sign, z);
-    __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(ERF_P), a, one));
-    __m256 poly = _mm256_fmadd_ps(_mm256_set1_ps(ERF_A[0]), t, _mm256_set1_ps(ERF_A[1]));
-    for (int i = 2; i < 5; i++) poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(ERF_A[i]));
-    __m256 ex = exp8(_mm256_xor_ps(sign, _mm256_mul_ps(z, z)));
-    __m256 e = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_xor_ps(sign, ex), t), poly, one);
-    e = _mm256_or_ps(_mm256_andnot_ps(sign, e), _mm256_and_ps(sign, z)); /* copysignf(e, z) */
-    return _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_mul_ps(x, _mm256_add_ps(one, e)));
-}
-
-/* The quantization's two row loops, eight floats at a time, to the same values as the scalar
-   loops in dense(): the largest |x| of a finite row (max is exact in any order), and
-   rint(fma(x, s, 128)) - 128 (vroundps to nearest even is rintf in the default rounding mode;
-   the values lie in [-127, 127], so packing them to int16 saturates nothing). Each returns how
-   many floats it did (a multiple of 8). */
-V8 static int amax8(const float *r, int k, float *amax, int *finite) {
-    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4028234663852886e38f);
-    __m256 m = _mm256_setzero_ps(), ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    int j = 0;
-    for (; j + 8 <= k; j += 8) {
-        __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(r + j));
-        ok = _mm256_and_ps(ok, _mm256_cmp_ps(a, big, _CMP_LE_OQ)); /* false for NaN and infinity */
-        m = _mm256_max_ps(m, a);
-    }
-    if (_mm256_movemask_ps(ok) != 0xFF) *finite = 0;
-    float lanes[8];
-    _mm256_storeu_ps(lanes, m);
-    for (int i = 0; i < 8; i++)
-        if (lanes[i] > *amax) *amax = lanes[i];
-    return j;
-}
-
-V8 static int quantize8(const float *r, float s, int16_t *qt, int k) {
-    const __m256 vs = _mm256_set1_ps(s), c128 = _mm256_set1_ps(128.0f);
-    int j = 0;
-    for (; j + 8 <= k; j += 8) {
-        __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(r + j), vs, c128);
-        v = _mm256_sub_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), c128);
-        __m256i i = _mm256_cvtps_epi32(v);
-        _mm_storeu_si128((__m128i *)(qt + j), _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
-    }
-    return j;
-}
-
-/* The epilogue of one output row: y[o] = (acc[o] x ra) / ws[o] + b[o] (ra = 1 / the row's
-   scale), then GELU when asked; the scalar loop's steps in dense(), eight at a time. Returns how
-   many outputs it did (a multiple of 8). */
-V8 static int rescale8(const int32_t *a, float ra, const unsigned char *ws, const unsigned char *b, float *y, int m, int act) {
-    const __m256 vr = _mm256_set1_ps(ra);
-    int o = 0;
-    for (; o + 8 <= m; o += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(a + o))), vr);
-        v = _mm256_add_ps(_mm256_div_ps(v, _mm256_loadu_ps((const float *)(ws + 4 * (size_t)o))), _mm256_loadu_ps((const float *)(b + 4 * (size_t)o)));
-        _mm256_storeu_ps(y + o, act ? gelu8(v) : v);
-    }
-    return o;
-}
-#endif
-
 /* ---- the Python functions ------------------------------------------------------------------ */
 
 /* A buffer of ``items`` items of ``itemsize`` bytes; ``aligned``: read through typed pointers
@@ -383,6 +244,8 @@ static int check(Py_buffer *b, Py_ssize_t items, Py_ssize_t itemsize, const char
     }
     return 1;
 }
+
+static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 
 static PyObject *dense(PyObject *self, PyObject *args) {
     Py_buffer x, w, ws, b, out;
@@ -429,40 +292,25 @@ static PyObject *dense(PyObject *self, PyObject *args) {
     const unsigned char *wsb = ws.buf, *bb = b.buf;
     float *of = out.buf;
     Py_BEGIN_ALLOW_THREADS
-    /* quantize_rows: amax floored at 127 / FLT_MAX, scale = 127 / amax, rint(x * scale + 128) - 128.
-       A row with a NaN or an infinity gets a NaN scale and zeros (a float that is not finite has
-       no int8 value), so that its outputs are NaN and the encoder refuses the query. */
-    const float cap = 127.0f / 3.4028234663852886e38f;
-    int simd = 0;
-    (void)simd;
-#ifdef KB_X86_AVX2
-    simd = have_fma();
-#endif
+    /* quantize_rows: amax floored at 127 / FLT_MAX, scale = 127 / amax, q = rint(x * scale + 128) - 128. A
+       row with a NaN or an infinity gets a NaN scale and zeros (a float that is not finite has no
+       int8 value), so that its outputs are NaN and the encoder refuses the query. */
     for (int t = 0; t < n; t++) {
         const float *r = xf + (size_t)t * k;
-        float amax = 0.0f;
-        int finite = 1, j = 0;
-#ifdef KB_X86_AVX2
-        if (simd) j = amax8(r, k, &amax, &finite);
-#endif
-        for (; j < k; j++) {
+        float amax = 127.0f / 3.4028234663852886e38f;
+        int finite = 1;
+        for (int j = 0; j < k; j++) {
             float a = fabsf(r[j]);
-            if (!(a <= 3.4028234663852886e38f)) finite = 0;
-            else if (a > amax) amax = a;
+            finite &= a <= 3.4028234663852886e38f;
+            amax = a > amax ? a : amax;
         }
         if (!finite) {
             qscale[t] = NAN;
             continue;  /* its q row stays zeros (calloc) */
         }
-        if (amax < cap) amax = cap;
-        float s = 127.0f / amax;
-        qscale[t] = s;
+        float s = qscale[t] = 127.0f / amax;
         int16_t *qt = q + (size_t)t * k;
-        j = 0;
-#ifdef KB_X86_AVX2
-        if (simd) j = quantize8(r, s, qt, k);
-#endif
-        for (; j < k; j++) qt[j] = (int16_t)(int8_t)(rintf(fmaf(r[j], s, 128.0f)) - 128.0f);
+        for (int j = 0; j < k; j++) qt[j] = (int16_t)(rintf(r[j] * s + 128.0f) - 128.0f);
     }
     if (unsigned_input)
         for (size_t i = 0; i < (size_t)nq * k; i++) u[i] = (uint8_t)(q[i] + 128);
@@ -474,20 +322,13 @@ static PyObject *dense(PyObject *self, PyObject *args) {
     else
 #endif
         sat ? dots_plain_sat(u, n, w.buf, m, k, acc) : dots_plain(q, n, w.buf, m, k, acc);
-    /* (acc x (1 / row scale)) / weight scale + bias, then GELU */
+    /* (acc / row scale) / weight scale + bias, then GELU */
     for (int t = 0; t < n; t++) {
         const int32_t *a = acc + (size_t)t * m;
-        float *y = of + (size_t)t * m;
-        float ra = 1.0f / qscale[t];
-        int o = 0;
-#ifdef KB_X86_AVX2
-        if (simd) o = rescale8(a, ra, wsb, bb, y, m, act);
-#endif
-        for (; o < m; o++) {
-            float v = (float)a[o] * ra;
-            v /= load_float(wsb + 4 * (size_t)o);
-            v += load_float(bb + 4 * (size_t)o);
-            y[o] = act ? gelu_plain(v) : v;
+        float *y = of + (size_t)t * m, s = qscale[t];
+        for (int o = 0; o < m; o++) {
+            float v = (float)a[o] / s / load_float(wsb + 4 * (size_t)o) + load_float(bb + 4 * (size_t)o);
+            y[o] = act ? gelu(v) : v;
         }
     }
     Py_END_ALLOW_THREADS
@@ -506,20 +347,8 @@ done:
     return result;
 }
 
-/* A row's float32 sum (of squares, each rounded, when ``sq``) in CTranslate2's order: eight
-   lanes over the whole blocks of eight, summed as its compiled code sums them ((0 + 4) + (2 + 6))
-   + ((1 + 5) + (3 + 7)), then the rest one at a time, their squares fused. A last-bit change of a
-   norm's output moves int8 rounding in the next layer, and a query vector by up to 0.003. */
-static float row_sum(const float *a, int n, int sq) {
-    float l[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) l[j] += sq ? a[i + j] * a[i + j] : a[i + j];
-    float res = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-    for (; i < n; i++) res = sq ? fmaf(a[i], a[i], res) : res + a[i];
-    return res;
-}
-
+/* layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d) (d may be None), the mean
+   and variance summed in double. */
 static PyObject *layer_norm(PyObject *self, PyObject *args) {
     Py_buffer x, d = {0}, g, beta, out;
     PyObject *dobj;
@@ -543,20 +372,15 @@ static PyObject *layer_norm(PyObject *self, PyObject *args) {
     for (int t = 0; t < n; t++) {
         const float *r = xf + (size_t)t * k, *dr = df ? df + (size_t)t * k : NULL;
         float *y = of + (size_t)t * k;
-        for (int j = 0; j < k; j++) y[j] = dr ? r[j] + dr[j] : r[j];
-        /* CTranslate2's steps (common/query_encoder.py layer_norm): mean and E[x^2] as the sums
-           times 1 / k, var = E[x^2] - mean^2 fused and clamped at 0, then
-           (x - mean) x (gamma / sd) + beta fused */
-        const float inv = 1.0f / (float)k;
-        float mean = row_sum(y, k, 0) * inv, var = fmaf(row_sum(y, k, 1), inv, -(mean * mean));
-        if (var < 0.0f) var = 0.0f;
-        float rstd = 1.0f / sqrtf(var + (float)eps);
-#ifdef KB_X86_AVX2
-        if (have_fma())
-            norm_rows_fma(y, k, mean, rstd, gb, bb);
-        else
-#endif
-            norm_rows_plain(y, k, mean, rstd, gb, bb);
+        double sum = 0, sq = 0;
+        for (int j = 0; j < k; j++) {
+            y[j] = dr ? r[j] + dr[j] : r[j];
+            sum += y[j];
+        }
+        float mean = (float)(sum / k);
+        for (int j = 0; j < k; j++) sq += (double)(y[j] - mean) * (y[j] - mean);
+        float rstd = (float)(1.0 / sqrt(sq / k + eps));
+        for (int j = 0; j < k; j++) y[j] = (y[j] - mean) * rstd * load_float(gb + 4 * (size_t)j) + load_float(bb + 4 * (size_t)j);
     }
     Py_END_ALLOW_THREADS
     Py_INCREF(Py_None);
@@ -570,109 +394,63 @@ release:
     return result;
 }
 
-/* attention(qkv, out, n, heads, d, onednn): out = the context of one sequence's self-attention
-   (n x heads * d, float32) from its fused QKV projection qkv (n x 3 * heads * d), in
-   CTranslate2's float steps (common/query_encoder.py ``attention``): scores q . k / sqrt(d),
-   summed one fused multiply-add after another, or with ``onednn`` oneDNN's choices on AVX-512 for
-   heads of 32: for 2 to 15 tokens in 16 lanes of two from queries scaled first, their lanes added
-   by halves, and for 101 to 199 tokens and more than one head from keys scaled first; CTranslate2's
-   softmax (exp_*, the sum in row_sum's order, or one at a time for 8 or fewer, times 1 / sum);
-   then the scores times v, one fused multiply-add after another. */
-#define ATTENTION_FN(SUF, ATTR, FMA)                                                               \
-    ATTR static void attention_##SUF(const float *qkv, float *out, int n, int heads, int d, int onednn, float *s, float *qs, float *kT) { \
-        const int hidden = heads * d, row = 3 * hidden;                                             \
-        const float alpha = 1.0f / sqrtf((float)d);                                                 \
-        const int keys_scaled = onednn && d == 32 && heads > 1 && n >= 101 && n < 200;                  \
-        const int split = onednn && d == 32 && n >= 2 && n < 16;                                    \
-        for (int h = 0; h < heads; h++) {                                                           \
-            const float *Q = qkv + (size_t)h * d, *K = Q + hidden, *V = Q + 2 * hidden;             \
-            if (!split) /* k transposed, (d, n), for the scores' loop over keys */                 \
-                for (int j = 0; j < n; j++)                                                         \
-                    for (int t = 0; t < d; t++) kT[(size_t)t * n + j] = keys_scaled ? K[(size_t)j * row + t] * alpha : K[(size_t)j * row + t]; \
-            for (int i = 0; i < n; i++) {                                                           \
-                const float *qi = Q + (size_t)i * row;                                              \
-                float *si = s + (size_t)i * n;                                                      \
-                if (split) { /* 16 lanes of two products, added by halves */                        \
-                    for (int t = 0; t < 32; t++) qs[t] = qi[t] * alpha;                             \
-                    for (int j = 0; j < n; j++) {                                                   \
-                        const float *kj = K + (size_t)j * row;                                      \
-                        float l[16];                                                                \
-                        for (int t = 0; t < 16; t++) l[t] = FMA(qs[t + 16], kj[t + 16], qs[t] * kj[t]);\
-                        for (int w = 8; w >= 1; w /= 2)                                             \
-                            for (int t = 0; t < w; t++) l[t] += l[t + w];                           \
-                        si[j] = l[0];                                                               \
-                    }                                                                               \
-                } else { /* in sequence over t; the loop over keys is the one vectorized */         \
-                    for (int j = 0; j < n; j++) si[j] = 0.0f;                                       \
-                    for (int t = 0; t < d; t++) {                                                   \
-                        const float qt = qi[t], *kt = kT + (size_t)t * n;                           \
-                        for (int j = 0; j < n; j++) si[j] = FMA(qt, kt[j], si[j]);                  \
-                    }                                                                               \
-                    if (!keys_scaled)                                                               \
-                        for (int j = 0; j < n; j++) si[j] *= alpha;                                 \
-                }                                                                                   \
-                float mx = si[0];                                                                   \
-                for (int j = 1; j < n; j++) mx = si[j] > mx ? si[j] : mx;                           \
-                for (int j = 0; j < n; j++) si[j] = exp_##SUF(si[j] - mx);                          \
-                float total = 0.0f;                                                                 \
-                if (n <= 8)                                                                         \
-                    for (int j = 0; j < n; j++) total += si[j];                                     \
-                else                                                                                \
-                    total = row_sum(si, n, 0);                                                      \
-                const float r = 1.0f / total;                                                       \
-                for (int j = 0; j < n; j++) si[j] *= r;                                             \
-            }                                                                                       \
-            for (int i = 0; i < n; i++) {                                                           \
-                const float *si = s + (size_t)i * n;                                                \
-                float *oi = out + (size_t)i * hidden + (size_t)h * d;                               \
-                for (int c = 0; c < d; c++) oi[c] = 0.0f;                                          \
-                for (int j = 0; j < n; j++) { /* in sequence over j, vectorized over the columns */ \
-                    const float p = si[j], *vj = V + (size_t)j * row;                               \
-                    for (int c = 0; c < d; c++) oi[c] = FMA(p, vj[c], oi[c]);                       \
-                }                                                                                   \
-            }                                                                                       \
-        }                                                                                           \
+/* attention(qkv, out, n, heads, d): out = the context of one sequence's self-attention (n x
+   heads * d, float32) from its fused QKV projection qkv (n x 3 * heads * d): per head,
+   softmax(q k^T / sqrt(d)) v. ``s``: n floats of scratch. */
+static void attend(const float *qkv, float *out, int n, int heads, int d, float *s) {
+    const int hidden = heads * d, row = 3 * hidden;
+    const float alpha = 1.0f / sqrtf((float)d);
+    for (int h = 0; h < heads; h++) {
+        const float *Q = qkv + (size_t)h * d, *K = Q + hidden, *V = Q + 2 * hidden;
+        for (int i = 0; i < n; i++) {
+            const float *qi = Q + (size_t)i * row;
+            float mx = -INFINITY, total = 0.0f;
+            for (int j = 0; j < n; j++) {
+                const float *kj = K + (size_t)j * row;
+                float dot = 0.0f;
+                for (int c = 0; c < d; c++) dot += qi[c] * kj[c];
+                s[j] = dot * alpha;
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j < n; j++) total += s[j] = expf(s[j] - mx);
+            float *oi = out + (size_t)i * hidden + (size_t)h * d;
+            for (int c = 0; c < d; c++) oi[c] = 0.0f;
+            for (int j = 0; j < n; j++) {
+                const float p = s[j] / total, *vj = V + (size_t)j * row;
+                for (int c = 0; c < d; c++) oi[c] += p * vj[c];
+            }
+        }
     }
-
-ATTENTION_FN(plain, , LIBM_FMA)
-#ifdef KB_X86_AVX2
-ATTENTION_FN(fma, __attribute__((target("avx2,fma"))), HW_FMA)
-#endif
+}
 
 static PyObject *attention(PyObject *self, PyObject *args) {
     Py_buffer qkv, out;
-    int n, heads, d, onednn;
-    if (!PyArg_ParseTuple(args, "y*w*iiip", &qkv, &out, &n, &heads, &d, &onednn)) return NULL;
+    int n, heads, d;
+    if (!PyArg_ParseTuple(args, "y*w*iii", &qkv, &out, &n, &heads, &d)) return NULL;
     PyObject *result = NULL;
-    float *s = NULL, *kT = NULL, qs[32];
+    float *s = NULL;
     if (n <= 0 || heads <= 0 || d <= 0 || n > 1 << 14 || heads > 1 << 10 || d > 1 << 12) {
         PyErr_SetString(PyExc_ValueError, "attention: shapes out of range");
         goto done;
     }
     if (!check(&qkv, (Py_ssize_t)n * 3 * heads * d, 4, "qkv", 1) || !check(&out, (Py_ssize_t)n * heads * d, 4, "out", 1)) goto done;
-    s = malloc((size_t)n * n * sizeof *s);
-    kT = malloc((size_t)n * d * sizeof *kT);
-    if (!s || !kT) {
+    s = malloc((size_t)n * sizeof *s);
+    if (!s) {
         PyErr_NoMemory();
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-#ifdef KB_X86_AVX2
-    if (have_fma())
-        attention_fma(qkv.buf, out.buf, n, heads, d, onednn, s, qs, kT);
-    else
-#endif
-        attention_plain(qkv.buf, out.buf, n, heads, d, onednn, s, qs, kT);
+    attend(qkv.buf, out.buf, n, heads, d, s);
     Py_END_ALLOW_THREADS
     Py_INCREF(Py_None);
     result = Py_None;
 done:
     free(s);
-    free(kT);
     PyBuffer_Release(&qkv);
     PyBuffer_Release(&out);
     return result;
 }
+
 
 /* ---- cosines over float16 rows --------------------------------------------------------------- */
 
@@ -1335,9 +1113,9 @@ static PyObject *simd(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef methods[] = {
-    {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu, saturate=False, kernel='auto'): out = x @ W.T + b (int8 like CTranslate2), GELU when asked; int8 pair sums cut to int16 when saturate."},
+    {"dense", dense, METH_VARARGS, "dense(x, w, ws, b, out, n, k, m, gelu, saturate=False, kernel='auto'): out = x @ W.T + b (int8), GELU when asked; int8 pair sums cut to int16 when saturate."},
     {"layer_norm", layer_norm, METH_VARARGS, "layer_norm(x, d, g, beta, out, n, k, eps): out = LayerNorm(x + d); d may be None."},
-    {"attention", attention, METH_VARARGS, "attention(qkv, out, n, heads, d, onednn): out = self-attention of one sequence from its fused QKV projection."},
+    {"attention", attention, METH_VARARGS, "attention(qkv, out, n, heads, d): out = self-attention of one sequence from its fused QKV projection."},
     {"simd", simd, METH_NOARGS, "The best product kernel this CPU runs: 'avx512vnni', 'avx2' or 'plain'."},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "crc32(data, value=0): zlib.crc32(data, value)."},
     {"crc32_many", crc32_many, METH_VARARGS, "crc32_many(data, starts, stops, out, n): out[i] = crc32(data[starts[i]:stops[i]])."},

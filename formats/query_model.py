@@ -58,9 +58,6 @@ MAX_DIRECTORY = 1 << 24
 # How the passages' int8 pair sums added up (the encoder's "int8_pairs"; absent: "exact"): exactly,
 # or cut to int16 as CTranslate2 does on an x86 CPU without int8 dot products.
 INT8_PAIRS = ("exact", "saturate")
-# How the attention's float products were summed where the passages were embedded (the encoder's
-# "attention"; absent: "sequential"): common/query_encoder.py ``attention`` sums each way.
-ATTENTION_SUMS = ("sequential", "onednn-avx512")
 
 
 def _corrupt(why: str, label: str = "", section: str = "model.query") -> CorruptArtifact:
@@ -299,8 +296,6 @@ class QueryModel:
             raise _corrupt("hidden size is not a multiple of the heads")
         if e.setdefault("int8_pairs", "exact") not in INT8_PAIRS:
             raise _corrupt("encoder int8_pairs is invalid")
-        if e.setdefault("attention", "sequential") not in ATTENTION_SUMS:
-            raise _corrupt("encoder attention is invalid")
         return e
 
     @staticmethod

@@ -111,7 +111,7 @@ class Searcher:
             # Its width is the card's dim (QueryEncoder checks), as the vector index's is
             # (Index.vectors checks): no need to wait for the index here.
             with self._packed_model("embedding model"):
-                embedder = QueryEncoder(space.query_model, space.card or {}, keep_packed=False)
+                embedder = QueryEncoder(space.query_model, space.card or {})
         else:
             from kb.common.encoders import load_embedder
 

@@ -15,7 +15,6 @@ import json
 import math
 import struct
 import sys
-import types
 import zlib
 from pathlib import Path
 
@@ -27,7 +26,7 @@ pytest.importorskip("ctranslate2")
 tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
 
-from bert_ref import bert_hidden, cpu_flags, ct2_int8_pairs, ct2_uses_mkl, rich_unigram, rich_wordpiece, tiny_embedder  # noqa: E402
+from bert_ref import bert_hidden, ct2_int8_pairs, rich_unigram, rich_wordpiece, tiny_embedder  # noqa: E402
 from kb.builder import query_model as B  # noqa: E402
 from kb.common.encoders import CT2Embedder  # noqa: E402
 from kb.common.errors import ModelError  # noqa: E402
@@ -296,40 +295,32 @@ def test_tiny_encoder_agrees_with_ctranslate2(kind):
     assert min(cos) > 0.999, cos
 
 
+# The lowest query cosine with this machine's CTranslate2 on the multilingual sample. Int8
+# activation rounding turns any float difference (summation order, exp, erf) into up to 0.004 of
+# cosine (MiniLM), and CTranslate2's own AVX2 and AVX-512 kernels differ from each other by that
+# much (bench/RESULTS.md). Where its int8 sums saturate (x86 without VNNI, an AMD EPYC with AVX2
+# only) the lowest measured is 0.9953 (MiniLM; e5 0.9988), and 0.9958 for kb's earlier encoder,
+# which copied CTranslate2's float steps bit for bit: its floor there is that machine's noise.
+MIN_COSINE = 0.999 if CT2_PAIRS == "exact" else 0.994
+
+
 @pytest.mark.parametrize("name", REAL)
 def test_query_vectors_agree_with_ctranslate2_on_the_multilingual_sample(name):
-    """CTranslate2 int8 is the build side. The encoder takes its float steps, so where the
-    building machine's GEMMs sum as recorded the vectors are its own (the test below); elsewhere
-    (another BLAS order, ARM) int8 activation rounding turns last-bit differences into up to 0.0035
-    of cosine (MiniLM), hence these bounds. On a CPU without int8 dot products CTranslate2 cuts
-    pair sums to int16 (common/query_encoder.py ``saturation``): the encoder summing that way
-    agrees as closely, and the exact encoder kb searches with is off by that machine's noise (AMD
-    EPYC, AVX2: MiniLM min 0.974, mean 0.994; e5 min 0.9967, mean 0.9986)."""
+    """CTranslate2 int8 is the build side; the encoder takes the same steps, not the same float
+    order, and agrees by tolerance: cosine MIN_COSINE or more on every text, 0.999 on average.
+    On a CPU without int8 dot products CTranslate2 cuts pair sums to int16
+    (common/query_encoder.py ``saturation``): the encoder summing that way agrees as closely, and
+    the exact encoder is off by that machine's noise (AMD EPYC, AVX2: MiniLM min 0.974, mean
+    0.994; e5 min 0.9967, mean 0.9986)."""
     m = _real(name)
     ct2 = [m.ct2.embed_query(t) for t in MULTILINGUAL]
-    like = m.like_ct2()
-    cos = [_cos(like.embed_query(t), v) for t, v in zip(MULTILINGUAL, ct2)]
-    assert np.mean(cos) >= 0.999 and min(cos) >= 0.997, (np.mean(cos), min(cos))
-    if like is not m.encoder:
+    for kernels in ("native", "numpy"):
+        like = m.open(kernels, int8_pairs=CT2_PAIRS)
+        cos = [_cos(like.embed_query(t), v) for t, v in zip(MULTILINGUAL, ct2)]
+        assert np.mean(cos) >= 0.999 and min(cos) >= MIN_COSINE, (kernels, np.mean(cos), min(cos))
+    if CT2_PAIRS != "exact":
         exact = [_cos(m.encoder.embed_query(t), v) for t, v in zip(MULTILINGUAL, ct2)]
         assert np.mean(exact) >= 0.99 and min(exact) >= 0.97, (np.mean(exact), min(exact))
-
-
-# Where CTranslate2 runs oneDNN's AVX-512 kernels (an AMD CPU with AVX-512: no MKL), the CPUs
-# the attention's summation orders were read off (common/query_encoder.py ATTENTION_SUMS).
-ONEDNN_AVX512 = not ct2_uses_mkl() and {"avx2", "fma", "avx512f"} <= cpu_flags()
-
-
-@pytest.mark.skipif(not ONEDNN_AVX512, reason="bit-for-bit agreement measured where CTranslate2 runs oneDNN's AVX-512 kernels")
-@pytest.mark.parametrize("name", REAL)
-def test_query_vectors_are_ctranslate2s_to_the_bit_on_the_multilingual_sample(name):
-    """Every float step is CTranslate2's: its query vectors and the encoder's are the same bits,
-    and kb-build's self-check recorded how this machine's oneDNN sums a short query's scores."""
-    m = _real(name)
-    assert m.encoder.attention_sums == "onednn-avx512"
-    like = m.like_ct2()
-    differ = [t[:30] for t in MULTILINGUAL if not np.array_equal(like.embed_query(t), m.ct2.embed_query(t))]
-    assert differ == []
 
 
 @settings(max_examples=200, deadline=None)
@@ -386,18 +377,10 @@ def test_query_vectors_match_transformers(name):
         assert _cos(m.encoder.embed_query(t), h) > 0.99  # measured 0.995+ (int8 against float32)
 
 
-def test_numkong_and_numpy_kernels_give_the_same_vectors():
-    m = _tiny("unigram")
-    a, b = m.open("numkong"), m.open("numpy")
-    for t in ["ab cd", "中文 <mask> test", "a" * 30]:
-        np.testing.assert_array_equal(a.embed_query(t), b.embed_query(t))
-
-
 @pytest.mark.parametrize("kind", TINY)
 def test_compiled_and_numpy_kernels_agree_on_tiny_models(kind):
-    """kb's compiled kernels multiply and normalise exactly as numpy does; only GELU's exp rounds
-    differently (tests/models/test_kernels.py), which int8 rounding of the next layer's input can
-    amplify."""
+    """kb's compiled kernels and the numpy reference agree to float rounding (tests/models/
+    test_kernels.py), which int8 rounding of the next layer's input can amplify."""
     m = _tiny(kind)
     a, b = m.open("native"), m.open("numpy")
     assert repr(a).endswith("kernels=native)") and repr(m.open()).endswith("kernels=native)")
@@ -407,12 +390,13 @@ def test_compiled_and_numpy_kernels_agree_on_tiny_models(kind):
 
 @pytest.mark.parametrize("name", REAL)
 def test_compiled_and_numpy_kernels_agree_on_the_multilingual_sample(name):
-    """Measured: MiniLM mean 0.9999999, min 0.9999998; e5 mean 0.99995, min 0.99928 (GELU's last
-    bit, amplified by int8 rounding over twelve layers)."""
+    """Their float steps differ in the last bits (libm's erf against numpy's Abramowitz & Stegun,
+    summation orders), which int8 rounding over the layers amplifies as it does against
+    CTranslate2. Measured: MiniLM mean 0.99958, min 0.9960."""
     m = _real(name)
     a, b = m.open("native"), m.open("numpy")
     cos = [_cos(a.embed_query(t), b.embed_query(t)) for t in MULTILINGUAL]
-    assert np.mean(cos) >= 0.9999 and min(cos) >= 0.999, (np.mean(cos), min(cos))
+    assert np.mean(cos) >= 0.999 and min(cos) >= 0.993, (np.mean(cos), min(cos))
 
 
 def _hide_compiled_kernels(monkeypatch) -> None:
@@ -423,12 +407,12 @@ def _hide_compiled_kernels(monkeypatch) -> None:
     monkeypatch.delattr(kb.common, "_kernels", raising=False)
 
 
-def test_without_the_compiled_kernels_auto_runs_numkong(monkeypatch):
+def test_without_the_compiled_kernels_auto_runs_numpy(monkeypatch):
     m = _tiny("unigram")
-    want = m.open("numkong").embed_query("ab cd")
+    want = m.open("numpy").embed_query("ab cd")
     _hide_compiled_kernels(monkeypatch)
     enc = m.open()
-    assert repr(enc).endswith("kernels=numkong)")
+    assert repr(enc).endswith("kernels=numpy)")
     np.testing.assert_array_equal(enc.embed_query("ab cd"), want)
     with pytest.raises(ModelError, match=r"^kb's compiled kernels \(common/_kernels.c\) are not installed$"):
         m.open("native")
@@ -436,7 +420,7 @@ def test_without_the_compiled_kernels_auto_runs_numkong(monkeypatch):
 
 def test_a_big_endian_cpu_does_not_run_the_compiled_kernels(monkeypatch):
     monkeypatch.setattr(sys, "byteorder", "big")
-    assert repr(_tiny("unigram").open()).endswith("kernels=numkong)")
+    assert repr(_tiny("unigram").open()).endswith("kernels=numpy)")
 
 
 @pytest.mark.parametrize("kind", TINY)
@@ -488,60 +472,19 @@ def test_a_real_models_section_records_this_machines_int8_sums(name):
     assert m.open(int8_pairs=None).saturates == (CT2_PAIRS == "saturate")
 
 
-@pytest.mark.parametrize("int8_pairs", ["exact", "saturate"])
-def test_a_one_shot_encoder_that_lets_its_packs_go_gives_the_same_vectors(int8_pairs):
-    """keep_packed=False (a one-shot process on numkong's kernels): each layer packed as the pass
-    reaches it and let go after use; the same vectors, query after query, with each layer checked
-    once."""
+@pytest.mark.parametrize("kernels", ["native", "numpy"])
+def test_each_layer_is_checked_once_and_later_queries_give_the_same_vectors(kernels):
     m = _tiny("unigram")
-    kept = m.open("numkong", int8_pairs=int8_pairs)
-    free = QueryEncoder(kept.model, m.card, "numkong", int8_pairs=int8_pairs, keep_packed=False)
-    for t in ["ab cd", "中文 <mask> test", "a" * 30]:
-        np.testing.assert_array_equal(free.embed_query(t), kept.embed_query(t))
-    assert set(free._packed) == set(free._linears) and not any(free._packed.values())  # checked, nothing held
-    assert all(v is not None for v in kept._packed.values())
-
-
-@pytest.mark.parametrize("numkong", [None, types.ModuleType("numkong")], ids=["absent", "without-packed-products"])
-def test_without_numkong_the_encoder_runs_its_products_in_numpy(monkeypatch, numkong):
-    """numkong is a declared dependency, but an install without it, or with one too old for
-    packed products (and without kb's compiled kernels), still embeds queries: "auto" falls back
-    to numpy; "numkong" says why not."""
-    m = _tiny("unigram")
-    want = m.open("numpy").embed_query("ab cd")
-    monkeypatch.setitem(sys.modules, "numkong", numkong)
-    _hide_compiled_kernels(monkeypatch)
-    enc = m.open()
-    assert repr(enc).endswith("kernels=numpy)")
-    np.testing.assert_array_equal(enc.embed_query("ab cd"), want)
-    with pytest.raises(ModelError, match="^numkong with packed int8 products is not installed$"):
-        m.open("numkong")
-
-
-def test_int8_products_are_exact_on_every_numkong_kernel():
-    nk = pytest.importorskip("numkong")
-    rng = np.random.default_rng(3)
-    w = rng.integers(-127, 128, (96, 1536), dtype=np.int8)
-    x = rng.standard_normal((5, 1536)).astype(np.float32) * 4
-    scale, bias = rng.uniform(50, 400, 96).astype(np.float32), rng.standard_normal(96).astype(np.float32)
-    want = dense_int8(x, w, scale, bias)
-    caps = [c for c, on in nk.get_capabilities().items() if on and c != "serial"]
-    try:
-        for off in [[]] + [caps[i:] for i in range(len(caps))]:  # the best kernel, then fewer and fewer
-            for c in off:
-                nk.disable_capability(c)
-            np.testing.assert_array_equal(dense_int8(x, w, scale, bias, nk.dots_pack(w)), want, err_msg=str(off))
-            for c in off:
-                nk.enable_capability(c)
-    finally:
-        for c in caps:
-            nk.enable_capability(c)
+    enc = m.open(kernels, int8_pairs="saturate")
+    first = [enc.embed_query(t) for t in ["ab cd", "中文 <mask> test", "a" * 30]]
+    assert set(enc._prepared) == set(enc._linears) and set(enc._claims) == {f"l{i}" for i in range(enc.layers)}
+    np.testing.assert_array_equal([enc.embed_query(t) for t in ["ab cd", "中文 <mask> test", "a" * 30]], first)
 
 
 def test_erf_is_accurate_in_float32():
     x = np.linspace(-6, 6, 20001, dtype=np.float32)
     err = np.abs(erf(x).astype(np.float64) - np.array([math.erf(float(v)) for v in x]))
-    assert err.max() < 5e-7  # 1.5e-7 in exact arithmetic, the rest float32 rounding
+    assert err.max() < 2e-7  # Abramowitz & Stegun 7.1.26: 1.5e-7
 
 
 def test_a_query_reads_only_the_word_embedding_rows_it_needs():
@@ -621,7 +564,6 @@ def _damaged() -> dict[str, bytes]:
         "directory version": _with_directory(s, d | {"version": 2}),
         "encoder parameters": _with_directory(s, d | {"encoder": d["encoder"] | {"heads": 0}}),
         "encoder int8_pairs is invalid": _with_directory(s, d | {"encoder": d["encoder"] | {"int8_pairs": "wrap"}}),
-        "encoder attention is invalid": _with_directory(s, d | {"encoder": d["encoder"] | {"attention": "lanes"}}),
     }
 
 
@@ -629,14 +571,18 @@ DAMAGE = [
     "not a query-model section", "directory runs past", "directory crc mismatch", "another model.embed",
     "runs past model.embed", "'l0.fi.w' is missing", "'embed.word' is malformed", "checksums for",
     "'embed.pos' is missing or not", "ids past the word embeddings", "page index does not match", "vocabulary pages",
-    "directory version", "encoder parameters", "encoder int8_pairs is invalid", "encoder attention is invalid"]
+    "directory version", "encoder parameters", "encoder int8_pairs is invalid"]
 
 
-def test_the_format_and_the_encoder_know_the_same_attention_sums():
-    from kb.common.query_encoder import ATTENTION_SUMS
-    from kb.formats.query_model import ATTENTION_SUMS as IN_FORMAT
-
-    assert ATTENTION_SUMS == IN_FORMAT and ATTENTION_SUMS[0] == "sequential"
+@pytest.mark.parametrize("attention", ["sequential", "onednn-avx512", "any"])
+def test_a_section_with_the_old_attention_key_opens_and_embeds_as_without_it(attention):
+    """kb-build wrote ``encoder.attention`` from 2026-12-05 to 2026-12-06 (formats/SPEC.md);
+    readers ignore it."""
+    m = _tiny("unigram")
+    d = _directory(m.section)
+    old = _with_directory(m.section, d | {"encoder": d["encoder"] | {"attention": attention}})
+    assert "attention" not in d["encoder"]
+    np.testing.assert_array_equal(m.open(section=old).embed_query("ab cd"), m.open().embed_query("ab cd"))
 
 
 @pytest.mark.parametrize("why", DAMAGE)

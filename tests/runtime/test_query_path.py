@@ -252,7 +252,7 @@ def test_a_one_shot_search_checks_the_encoders_layers_beside_its_bm25_leg(tiny_m
         s = Searcher(ix, one_shot=True)
         got = [(r.chunk_id, r.score) for r in s.search(q, s.defaults).results]
         assert threads == ["kb-prepare-encoder"] and not _alive("kb-prepare-encoder")
-        assert len(s.embedder._packed) == len(s.embedder._linears)
+        assert len(s.embedder._prepared) == len(s.embedder._linears)
         again = [(r.chunk_id, r.score) for r in s.search(q, s.defaults).results]  # loaded: nothing to prepare
         assert threads == ["kb-prepare-encoder"]
     monkeypatch.setattr(Searcher, "_prepare_encoder", lambda self, space: None)
