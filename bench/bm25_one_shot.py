@@ -25,7 +25,7 @@ def one(artifact: str, queries: str, i: int, kind: str) -> dict:
     """In this process: open, rank query ``i`` with ``kind``'s pick, report."""
     import numpy as np
 
-    from kb.common import native
+    from kb.runtime import cosines as native
     from kb.runtime import bm25
     from kb.runtime.index import Index
 

@@ -52,7 +52,7 @@ def load_set(folder: Path, split: str, max_queries: int):
 
 
 def embedder(name: str):
-    from kb.common.encoders import CT2Embedder
+    from kb.models.encoders import CT2Embedder
 
     if name == "minilm":
         from kb.builder.embedders import default_embedder_files

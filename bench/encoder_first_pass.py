@@ -1,12 +1,12 @@
 """The query encoder's first forward pass in a fresh process, the way a one-shot `kb search`
-pays it, by kernels: kb's compiled kernels (common/_kernels.c, what kb search runs where they
+pays it, by kernels: kb's compiled kernels (models/_encoder.c, what kb search runs where they
 are installed) and the numpy reference (where they are not), each in its own process,
 interleaved round by round so that the machine's drift hits both alike.
 
     python bench/encoder_first_pass.py --art bench/out/hugo.kb --art bench/out/hugo-e5.kb [--rounds 15]
 
 For each artifact and variant (``--variants``, default both): a child process opens the artifact, builds the encoder from its
-model.query section (common/query_encoder.py), tokenizes "how to configure taxonomies" and
+model.query section (models/query_encoder.py), tokenizes "how to configure taxonomies" and
 times ``forward`` once. Prints the median and minimum milliseconds of each (markdown), and
 with ``--out FILE`` writes every run's milliseconds as JSON. ``--parts`` also times, inside that
 pass, the encoder's steps (all dense layers; numpy's int8 layer, the inputs' quantization, GELU;
@@ -39,7 +39,7 @@ PARTS = (("QueryEncoder", "_dense", "dense layers, all steps"), ("qe", "dense_in
 
 
 def child(art: str, kernels: str, keep: bool, parts: bool = False) -> dict:
-    from kb.common import query_encoder as qe
+    from kb.models import query_encoder as qe
     from kb.runtime.index import Index
 
     spent: dict[str, float] = {}

@@ -30,7 +30,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from usearch.index import Index as UIndex
 
-    from kb.common.encoders import load_embedder
+    from kb.models.encoders import load_embedder
     from kb.runtime.index import Index
 
     ix = Index(a.artifact)

@@ -54,7 +54,7 @@ def main(argv=None):
     ap.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "RESULTS.md")
     a = ap.parse_args(argv)
     from kb.builder.embedders import default_embedder_files, fetch_minilm
-    from kb.common.encoders import load_embedder
+    from kb.models.encoders import load_embedder
 
     texts = passages(a.corpus, a.passages)
     queries = [json.loads(x)["text"] for x in a.queries.read_text().splitlines() if x.strip()][:200]

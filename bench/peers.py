@@ -276,7 +276,7 @@ def default_embedder():
     global _EMBEDDER
     if _EMBEDDER is None:
         from kb.builder.embedders import default_embedder_files
-        from kb.common.encoders import load_embedder
+        from kb.models.encoders import load_embedder
 
         _EMBEDDER = load_embedder(default_embedder_files(), device="cpu")
     return _EMBEDDER

@@ -1,4 +1,4 @@
-"""The in-place query encoder (common/query_encoder.py) against the CTranslate2 query embedder it
+"""The in-place query encoder (models/query_encoder.py) against the CTranslate2 query embedder it
 replaces, on the dev sets: vector-leg nDCG@10, agreement of the query vectors, and warm
 in-process latency (query embedding, and a whole hybrid search), the two interleaved query by
 query so that other load on the machine hits both alike.
@@ -12,7 +12,7 @@ and what kb serve, kb mcp and kb bench still do); "in-place" is ``Searcher(ix, o
 (kb search). Writes the "query-encoder" region of bench/RESULTS.md.
 
 ``--against numpy`` compares the in-place encoder on its default kernels (kb's compiled ones,
-common/_kernels.c) with the same encoder on the numpy reference instead of CTranslate2. It
+models/_encoder.c) with the same encoder on the numpy reference instead of CTranslate2. It
 prints its tables and writes no region.
 """
 
@@ -80,7 +80,7 @@ def main(argv=None):
             baseline = Searcher(ix, "cpu", "int8")
             assert type(baseline.embedder).__name__ == "CT2Embedder"
         else:
-            from kb.common.query_encoder import QueryEncoder
+            from kb.models.query_encoder import QueryEncoder
 
             baseline, space = Searcher(ix, one_shot=True), ix.dense
             baseline.set_embedder(space, QueryEncoder(space.query_model, space.card or {}, a.against))

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_md import machine, update_region  # noqa: E402
 
-from kb.common.convert import sha256_file  # noqa: E402
+from kb.models.convert import sha256_file  # noqa: E402
 
 KB_BUILD = str(Path(sys.executable).with_name("kb-build"))
 

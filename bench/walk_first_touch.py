@@ -1,8 +1,8 @@
-"""What one search's walk of the graph costs a fresh process: kb's walk (runtime/graph_walk.py),
-compiled or in numpy, over an artifact whose pages no process has touched, as a one-shot
+"""What one search's walk of the graph costs a fresh process: kb's compiled walk
+(runtime/graph_walk.py), or usearch where it is not built (the whole graph checked first), over an artifact whose pages no process has touched, as a one-shot
 `kb search` meets it (the artifact in the page cache, none of it mapped yet).
 
-    python bench/walk_first_touch.py --artifact bench/out/scale-1m/scale.kb --queries bench/out/scale-1m/queries.npz [--count 16] [--walks compiled,numpy]
+    python bench/walk_first_touch.py --artifact bench/out/scale-1m/scale.kb --queries bench/out/scale-1m/queries.npz [--count 16] [--walks compiled,usearch]
 
 Each query is walked in a process of its own, once by each walk kind, the kinds interleaved; the
 process opens the artifact and the graph's headers first (not timed), then times the search and
@@ -27,7 +27,7 @@ def one_walk(artifact: str, queries: str, i: int, kind: str) -> dict:
     from kb.runtime import graph_walk
     from kb.runtime.index import Index
 
-    if kind == "numpy":
+    if kind == "usearch":
         graph_walk._f16_kernels = lambda: None
     q = np.load(queries)["vectors"][i]
     with Index(artifact) as ix:
@@ -39,7 +39,7 @@ def one_walk(artifact: str, queries: str, i: int, kind: str) -> dict:
         t = time.perf_counter()
         walk.search(q, 100)
         ms = (time.perf_counter() - t) * 1000
-        return {"ms": ms, "pages": (int(ok.sum()) - before) if ok is not None else None, "compiled": walk._kernels is not None}
+        return {"ms": ms, "pages": (int(ok.sum()) - before) if ok is not None else None, "compiled": isinstance(walk, graph_walk.GraphWalk)}
 
 
 def main(argv=None) -> None:
@@ -47,7 +47,7 @@ def main(argv=None) -> None:
     ap.add_argument("--artifact", required=True)
     ap.add_argument("--queries", required=True, help="a bench/scale.py queries.npz")
     ap.add_argument("--count", type=int, default=16, help="queries walked")
-    ap.add_argument("--walks", default="compiled,numpy")
+    ap.add_argument("--walks", default="compiled,usearch")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", nargs=2, metavar=("I", "KIND"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

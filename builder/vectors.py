@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.common.convert import sha256_file
+from kb.models.convert import sha256_file
 from kb.common.errors import UsageError
 
 from .chunk import Chunk

@@ -221,7 +221,7 @@ def _checksums(data, paged: bool) -> tuple[int, bytes]:
             pages.append(crc32(carry))
             carry = b""
         whole = len(mv) - len(mv) % PAGE
-        page_crc = summer(whole)
+        page_crc = summer()
         pages.extend(page_crc(mv[o : o + PAGE]) for o in range(0, whole, PAGE))
         carry = bytes(mv[whole:])
     if carry:

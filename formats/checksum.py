@@ -2,66 +2,44 @@
 
 Every byte a search reads is checked against a crc32 first (formats/artifact.py, the query
 model's row groups, the graph's pages). zlib's crc32 sums about 2 GB/s on the 2-core VM kb is
-measured on. kb's compiled kernels (common/_kernels.c) fold with carry-less multiplies where the
+measured on. kb's compiled crc32 (formats/_crc32.c) fold with carry-less multiplies where the
 CPU has PCLMULQDQ, at about 9 GB/s, and sum many ranges of a buffer in one call
 (``crc32_many``: a one-shot walk of a 1M graph checks some 13,000 pages). Where they are not
-built, or the CPU lacks the instruction, zlib-ng's crc32 (the ``zlib-ng`` package) folds as fast;
-importing it costs 1.5-3 ms (it imports gzip), more than a one-shot BM25 search sums, so such a
-process sums with zlib, which kb has imported anyway, until it has summed ``FAST_AFTER`` bytes,
-and with zlib-ng from then on. An install with neither sums with zlib throughout. All give
-zlib's values (tests/formats/test_checksum.py).
+built, or the CPU lacks the instruction, zlib sums: the reference the tests hold them against
+(tests/formats/test_checksum.py).
 """
 
 from __future__ import annotations
 
 import zlib
 
-__all__ = ["FAST_AFTER", "crc32", "crc32_many", "summer"]
+__all__ = ["crc32", "crc32_many", "summer"]
 
-FAST_AFTER = 1 << 20
-_summed = 0
-_crc = zlib.crc32
-_switched = False
 _compiled = None  # kb's kernels when they fold with PCLMULQDQ, False when not; None: not yet asked
 
 
 def _kernels():
-    """kb's compiled kernels if their crc32 folds on this CPU, else None (asked once)."""
+    """kb's compiled crc32 if it folds on this CPU, else None (asked once)."""
     global _compiled
     if _compiled is None:
-        from ..common.native import kernels
-
-        k = kernels()
+        try:
+            from . import _crc32 as k
+        except ImportError:
+            k = None
         _compiled = k if k is not None and k.crc_kernel() == "pclmul" else False
     return _compiled or None
 
 
-def _fast():
-    try:
-        from zlib_ng.zlib_ng import crc32
-    except ImportError:
-        return zlib.crc32
-    return crc32
-
-
-def summer(nbytes: int):
-    """The crc32 function for the next ``nbytes`` bytes this process sums: kb's compiled one, or
-    zlib's until ``FAST_AFTER`` bytes have been summed and zlib-ng's from then on."""
-    global _summed, _crc, _switched
+def summer():
+    """The crc32 function this process sums with: kb's compiled one where it folds, else zlib's."""
     k = _kernels()
-    if k is not None:
-        return k.crc32
-    if not _switched:
-        _summed += nbytes
-        if _summed >= FAST_AFTER:
-            _crc, _switched = _fast(), True
-    return _crc
+    return zlib.crc32 if k is None else k.crc32
 
 
 def crc32(data, value: int = 0) -> int:
-    """zlib.crc32(data, value), by whichever implementation ``summer`` picks; ``data`` is any
-    contiguous buffer (bytes, a memoryview, a numpy array)."""
-    return summer(data.nbytes if hasattr(data, "nbytes") else len(data))(data, value)
+    """zlib.crc32(data, value), by ``summer``; ``data`` is any contiguous buffer (bytes, a
+    memoryview, a numpy array)."""
+    return summer()(data, value)
 
 
 def crc32_many(data, starts, stops):
@@ -82,7 +60,6 @@ def crc32_many(data, starts, stops):
     view = memoryview(data).cast("B")
     if len(starts) and (starts.min() < 0 or (stops < starts).any() or stops.max() > len(view)):
         raise ValueError(f"a range is outside the data's {len(view)} bytes")
-    f = summer(int((stops - starts).sum()))
     for i, (lo, hi) in enumerate(zip(starts.tolist(), stops.tolist())):
-        out[i] = f(view[lo:hi])
+        out[i] = zlib.crc32(view[lo:hi])
     return out

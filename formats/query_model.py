@@ -65,7 +65,7 @@ def _corrupt(why: str, label: str = "", section: str = "model.query") -> Corrupt
 
 
 def encoder_tensors(e: dict) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Every tensor the query encoder reads (common/query_encoder.py), as (dtype, shape), for
+    """Every tensor the query encoder reads (models/query_encoder.py), as (dtype, shape), for
     encoder parameters ``e``: "embed.*" (word, token-type and position embeddings, their layer
     norm), then per layer i "l{i}.qkv" (fused query/key/value), "l{i}.ao" (attention output),
     "l{i}.fi" and "l{i}.fo" (feed-forward in and out) as int8 weight ".w" (out, in), float32
@@ -160,7 +160,7 @@ def ct2_variables(buf) -> dict[str, CT2Variable]:
 class TensorRef(NamedTuple):
     """Where one tensor of the encoder lies in ``model.embed``, and its row-group checksums."""
 
-    name: str  # the encoder's role name, e.g. "l0.qkv.w" (common/query_encoder.py)
+    name: str  # the encoder's role name, e.g. "l0.qkv.w" (models/query_encoder.py)
     dtype: str  # "int8" or "float32"
     shape: tuple[int, ...]
     offset: int  # from the start of the model.embed section

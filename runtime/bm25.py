@@ -177,7 +177,7 @@ def _weighted_sum(ix, parts: list[tuple[np.ndarray, np.ndarray]], scales: list[f
     Stored postings (u32 ids, u8 impacts) are added by kb's compiled ``impact_add`` where it is
     built: the same float64 sums in the same order as the bincount below, without its copies of
     every posting, and with the GIL let go (a one-shot search runs this leg beside the dense one)."""
-    from kb.common.native import kernels
+    from .cosines import kernels
 
     k = kernels()
     if k is not None and hasattr(k, "impact_add") and all(ids.dtype == np.uint32 and imp.dtype == np.uint8 for ids, imp in parts):
@@ -218,7 +218,7 @@ def top_bm25(ix, terms: list[str], k: int, allowed: np.ndarray | None = None) ->
     part to add), kb's compiled ``acc_top`` picks them from the sums in one pass, as ``top_k``
     over ``bm25_scores`` would, bit for bit: at a million chunks a long query matches over half
     of them, and their mask, ids, scores and partition took 10 ms of its 30."""
-    from kb.common.native import kernels
+    from .cosines import kernels
 
     kern = kernels()
     summed = _chunk_sums(ix, terms)

@@ -259,7 +259,7 @@ def open_set(path: str) -> list[Index]:
 def create_set(out: str, artifacts: list[str]) -> list[Member]:
     """Write a set file at ``out`` listing ``artifacts`` (opened and checked as a set first), with
     each one's full sha256; paths relative to ``out``'s folder."""
-    from kb.common.convert import sha256_file
+    from kb.models.convert import sha256_file
 
     opened = open_paths(list(artifacts))
     coll = opened if isinstance(opened, Collection) else Collection([opened], str(opened.path))
@@ -279,7 +279,7 @@ def create_set(out: str, artifacts: list[str]) -> list[Member]:
 
 def verify_set(path: str) -> list[dict]:
     """Every member's full sha256 against the set file's (``kb info --verify``)."""
-    from kb.common.convert import sha256_file
+    from kb.models.convert import sha256_file
 
     out = []
     for m in read_set(path):

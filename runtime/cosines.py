@@ -18,20 +18,25 @@ def cosines_of(vecs: np.ndarray, qv: np.ndarray) -> np.ndarray:
 def stored_cosines(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The cosine of ``q`` with each of ``rows`` (vectors in their stored kind, C-contiguous), the
     query cast to that kind first, as usearch casts it; float32. kb's compiled kernel where the
-    rows are float16 and the CPU has AVX2 and F16C (common/_kernels.c ``cosines_f16``), else
-    numkong's SIMD kernel (whose import costs a one-shot search 3-5 ms), else numpy over float32
-    copies. A zero row may give NaN and a row that is not finite NaN or infinity: callers decide."""
+    rows are float16 and the CPU has AVX2 and F16C (runtime/_kernels.c ``cosines_f16``), else numpy
+    over float32 copies (the reference). A zero row may give NaN and a row that is not finite NaN
+    or infinity: callers decide."""
     kernels = _f16_kernels() if rows.dtype == np.float16 and rows.ndim == 2 and rows.flags.c_contiguous else None
     if kernels is not None:
         out = np.empty(len(rows), dtype=np.float32)
         kernels.cosines_f16(np.asarray(q, dtype=np.float16).astype(np.float32), rows, out, len(rows), rows.shape[1])
         return out
-    try:
-        import numkong
+    return cosines_of(rows.astype(np.float32), np.asarray(q, dtype=rows.dtype).astype(np.float32))
 
-        return 1.0 - np.asarray(numkong.cdist(np.asarray(q, dtype=rows.dtype).reshape(1, -1), rows, metric="angular"), dtype=np.float32).ravel()
-    except (ImportError, AttributeError, TypeError, ValueError):  # no numkong, or one without cdist for this kind
-        return cosines_of(rows.astype(np.float32), q)
+
+def kernels():
+    """kb's compiled runtime kernels (runtime/_kernels.c), or None where the install could not
+    build them."""
+    try:
+        from . import _kernels
+    except ImportError:
+        return None
+    return _kernels
 
 
 _F16 = None  # kb's kernels once asked for and their float16 cosines run here, False when not
@@ -42,8 +47,6 @@ def _f16_kernels():
     else None; asked once a process."""
     global _F16
     if _F16 is None:
-        from kb.common.native import kernels
-
         k = kernels() if sys.byteorder == "little" else None
         _F16 = k if k is not None and k.f16_kernel() == "f16c" else False
     return _F16 or None

@@ -1,12 +1,12 @@
 """Query-time reranking with a BERT cross-encoder in CTranslate2 (no torch, no transformers).
 
-Imports only numpy and the stdlib at module level (kb.common.encoders is
+Imports only numpy and the stdlib at module level (kb.models.encoders is
 numpy-only too); ctranslate2 and tokenizers are imported when a model is
 built, and the converter only by load_reranker_path() when it has to convert an
 HF folder.
 
 A cross-encoder is a dict {filename: bytes} as produced by
-kb.common.convert.convert_bert from an HF BertForSequenceClassification
+kb.models.convert.convert_bert from an HF BertForSequenceClassification
 folder: the CTranslate2 encoder (model.bin, config.json, vocabulary.json),
 tokenizer.json, kb_model.json (kind "cross-encoder", pooling "cls",
 num_labels) and head.npz (pooler_dense_weight/bias, classifier_weight/bias).
@@ -28,7 +28,7 @@ import io
 
 import numpy as np
 
-from kb.common.encoders import ModelError, open_encoder, read_card
+from kb.models.encoders import ModelError, open_encoder, read_card
 
 __all__ = ["CT2CrossEncoder", "load_reranker", "load_reranker_path", "ModelError"]
 
@@ -231,6 +231,6 @@ def load_reranker_path(path, device: str = "auto", compute_type: str = "auto") -
     """A CT2CrossEncoder from a folder: a converted one (kb_model.json + model.bin, as written by
     kb-build --reranker) or an HF BertForSequenceClassification folder, converted on the fly to
     int8 (cached in $KB_CACHE_DIR or ~/.cache/kb; the frozen kb cannot convert and says so)."""
-    from kb.common.convert import read_model_folder
+    from kb.models.convert import read_model_folder
 
     return load_reranker(read_model_folder(path, "cross-encoder"), device, compute_type)

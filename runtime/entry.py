@@ -186,7 +186,7 @@ def _phase_timers() -> None:
     from kb.runtime import index, legs, output, search
 
     spans.append(("import search/index/output (numpy)", t - t0, clock() - t, cpu() - c))
-    from kb.common import encoders, query_encoder  # to time them: light (numpy is in), not in the spans
+    from kb.models import encoders, query_encoder  # to time them: light (numpy is in), not in the spans
 
     timed(index.Index, "__init__", "open artifact")
     timed(index.DenseSpace, "model_files", "model section -> bytes")

@@ -763,15 +763,18 @@ class DenseSpace:
 
     def _open_walk(self):
         """(GraphWalk, (matrix view, HnswImage)) over the graph, having checked its headers and
-        levels only (formats/hnsw.py ``graph_layout``); None when numpy cannot view the stored
-        kind (the walk computes cosines over the rows in place), and usearch searches."""
+        levels only (formats/hnsw.py ``graph_layout``); None where kb's compiled walk does not run
+        here or on the stored kind (float16 rows), and usearch searches."""
         from kb.formats.artifact import PAGE
-        from kb.formats.hnsw import NODE_HEAD, NUMPY_SCALARS, GraphLayout, graph_layout
+        from kb.formats.hnsw import NODE_HEAD, SCALAR_KINDS, GraphLayout, graph_layout
 
-        from .graph_walk import GraphWalk, Pages
+        from .graph_walk import GraphWalk, Pages, _f16_kernels
 
+        kernels = _f16_kernels()
+        if kernels is None:
+            return None
         view, g = self._checked(lambda v: graph_layout(v, self.n_chunks), graph_head_only=True)
-        if not isinstance(g, GraphLayout) or g.image.scalar not in NUMPY_SCALARS:
+        if not isinstance(g, GraphLayout) or g.image.scalar != SCALAR_KINDS["f16"]:
             return None
         if max(NODE_HEAD + g.base_bytes + g.max_level * g.upper_bytes, g.image.cols) > PAGE:
             return None  # a record or row over two pages: Artifact.check_pages verifies a range's first and last page
@@ -780,7 +783,7 @@ class DenseSpace:
         check = lambda starts, stops: art.check_pages(self.section, starts, stops)  # noqa: E731
         table = art.page_table(self.section)
         pages = Pages.none() if table is None else Pages(*table, lambda p: art.page_mismatch(self.section, p))
-        walk = GraphWalk(view, g, _matrix_view(view, g.image), check, ef, corrupt=self._corrupt, pages=pages)
+        walk = GraphWalk(view, g, _matrix_view(view, g.image), check, ef, kernels, pages, corrupt=self._corrupt)
         return walk, (walk.matrix, g.image)
 
     def _checked_image(self, neighbours: bool) -> tuple:

@@ -57,7 +57,7 @@ class Searcher:
     """Holds an open Index and lazily loaded models; safe to reuse for many queries.
 
     ``one_shot``: the process answers one search and exits (``kb search``). Its query is then
-    embedded in place (common/query_encoder.py) instead of by CTranslate2, whose load costs a
+    embedded in place (models/query_encoder.py) instead of by CTranslate2, whose load costs a
     one-shot process 150-300 ms; a long-lived process (kb serve, kb mcp, kb bench) pays that
     once and then embeds each query faster with CTranslate2's fused kernels.
     """
@@ -86,7 +86,7 @@ class Searcher:
 
     def embedder_of(self, space):
         """The query embedder of a dense leg (runtime/index.py DenseSpace): for a one-shot search,
-        kb's in-place encoder (common/query_encoder.py) when the artifact has its section and no
+        kb's in-place encoder (models/query_encoder.py) when the artifact has its section and no
         CTranslate2 setting was asked for (``--device cuda`` or a ``--compute-type``); else the
         CTranslate2 embedder the passages were embedded with."""
         embedder = self._embedders.get(getattr(space, "section", "main"))
@@ -106,14 +106,14 @@ class Searcher:
     def _load_embedder(self, space):
         """The query embedder ``embedder_of`` loads for ``space``."""
         if self._in_place(space):
-            from kb.common.query_encoder import QueryEncoder
+            from kb.models.query_encoder import QueryEncoder
 
             # Its width is the card's dim (QueryEncoder checks), as the vector index's is
             # (Index.vectors checks): no need to wait for the index here.
             with self._packed_model("embedding model"):
                 embedder = QueryEncoder(space.query_model, space.card or {})
         else:
-            from kb.common.encoders import load_embedder
+            from kb.models.encoders import load_embedder
 
             with self._packed_model("embedding model"):
                 embedder = load_embedder(space.model_files(), self.device, self.compute_type)

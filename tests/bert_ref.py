@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.common.convert import convert_bert
+from kb.models.convert import convert_bert
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -209,7 +209,7 @@ def _cpuinfo() -> str:
 def ct2_int8_pairs() -> str:
     """How this machine's CTranslate2 sums int8 products: "exact" where the CPU has int8 dot
     products (x86 VNNI or AMX, and ARM64), else "saturate": pairs cut to int16, as oneDNN and MKL
-    do with vpmaddubsw (common/query_encoder.py ``saturation``)."""
+    do with vpmaddubsw (models/query_encoder.py ``saturation``)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return "exact"
     flags = cpu_flags()  # none found: "exact"

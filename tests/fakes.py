@@ -48,7 +48,7 @@ class HashEmbedder:
 def register() -> None:
     """Let kb-build take ``--embedder hash`` and kb load artifacts built with it."""
     from kb.builder.embedders import register_embedder
-    from kb.common.encoders import register_backend
+    from kb.models.encoders import register_backend
 
     register_embedder("hash", lambda quantization: HashEmbedder())
     register_backend("hash", lambda files, card, device, compute_type: HashEmbedder(card["dim"], card["name"], card.get("max_tokens", 256)))

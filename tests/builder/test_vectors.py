@@ -194,7 +194,7 @@ def test_the_compiled_pick_of_the_bm25_top_equals_top_k_over_every_score(tmp_pat
     """top_bm25 picks the best chunks from the sums (kb's ``acc_top``) where a chunk's score is
     its own sum, as one chunk a document makes it: the same ids and scores as ``top_k`` over
     ``bm25_scores``, with and without a filter."""
-    from kb.common.native import kernels
+    from kb.runtime.cosines import kernels
     from kb.runtime import bm25
 
     if not hasattr(kernels(), "acc_top"):

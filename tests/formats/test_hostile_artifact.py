@@ -322,7 +322,7 @@ def test_a_packed_model_that_does_not_load_makes_the_artifact_corrupt(tmp_path, 
     """A model.embed whose model.bin or tokenizer CTranslate2 refuses (found by the fuzzer, seed 31,
     inputs 10841 and 57149: crc-valid, structurally edited) was exit 1; the artifact is unusable,
     so exit 3. Asked for CUDA, a load failure may be this machine's: it stays a model error."""
-    from kb.common import encoders
+    from kb.models import encoders
     from kb.common.errors import ModelError
 
     def refuse(files, device="auto", compute_type="auto", threads=0):

@@ -72,7 +72,7 @@ def build_tiny_model_artifact(corpus: Path, out: Path) -> None:
         import bert_ref
     from kb.builder.build import build
     from kb.builder.embedders import register_embedder
-    from kb.common.encoders import CT2Embedder
+    from kb.models.encoders import CT2Embedder
 
     files = bert_ref.tiny_embedder(out.parent / "tiny-ct2", bert_ref.rich_wordpiece())
     register_embedder("tiny-ct2", lambda quantization: CT2Embedder(files, device="cpu"))

@@ -25,7 +25,7 @@ pytest.importorskip("ctranslate2")
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
 
-from kb.common import convert as builder_models  # noqa: E402
+from kb.models import convert as builder_models  # noqa: E402
 from kb.common.errors import ModelError  # noqa: E402
 from kb.runtime.cross_encoder import CT2CrossEncoder, load_reranker, load_reranker_path  # noqa: E402
 

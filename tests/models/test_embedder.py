@@ -1,5 +1,5 @@
 """Embedding model: fetch (builder/embedders.py), torch-free conversion to CTranslate2
-(common/convert.py), the CTranslate2 embedder (common/encoders.py).
+(models/convert.py), the CTranslate2 embedder (models/encoders.py).
 
 Tests on the real all-MiniLM-L6-v2 skip when the model is neither in the cache
 ($KB_CACHE_DIR or ~/.cache/kb) nor downloadable. The converter itself is also
@@ -22,8 +22,8 @@ import pytest
 pytest.importorskip("ctranslate2")
 pytest.importorskip("tokenizers")
 
-from kb.common.convert import convert_bert  # noqa: E402
-from kb.common.encoders import CT2Embedder  # noqa: E402
+from kb.models.convert import convert_bert  # noqa: E402
+from kb.models.encoders import CT2Embedder  # noqa: E402
 from kb.common.errors import ModelError  # noqa: E402
 
 builder_models = pytest.importorskip("kb.builder.embedders")
@@ -181,7 +181,7 @@ def test_fetch_hash_mismatch_raises_model_error(tmp_path, monkeypatch):
 
 
 def test_runtime_import_is_lean():
-    code = "import sys, kb.common.encoders; print(sorted(m for m in ('ctranslate2', 'tokenizers', 'torch', 'transformers') if m in sys.modules))"
+    code = "import sys, kb.models.encoders; print(sorted(m for m in ('ctranslate2', 'tokenizers', 'torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

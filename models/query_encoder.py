@@ -1,7 +1,7 @@
 """The query encoder: one query's embedding over the int8 weights of the artifact's embedding
 model read in place (formats/query_model.py), with no CTranslate2 and no warm-up.
 
-kb-build embeds passages with CTranslate2 (common/encoders.py) at compute type int8, and this
+kb-build embeds passages with CTranslate2 (models/encoders.py) at compute type int8, and this
 encoder takes the same steps: every dense layer quantizes its input per row (scale
 127 / max |x|), multiplies int8 by int8 into int32 (exact, or cut to int16 in pairs where the
 machine that embedded the passages did so, ``saturation``), and scales back by the input's and
@@ -11,7 +11,7 @@ by more than that would buy): the query vectors agree with CTranslate2's by cosi
 (tests/models/test_query_encoder.py), and the dense leg's nDCG@10 within 0.002 on every dev set
 (bench/query_encoder_bench.py).
 
-The fast path is kb's compiled kernels (common/_kernels.c, built by pip from setup.py): int8
+The fast path is kb's compiled kernels (models/_encoder.c, built by pip from setup.py): int8
 weights multiplied as they lie in the mmap, with no pack and no copy (AVX-512 VNNI or AVX2 where
 the CPU has them, plain C elsewhere). The reference, which the tests hold the kernels against and
 which runs where no compiler did, is numpy below.
@@ -21,7 +21,7 @@ and only the word-embedding rows of its tokens. The first query checks each dens
 crc32s before using it, on helper threads that run ahead of the forward pass (``forward``).
 
 The architecture is the BERT encoder CTranslate2's TransformerEncoderSpec describes for kb's
-converted models (common/convert.py): post-norm layers, fused QKV, erf GELU, absolute positions,
+converted models (models/convert.py): post-norm layers, fused QKV, erf GELU, absolute positions,
 token-type 0, mean pooling over all tokens, then L2 normalisation.
 """
 
@@ -34,7 +34,7 @@ import threading
 import numpy as np
 
 from ..formats.query_model import INT8_PAIRS
-from .errors import ModelError
+from ..common.errors import ModelError
 from .pooling import l2_normalize, mean_pool
 
 __all__ = ["QueryEncoder", "attention", "dense_int8", "erf", "gelu", "layer_norm", "softmax"]
@@ -42,29 +42,36 @@ __all__ = ["QueryEncoder", "attention", "dense_int8", "erf", "gelu", "layer_norm
 _F = np.float32
 _D = np.float64
 
-# Abramowitz & Stegun 7.1.26, absolute error 1.5e-7 (numpy has no erf; the compiled kernels
-# call libm's erff).
-_ERF_P, _ERF_A = 0.3275911, (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+# Abramowitz & Stegun 7.1.28: erf x = 1 - 1 / (1 + a1 x + ... + a6 x^6)^16 for x >= 0, within
+# 3e-7: a polynomial, which compiled code vectorizes; the compiled kernels take these float64
+# steps too (models/_encoder.c ``gelu``).
+_ERF_A = (0.0705230784, 0.0422820123, 0.0092705272, 0.0001520143, 0.0002765672, 0.0000430638)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, _D)
-    t = 1.0 / (1.0 + _ERF_P * np.abs(x))
-    poly = np.polynomial.polynomial.polyval(t, (0.0, *_ERF_A))
-    return np.copysign(1.0 - poly * np.exp(-x * x), x)
+    a, p = np.abs(x), 0.0
+    for c in reversed(_ERF_A):
+        p = (p + c) * a
+    p = p + 1.0
+    with np.errstate(over="ignore"):  # far out p^16 overflows to inf, and erf is 1
+        for _ in range(4):
+            p = p * p
+        return np.copysign(1.0 - 1.0 / p, x)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """0.5 x (1 + erf(x / sqrt 2)), the exact (erf) GELU."""
     x = np.asarray(x, _F)
-    return (0.5 * x * (1.0 + erf(x * np.sqrt(0.5)))).astype(_F)
+    return (0.5 * x * (1.0 + erf(x * 0.70710678118654752))).astype(_F)
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """(x - mean) / sd * gamma + beta per row, the mean and variance summed in float64."""
     x = np.asarray(x, _F)
-    mean = x.mean(-1, dtype=_D, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return ((x - mean) / np.sqrt(var + eps) * gamma + beta).astype(_F)
+    d = x - x.mean(-1, dtype=_D, keepdims=True).astype(_F)
+    rstd = (1 / np.sqrt((d.astype(_D) ** 2).mean(-1, keepdims=True) + eps)).astype(_F)
+    return d * rstd * gamma + beta
 
 
 _SCALE_CAP = _F(127) / np.finfo(np.float32).max  # amax floor: a row of zeros quantizes to zeros, finitely
@@ -162,11 +169,13 @@ def _helper_threads() -> int:
 
 
 def _native():
-    """kb's compiled kernels (common/_kernels.c), or None where the install could not build them
+    """The compiled kernels (models/_encoder.c), or None where the install could not build them
     or the CPU is big-endian (they read the artifact's little-endian floats as native ones)."""
-    from .native import kernels
-
-    return kernels() if sys.byteorder == "little" else None
+    try:
+        from . import _encoder
+    except ImportError:
+        return None
+    return _encoder if sys.byteorder == "little" else None
 
 
 class QueryEncoder:
@@ -201,7 +210,7 @@ class QueryEncoder:
             raise ValueError(f"kernels {kernels!r}")
         self._native = _native() if kernels != "numpy" else None
         if kernels == "native" and self._native is None:
-            raise ModelError("kb's compiled kernels (common/_kernels.c) are not installed")
+            raise ModelError("kb's compiled kernels (models/_encoder.c) are not installed")
         # The dense layers, in the order the forward pass needs them, and each one's preparation
         # (its crc32s checked; for numpy's saturating sums, its ``risky_pairs``), done once for a
         # whole encoder layer by whichever thread claims that layer first (``_ready``).

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import ModelError
+from ..common.errors import ModelError
 
 __all__ = ["CONVERTER_VERSION", "HF_FILES", "cache_root", "convert_bert", "read_model_folder"]
 

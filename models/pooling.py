@@ -1,5 +1,5 @@
 """Mean pooling and L2 normalisation of the embedding models' last hidden states: one code for the
-passages (common/encoders.py, CTranslate2) and the queries (common/query_encoder.py), so that a
+passages (models/encoders.py, CTranslate2) and the queries (models/query_encoder.py), so that a
 query's vector is rounded as a passage's is; numpy only, so that neither embedder imports the
 other's code."""
 
@@ -12,7 +12,7 @@ __all__ = ["l2_normalize", "mean_pool"]
 
 def mean_pool(h: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Masked mean pooling of a batch of last hidden states (b, t, hidden) of sequences of
-    ``lengths`` tokens -> (b, hidden) float32: the passages' (common/encoders.py) and the
+    ``lengths`` tokens -> (b, hidden) float32: the passages' (models/encoders.py) and the
     queries' pooling, one code so that both round alike."""
     mask = (np.arange(h.shape[1])[None, :] < lengths[:, None]).astype(np.float32)
     summed = np.einsum("bth,bt->bh", h, mask)
