@@ -11,7 +11,7 @@ import sys
 
 from setuptools import Extension, setup
 
-args = [] if sys.platform == "win32" else ["-O3", "-fno-math-errno"]
+args = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 headers = ["formats/kernels.h", "formats/crc32.h"]
 setup(
     ext_modules=[

@@ -30,8 +30,9 @@
 #include "../formats/kernels.h"
 
 /* The float loops (quantization, rescale and GELU, layer norm, attention), compiled twice where
-   the toolchain can pick a clone at load time: for AVX2 and FMA (eight lanes, fused), and for
-   the baseline CPU. */
+   the toolchain can pick a clone at load time: for AVX2 (eight lanes) and for the baseline CPU.
+   setup.py compiles with -ffp-contract=off, so that both take the numpy reference's float steps
+   (no multiply and add fused where numpy rounds twice). */
 #if defined(KB_X86_AVX2) && defined(__linux__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define FLOAT_LOOPS __attribute__((target_clones("arch=haswell", "default")))
@@ -259,13 +260,13 @@ FLOAT_LOOPS static void quantize(const float *xf, int n, int k, int16_t *q, floa
     }
 }
 
-/* out = acc / row scale / weight scale + bias, then GELU when ``act``. */
+/* out = acc x (1 / row scale) / weight scale + bias (CTranslate2's order), then GELU when ``act``. */
 FLOAT_LOOPS static void rescale(const int32_t *acc, const float *qscale, const unsigned char *ws, const unsigned char *b, float *out, int n, int m, int act) {
     for (int t = 0; t < n; t++) {
         const int32_t *a = acc + (size_t)t * m;
-        float *y = out + (size_t)t * m, s = qscale[t];
+        float *y = out + (size_t)t * m, r = 1.0f / qscale[t];
         for (int o = 0; o < m; o++) {
-            float v = (float)a[o] / s / load_float(ws + 4 * (size_t)o) + load_float(b + 4 * (size_t)o);
+            float v = (float)a[o] * r / load_float(ws + 4 * (size_t)o) + load_float(b + 4 * (size_t)o);
             y[o] = act ? gelu(v) : v;
         }
     }
@@ -358,7 +359,7 @@ FLOAT_LOOPS static void norm_rows(const float *xf, const float *df, const unsign
         float mean = (float)(sum / k);
         for (int j = 0; j < k; j++) sq += (double)(y[j] - mean) * (y[j] - mean);
         float rstd = (float)(1.0 / sqrt(sq / k + eps));
-        for (int j = 0; j < k; j++) y[j] = (y[j] - mean) * rstd * load_float(gb + 4 * (size_t)j) + load_float(bb + 4 * (size_t)j);
+        for (int j = 0; j < k; j++) y[j] = (y[j] - mean) * (rstd * load_float(gb + 4 * (size_t)j)) + load_float(bb + 4 * (size_t)j);
     }
 }
 
@@ -418,8 +419,9 @@ FLOAT_LOOPS static void attend(const float *restrict qkv, float *restrict out, i
             for (int j = 0; j < n; j++) total += s[j] = expf(s[j] - mx);
             float *oi = out + (size_t)i * hidden + (size_t)h * d;
             for (int c = 0; c < d; c++) oi[c] = 0.0f;
+            const float inv = 1.0f / total;
             for (int j = 0; j < n; j++) {
-                const float p = s[j] / total, *vj = V + (size_t)j * row;
+                const float p = s[j] * inv, *vj = V + (size_t)j * row;
                 for (int c = 0; c < d; c++) oi[c] += p * vj[c];
             }
         }

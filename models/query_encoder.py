@@ -63,7 +63,7 @@ def erf(x: np.ndarray) -> np.ndarray:
 def gelu(x: np.ndarray) -> np.ndarray:
     """0.5 x (1 + erf(x / sqrt 2)), the exact (erf) GELU."""
     x = np.asarray(x, _F)
-    return (0.5 * x * (1.0 + erf(x * 0.70710678118654752))).astype(_F)
+    return (0.5 * x * (1.0 + erf(x.astype(_D) * 0.70710678118654752))).astype(_F)
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
@@ -71,7 +71,7 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
     x = np.asarray(x, _F)
     d = x - x.mean(-1, dtype=_D, keepdims=True).astype(_F)
     rstd = (1 / np.sqrt((d.astype(_D) ** 2).mean(-1, keepdims=True) + eps)).astype(_F)
-    return d * rstd * gamma + beta
+    return d * (rstd * gamma) + beta
 
 
 _SCALE_CAP = _F(127) / np.finfo(np.float32).max  # amax floor: a row of zeros quantizes to zeros, finitely
@@ -88,7 +88,7 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def softmax(s: np.ndarray) -> np.ndarray:
     e = np.exp(s - s.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
+    return e * (1 / e.sum(-1, keepdims=True))
 
 
 def attention(qkv: np.ndarray, heads: int) -> np.ndarray:
@@ -112,7 +112,7 @@ def dense_int8(x: np.ndarray, weight: np.ndarray, weight_scale: np.ndarray, bias
     acc = (q.astype(t) @ weight.astype(t).T).astype(_F, copy=False)
     if risky is not None:
         acc += saturation(q, risky, weight.shape[0])
-    return acc / scale[:, None] / weight_scale + bias
+    return acc * (_F(1) / scale[:, None]) / weight_scale + bias  # CTranslate2's order
 
 
 # How CTranslate2 sums int8 products where the CPU has no int8 dot-product instruction (x86

@@ -42,6 +42,7 @@ SLOW_MODULES = {
     "tests/models/test_query_encoder.py",
     "tests/runtime/test_mcp.py",
     "tests/runtime/test_query_path.py",
+    "tests/runtime/test_runtime_kernels.py",
     "tests/runtime/test_serve.py",
     "tests/runtime/test_serve_limits.py",
     "tests/runtime/test_unix.py",
