@@ -81,9 +81,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_crc32", "kb's compiled crc32.", -1, methods, NULL, NULL, NULL, NULL};
-
-PyMODINIT_FUNC PyInit__crc32(void) {
-    crc_table_init();
-    return PyModule_Create(&module);
-}
+KB_MODULE(_crc32, "kb's compiled crc32.", crc_table_init())

@@ -40,5 +40,12 @@ static inline int check(Py_buffer *b, Py_ssize_t items, Py_ssize_t itemsize, con
     return 1;
 }
 
+/* The extension module NAME over the static ``methods`` table: INIT (a statement) runs first. */
+#define KB_MODULE(NAME, DOC, INIT)                                                                    \
+    static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, #NAME, DOC, -1, methods, NULL, NULL, NULL, NULL}; \
+    PyMODINIT_FUNC PyInit_##NAME(void) {                                                             \
+        INIT;                                                                                       \
+        return PyModule_Create(&module_def);                                                         \
+    }
 
 #endif

@@ -459,11 +459,11 @@ done:
 }
 
 static PyObject *simd(PyObject *self, PyObject *unused) {
+    const char *best = "plain";
 #ifdef KB_X86_AVX2
-    if (have_vnni512()) return PyUnicode_FromString("avx512vnni");
-    if (have_avx2()) return PyUnicode_FromString("avx2");
+    best = have_vnni512() ? "avx512vnni" : have_avx2() ? "avx2" : best;
 #endif
-    return PyUnicode_FromString("plain");
+    return PyUnicode_FromString(best);
 }
 
 
@@ -475,6 +475,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_encoder", "kb's compiled kernels of the in-place query encoder.", -1, methods, NULL, NULL, NULL, NULL};
-
-PyMODINIT_FUNC PyInit__encoder(void) { return PyModule_Create(&module); }
+KB_MODULE(_encoder, "kb's compiled kernels of the in-place query encoder.", (void)0)

@@ -504,9 +504,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "kb's compiled runtime kernels.", -1, methods, NULL, NULL, NULL, NULL};
-
-PyMODINIT_FUNC PyInit__kernels(void) {
-    crc_table_init();
-    return PyModule_Create(&module);
-}
+KB_MODULE(_kernels, "kb's compiled runtime kernels.", crc_table_init())

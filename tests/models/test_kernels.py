@@ -219,20 +219,3 @@ def test_attention_checks_its_buffers():
         K.attention(qkv, np.zeros((3, 8), np.float32), 3, 2, 4)
     with pytest.raises(ValueError, match="attention: shapes out of range"):
         K.attention(qkv, np.zeros((3, 4), np.float32), 0, 1, 4)
-
-
-@settings(max_examples=80, deadline=None)
-@given(n=st.integers(1, 40), heads=st.integers(1, 4), d=st.sampled_from([1, 7, 32, 64]), seed=st.integers(0, 2**32 - 1))
-def test_attention_agrees_with_numpys(n, heads, d, seed):
-    qkv = (np.random.default_rng(seed).standard_normal((n, 3 * heads * d)) * 2).astype(np.float32)
-    out = np.empty((n, heads * d), np.float32)
-    K.attention(qkv, out, n, heads, d)
-    np.testing.assert_allclose(out, attention(qkv, heads), rtol=1e-4, atol=1e-5)
-
-
-def test_attention_checks_its_buffers():
-    qkv = np.zeros((3, 12), np.float32)
-    with pytest.raises(ValueError, match="qkv holds 144 bytes, its shape needs 288"):
-        K.attention(qkv, np.zeros((3, 8), np.float32), 3, 2, 4)
-    with pytest.raises(ValueError, match="attention: shapes out of range"):
-        K.attention(qkv, np.zeros((3, 4), np.float32), 0, 1, 4)
