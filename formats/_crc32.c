@@ -66,12 +66,7 @@ done:
     return result;
 }
 
-static PyObject *crc_kernel(PyObject *self, PyObject *unused) {
-#ifdef KB_X86_AVX2
-    if (have_pclmul()) return PyUnicode_FromString("pclmul");
-#endif
-    return PyUnicode_FromString("table");
-}
+KERNEL_NAME(crc_kernel, have_pclmul, "pclmul", "table")
 
 
 static PyMethodDef methods[] = {

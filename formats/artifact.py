@@ -556,13 +556,8 @@ class Artifact:
         and a bool array, the second written as pages are verified) for a reader that checks pages
         itself (runtime/graph_walk.py's compiled walk, ``page_mismatch`` for a wrong one); None once
         the whole section is verified, as it is here when it has no page checksums."""
-        if name in self._checked:
-            return None
-        crcs = self._page_crcs(name)
-        if crcs is None:
-            self.raw(name)
-            return None
-        return crcs, self._pages_ok[name]
+        crcs = self._crcs_to_check(name)
+        return None if crcs is None else (crcs, self._pages_ok[name])
 
     def page_mismatch(self, name: str, p: int) -> CorruptArtifact:
         """The error for page ``p`` of section ``name`` when its crc32 is wrong."""

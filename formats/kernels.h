@@ -40,6 +40,16 @@ static inline int check(Py_buffer *b, Py_ssize_t items, Py_ssize_t itemsize, con
     return 1;
 }
 
+/* static PyObject *FN(self, unused): which kernel runs here, FAST where HAVE() (a CPU_HAS check)
+   says the CPU can, else SLOW. */
+#ifdef KB_X86_AVX2
+#define KERNEL_NAME(FN, HAVE, FAST, SLOW) \
+    static PyObject *FN(PyObject *self, PyObject *unused) { return PyUnicode_FromString(HAVE() ? FAST : SLOW); }
+#else
+#define KERNEL_NAME(FN, HAVE, FAST, SLOW) \
+    static PyObject *FN(PyObject *self, PyObject *unused) { return PyUnicode_FromString(SLOW); }
+#endif
+
 /* The extension module NAME over the static ``methods`` table: INIT (a statement) runs first. */
 #define KB_MODULE(NAME, DOC, INIT)                                                                    \
     static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, #NAME, DOC, -1, methods, NULL, NULL, NULL, NULL}; \

@@ -94,12 +94,7 @@ done:
     return result;
 }
 
-static PyObject *f16_kernel(PyObject *self, PyObject *unused) {
-#ifdef KB_X86_AVX2
-    if (have_f16c()) return PyUnicode_FromString("f16c");
-#endif
-    return PyUnicode_FromString("none");
-}
+KERNEL_NAME(f16_kernel, have_f16c, "f16c", "none")
 
 /* Binary heaps of (distance, slot) pairs, ordered by distance, then slot: the walk's beam and
    candidates, and BM25's best k (``acc_top``, as (-score, id)). */
