@@ -47,7 +47,7 @@ from .query_model import PackedEmbedder, query_model_section
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Corpus, Document, read_corpus
 from .language import document_languages
-from .postings import PostingsSpill, SpilledPostings, chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
+from .postings import PostingsSpill, SpilledPostings
 from .store import DocumentStore
 from .stream import ChunkColumns, TextBlocks, VectorIndex, pack_sources, windows
 from .vectors import GivenVectors, check_dim, check_rows, check_values, open_vectors, source_of, whole_chunk
@@ -86,24 +86,6 @@ class BuildReport:
 class ChunkRow:
     doc: int
     chunk: Chunk
-
-
-@dataclass
-class Postings:
-    """The inverted index: term t's postings are items offsets[t]..offsets[t+1] of ``ids`` (chunk
-    ids ascending), ``tf`` and ``impacts``; its document postings likewise over ``doc_offsets``."""
-
-    terms: list[str]  # sorted by (term_hash, term)
-    hashes: np.ndarray
-    offsets: np.ndarray  # u64 x (terms + 1)
-    ids: np.ndarray  # u32 chunk ids
-    tf: np.ndarray  # f32 weighted term frequencies (the impacts' input; not stored)
-    impacts: np.ndarray  # u8 quantized saturated tf (formats/bm25.py)
-    lengths: np.ndarray
-    doc_df: np.ndarray  # u32 per term: documents holding it
-    doc_offsets: np.ndarray  # u64 x (terms + 1)
-    doc_ids: np.ndarray  # u32 document ids
-    doc_impacts: np.ndarray  # u8
 
 
 def _without_cyclic_gc(fn):
@@ -774,44 +756,6 @@ def merge_fields(parts: list[Fields]) -> Fields:
     for f in parts:
         merger.add(f)
     return merger.result()
-
-
-def build_postings(f: Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None, n_docs: int | None = None) -> Postings:
-    """The postings of the whole corpus at once, in memory (builder/postings.py; the build
-    spills them a block at a time with ``PostingsSpill``, to the same bytes).
-    Stopword terms (``STOP_MARK`` + word) get postings but count in no chunk's length.
-    ``chunk_doc``: each chunk's document, for the document frequencies and impacts (None: one
-    per chunk); ``n_docs``: the documents (default: the highest in ``chunk_doc`` + 1)."""
-    p = config.bm25
-    if chunk_doc is None:
-        chunk_doc = np.arange(f.chunks, dtype=np.int64)
-    if n_docs is None:
-        n_docs = int(chunk_doc.max()) + 1 if len(chunk_doc) else 0
-    terms, hashes, order = sorted_vocabulary(f.vocabulary, f.hashes)
-    rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
-    rank[order] = np.arange(len(terms))
-    rank[-1] = -1
-    post_term, post_chunk, tf, lengths = chunk_postings(rank[f.ids], f.offsets, f.use_chunk, f.use_piece, f.use_field, f.chunks, stop_flags(terms), p)
-    df = np.bincount(post_term, minlength=len(terms))
-    post_doc = chunk_doc[post_chunk]
-    doc_start, doc_tf = doc_postings(post_term, post_doc, tf)
-    doc_df = np.bincount(post_term[doc_start], minlength=len(terms))
-    if np.any(df == 0):  # terms whose every occurrence had weight 0 have no postings: drop them
-        live = np.flatnonzero(df > 0)
-        terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
-    offsets = np.zeros(len(terms) + 1, dtype=L.OFFSET_DTYPE)
-    np.cumsum(df, out=offsets[1:])
-    avg = float(lengths.mean()) if len(lengths) else 0.0
-    impacts = impacts_of(tf, lengths[post_chunk], avg, p)
-    doc_ids = post_doc[doc_start]
-    doc_len, doc_avg = doc_lengths(chunk_doc, lengths, n_docs)
-    doc_impacts = impacts_of(doc_tf, doc_len[doc_ids], doc_avg, p)
-    doc_offsets = np.zeros(len(terms) + 1, dtype=L.OFFSET_DTYPE)
-    np.cumsum(doc_df, out=doc_offsets[1:])
-    return Postings(
-        terms, hashes, offsets, post_chunk.astype(L.ID_DTYPE), tf, impacts, lengths, doc_df.astype(L.ID_DTYPE),
-        doc_offsets, doc_ids.astype(L.ID_DTYPE), doc_impacts,
-    )  # fmt: skip
 
 
 def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:

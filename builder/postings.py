@@ -2,7 +2,7 @@
 
 Every occurrence of a term in a chunk becomes one (term, chunk, field) triple; sorting them groups
 them by (term, chunk), and summing each run's field weights gives tf' (``chunk_postings``). The
-in-memory path (builder/build.py ``build_postings``) does that once for the whole corpus: several
+in-memory reference (tests/builder/test_postings.py ``build_postings``) does that once for the whole corpus: several
 int64 arrays of all occurrences at its peak, about 10 KB per chunk of the scale bench (3.1 GB of a
 3.9 GB build at 300,000 chunks, bench/notes/2026-11-30-postings-spill.md). ``PostingsSpill`` does it per block
 of whole documents of at most ``BLOCK_OCCURRENCES`` occurrences, as each window of the build
@@ -163,7 +163,7 @@ class _Block:
 
 @dataclass
 class SpilledPostings:
-    """``Postings`` (builder/build.py) whose four posting arrays are section data in scratch files."""
+    """The postings (as tests/builder/test_postings.py build_postings makes them in memory), whose four posting arrays are section data in scratch files."""
 
     terms: list[str]
     hashes: np.ndarray

@@ -158,17 +158,12 @@ def strength_factor(leg: Leg, to_minilm=None) -> float:
     return min(1.0, max(STRENGTH_FLOOR, (top - COS_WEAK) / (COS_STRONG - COS_WEAK)))
 
 
-# The dense legs' share when semantic_weight is not set: by the query's length, in distinct content
-# terms (the BM25 leg's ``terms``: stems, stopwords left out). Across the dev sets short queries
-# gain from the dense leg and long ones from BM25: Hugo's questions (about 7 terms) rank best
-# at a weight of 0.8, SciFact's claims and Cranfield's questions (9-10) at 0.5-0.6, LISA's and
-# CISI's paragraphs (24-26) at 0.3-0.6, and no one fixed weight is within 0.01 nDCG@10 of each
-# set's best (bench/notes/2026-12-06-fusion-by-query-length.md). A verbose query gives BM25
-# many independent pieces of evidence and gives the one query vector several topics to average.
-# multilingual-e5-small keeps a fixed 0.5 (kb.common.options MODEL_DEFAULTS: flat from 0.3 to 0.5
-# on CMRC2018 and JSQuAD, whose BM25 legs over character n-grams are near 0.98).
-# Corpus-level calibration (pseudo-queries held out of their documents) was measured and not
-# kept: it rated LISA's dense leg above its BM25 leg, the opposite of its real queries.
+# The dense legs' share when semantic_weight is not set, by the query's length in distinct content
+# terms (the BM25 leg's ``terms``): short questions gain from the dense leg, long descriptions from
+# BM25 (many independent pieces of evidence for it; several topics for one query vector to
+# average), and no fixed share comes within 0.01 nDCG@10 of every dev set's best
+# (bench/notes/2026-12-06-fusion-by-query-length.md, which also has what was tried instead).
+# multilingual-e5-small keeps a fixed 0.5 (kb.common.options MODEL_DEFAULTS).
 SHORT_QUERY_TERMS = 4  # a query of at most this many distinct terms gets SHORT_QUERY_WEIGHT
 LONG_QUERY_TERMS = 20  # ... at least this many, LONG_QUERY_WEIGHT; between, linear in log(terms)
 SHORT_QUERY_WEIGHT = 0.8

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from kb.builder.build import BuildError, build
 from kb.builder.cli import main as kb_build
 from kb.builder.config import BuildConfig
+from kb.builder.postings import sorted_vocabulary
 from kb.formats.analyzer import Analyzer
 from kb.formats.bm25 import IMPACT_LEVELS, BM25Params
 from kb.runtime.bm25 import bm25_scores, query_terms
@@ -186,13 +187,12 @@ def test_unknown_statuses_are_kept_and_warned_about(tmp_path):
 
 
 def test_vocabulary_is_ordered_by_hash_then_bytes_even_on_collisions(monkeypatch):
-    from kb.builder import build as B
     from kb.formats import layout as L
 
     real = L.term_hash
     monkeypatch.setattr(L, "term_hashes", lambda ts: np.array([7 if t in ("b", "a", "c") else real(t) for t in ts], dtype="<u8"))
     given = ["zeta", "c", "b", "alpha", "a"]
-    terms, hashes, order = B.sorted_vocabulary(given)
+    terms, hashes, order = sorted_vocabulary(given)
     assert terms[:3] == ["a", "b", "c"] and list(hashes[:3]) == [7, 7, 7]
     assert [given[i] for i in order] == terms
     assert list(hashes) == sorted(hashes)

@@ -2,7 +2,7 @@
 
 from collections import defaultdict
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
@@ -12,10 +12,68 @@ from kb.builder import shards
 from kb.builder.chunk import Chunk
 from kb.builder.config import BuildConfig
 from kb.builder.ingest import Document
+from kb.builder.postings import chunk_postings, doc_lengths, doc_postings, impacts_of, sorted_vocabulary, stop_flags
+from kb.formats import layout as L
 from kb.formats.analyzer import STOP_MARK, Analyzer
 from kb.formats.bm25 import BM25Params, quantize_impacts, tf_component
 
 from corpora import SAMPLE, build_hash
+
+
+@dataclass
+class Postings:
+    """The inverted index: term t's postings are items offsets[t]..offsets[t+1] of ``ids`` (chunk
+    ids ascending), ``tf`` and ``impacts``; its document postings likewise over ``doc_offsets``."""
+
+    terms: list[str]  # sorted by (term_hash, term)
+    hashes: np.ndarray
+    offsets: np.ndarray  # u64 x (terms + 1)
+    ids: np.ndarray  # u32 chunk ids
+    tf: np.ndarray  # f32 weighted term frequencies (the impacts' input; not stored)
+    impacts: np.ndarray  # u8 quantized saturated tf (formats/bm25.py)
+    lengths: np.ndarray
+    doc_df: np.ndarray  # u32 per term: documents holding it
+    doc_offsets: np.ndarray  # u64 x (terms + 1)
+    doc_ids: np.ndarray  # u32 document ids
+    doc_impacts: np.ndarray  # u8
+
+
+def build_postings(f: B.Fields, config: BuildConfig, chunk_doc: np.ndarray | None = None, n_docs: int | None = None) -> Postings:
+    """The postings of the whole corpus at once, in memory: the reference the build's
+    ``PostingsSpill`` (a block at a time) must give the same bytes as.
+    Stopword terms (``STOP_MARK`` + word) get postings but count in no chunk's length.
+    ``chunk_doc``: each chunk's document, for the document frequencies and impacts (None: one
+    per chunk); ``n_docs``: the documents (default: the highest in ``chunk_doc`` + 1)."""
+    p = config.bm25
+    if chunk_doc is None:
+        chunk_doc = np.arange(f.chunks, dtype=np.int64)
+    if n_docs is None:
+        n_docs = int(chunk_doc.max()) + 1 if len(chunk_doc) else 0
+    terms, hashes, order = sorted_vocabulary(f.vocabulary, f.hashes)
+    rank = np.empty(len(terms) + 1, dtype=np.int64)  # first-seen id -> dictionary id; -1 stays -1
+    rank[order] = np.arange(len(terms))
+    rank[-1] = -1
+    post_term, post_chunk, tf, lengths = chunk_postings(rank[f.ids], f.offsets, f.use_chunk, f.use_piece, f.use_field, f.chunks, stop_flags(terms), p)
+    df = np.bincount(post_term, minlength=len(terms))
+    post_doc = chunk_doc[post_chunk]
+    doc_start, doc_tf = doc_postings(post_term, post_doc, tf)
+    doc_df = np.bincount(post_term[doc_start], minlength=len(terms))
+    if np.any(df == 0):  # terms whose every occurrence had weight 0 have no postings: drop them
+        live = np.flatnonzero(df > 0)
+        terms, hashes, df, doc_df = [terms[i] for i in live], hashes[live], df[live], doc_df[live]
+    offsets = np.zeros(len(terms) + 1, dtype=L.OFFSET_DTYPE)
+    np.cumsum(df, out=offsets[1:])
+    avg = float(lengths.mean()) if len(lengths) else 0.0
+    impacts = impacts_of(tf, lengths[post_chunk], avg, p)
+    doc_ids = post_doc[doc_start]
+    doc_len, doc_avg = doc_lengths(chunk_doc, lengths, n_docs)
+    doc_impacts = impacts_of(doc_tf, doc_len[doc_ids], doc_avg, p)
+    doc_offsets = np.zeros(len(terms) + 1, dtype=L.OFFSET_DTYPE)
+    np.cumsum(doc_df, out=doc_offsets[1:])
+    return Postings(
+        terms, hashes, offsets, post_chunk.astype(L.ID_DTYPE), tf, impacts, lengths, doc_df.astype(L.ID_DTYPE),
+        doc_offsets, doc_ids.astype(L.ID_DTYPE), doc_impacts,
+    )  # fmt: skip
 
 WORDS = ["the", "die", "Häuser", "running", "cell", "Cells", "nas", "backup", "ß", "北京大学", "x" * 70, "e.g.", "café", "the"]
 text = st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)
@@ -66,7 +124,7 @@ def test_postings_equal_a_per_chunk_reference_sharded_or_not(spec, analysis, sec
     halves = B.merge_fields([B.analyze(documents, rows[:cut], analyzer, langs), B.analyze(documents, rows[cut:], analyzer, langs)])
     want_imp, want_doc_imp = reference_impacts(want_tf, want_len, chunk_doc, len(documents), cfg.bm25)
     for fields in (whole, halves):
-        post = B.build_postings(fields, cfg, chunk_doc, len(documents))
+        post = build_postings(fields, cfg, chunk_doc, len(documents))
         got, got_imp, got_doc_imp = {}, {}, {}
         for i, term in enumerate(post.terms):
             a, b = post.offsets[i], post.offsets[i + 1]
@@ -147,7 +205,7 @@ def test_postings_spilled_in_blocks_are_the_bytes_of_the_in_memory_path(spec, an
     rows = [B.ChunkRow(i, Chunk(sec, body, 1, 1)) for i, (_, _, chunks) in enumerate(spec) for sec, body in chunks]
     cfg = replace(BuildConfig(), bm25=BM25Params(section_weight=section_weight))
     chunk_doc = np.array([r.doc for r in rows], dtype=np.int64)
-    want = B.build_postings(B.analyze(documents, rows, analyzer, langs), cfg, chunk_doc, len(documents))
+    want = build_postings(B.analyze(documents, rows, analyzer, langs), cfg, chunk_doc, len(documents))
     bounds = sorted({0, len(rows), *(int(np.searchsorted(chunk_doc, c)) for c in cuts)})  # windows of whole documents
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         scratch = lambda: stack.enter_context(Scratch(Path(tmp) / "a.kb"))  # noqa: E731
