@@ -52,21 +52,6 @@ def _unpack_map(buf, what: str) -> dict:
     return d
 
 
-def _typed(d: dict, key: str, kind: type, what: str):
-    if key not in d:
-        raise _corrupt(f"{what} lacks {key!r}")
-    v = d[key]
-    if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
-        raise _corrupt(f"{what} {key!r} has the wrong type")
-    return v
-
-
-def _strs(v, what: str) -> tuple[str, ...]:
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise _corrupt(f"{what} is not a list of strings")
-    return tuple(v)
-
-
 # --- kb_model.json -------------------------------------------------------------------------------
 class ModelCard(NamedTuple):
     """kb_model.json: what a packed model is and how to run it (SPEC.md, "Model cards").
@@ -223,52 +208,31 @@ def pack_meta(m: Meta) -> bytes:
 
 
 def unpack_meta(buf) -> Meta:
+    """Meta from its msgpack bytes, after ``check_meta`` has checked every field the runtime
+    reads (formats/meta.py), so nothing here checks again."""
     from .meta import check_meta
 
     d = _unpack_map(buf, "meta")
     _checked(check_meta, d, "meta")
-    what = "meta"
-    c = _typed(d, "counts", dict, what)
-    try:
-        counts = Counts(*(int(c[k]) for k in ("documents", "chunks", "terms", "vectors")))
-    except (KeyError, TypeError, ValueError):
-        raise _corrupt("meta counts are unreadable") from None
-    if min(counts.documents, counts.chunks, counts.terms, counts.vectors) < 0:
-        raise _corrupt("meta counts are negative")
-    tags = _typed(d, "tags", dict, what)
-    names = _strs(tags.get("names"), "meta tag names")
-    descriptions = tags.get("descriptions")
-    if not isinstance(descriptions, dict):
-        raise _corrupt("meta tag descriptions are not a map")
-    text_block = _typed(d, "text_block", int, what)
-    if text_block < 1:
-        raise _corrupt("meta text_block must be at least 1")
-    bm25 = _typed(d, "bm25", dict, what)
-    for k in ("k1", "b", "avg_length"):
-        if not isinstance(bm25.get(k), (int, float)) or isinstance(bm25.get(k), bool):
-            raise _corrupt(f"meta bm25 {k!r} is not a number")
-    optional = {k: d.get(k) for k in ("embedder", "reranker", "vectors", "embedder_en")}
-    for k, v in optional.items():
-        if v is not None and not isinstance(v, dict):
-            raise _corrupt(f"meta {k!r} is not a map")
+    c, tags = d["counts"], d["tags"]
     return Meta(
-        kb_version=str(d.get("kb_version", "")),
-        format_version=int(_typed(d, "format_version", int, what)),
-        counts=counts,
-        analyzer=_typed(d, "analyzer", dict, what),
-        bm25=bm25,
-        embedder=optional["embedder"],
-        reranker=optional["reranker"],
-        vectors=optional["vectors"],
-        tag_names=names,
-        tag_descriptions=descriptions,
-        statuses=_strs(d.get("statuses"), "meta statuses"),
-        excluded_statuses=_strs(d.get("excluded_statuses"), "meta excluded_statuses"),
-        search=_typed(d, "search", dict, what),
-        text_block=text_block,
-        source=str(d.get("source", "files")),
+        kb_version=d["kb_version"],
+        format_version=d["format_version"],
+        counts=Counts(c["documents"], c["chunks"], c["terms"], c["vectors"]),
+        analyzer=d["analyzer"],
+        bm25=d["bm25"],
+        embedder=d.get("embedder"),
+        reranker=d.get("reranker"),
+        vectors=d.get("vectors"),
+        tag_names=tuple(tags["names"]),
+        tag_descriptions=tags["descriptions"],
+        statuses=tuple(d["statuses"]),
+        excluded_statuses=tuple(d["excluded_statuses"]),
+        search=d["search"],
+        text_block=d["text_block"],
+        source=d["source"],
         path_contexts=d.get("path_contexts", {}),
-        embedder_en=optional["embedder_en"],
+        embedder_en=d.get("embedder_en"),
     )
 
 
