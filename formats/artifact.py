@@ -22,6 +22,7 @@ import os
 import stat
 import struct
 import sys
+from contextlib import contextmanager
 from array import array
 from functools import cached_property
 from pathlib import Path
@@ -70,6 +71,16 @@ class NotAnArtifact(ArtifactError):
 
 class CorruptArtifact(ArtifactError):
     """The file is an artifact, but damaged or truncated (exit 3)."""
+
+
+@contextmanager
+def labelled(path):
+    """A CorruptArtifact raised inside (by a record's own check, which knows no path) is raised
+    again with ``path`` in front of its message."""
+    try:
+        yield
+    except CorruptArtifact as e:
+        raise CorruptArtifact(f"{path}: {e}") from None
 
 
 # NamedTuples and a plain class, not frozen dataclasses: every one-shot kb creates them at import,
@@ -559,10 +570,6 @@ class Artifact:
         crcs = self._crcs_to_check(name)
         return None if crcs is None else (crcs, self._pages_ok[name])
 
-    def page_mismatch(self, name: str, p: int) -> CorruptArtifact:
-        """The error for page ``p`` of section ``name`` when its crc32 is wrong."""
-        return self._page_mismatch(name, p)
-
     def _check_many(self, name: str, pages, crcs) -> None:
         """``_check_page`` of each of ``pages`` (an integer array): one call sums them all
         (formats/checksum.py ``crc32_many``), then one comparison, so a search that reads
@@ -577,17 +584,18 @@ class Artifact:
         got = crc32_many(self._buf, starts, np.minimum(starts + PAGE, s.offset + s.length))
         bad = np.flatnonzero(got != crcs[pages])
         if len(bad):
-            raise self._page_mismatch(name, int(pages[bad[0]]))
+            raise self.page_mismatch(name, int(pages[bad[0]]))
         self._pages_ok[name][pages] = True
 
     def _check_page(self, name: str, p: int, crcs) -> None:
         s = self.sections[name]
         lo = s.offset + p * PAGE
         if crc32(self._buf[lo : min(lo + PAGE, s.offset + s.length)]) != crcs[p]:
-            raise self._page_mismatch(name, p)
+            raise self.page_mismatch(name, p)
         self._pages_ok[name][p] = True
 
-    def _page_mismatch(self, name: str, p: int) -> CorruptArtifact:
+    def page_mismatch(self, name: str, p: int) -> CorruptArtifact:
+        """The error for page ``p`` of section ``name`` when its crc32 is wrong."""
         return CorruptArtifact(f"{self.path}: corrupt artifact: crc mismatch in section {name!r} (page {p})")
 
     def _page_crcs(self, name: str):

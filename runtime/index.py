@@ -15,7 +15,7 @@ import numpy as np
 
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.artifact import CODEC_RAW, Artifact, CorruptArtifact
+from kb.formats.artifact import CODEC_RAW, Artifact, CorruptArtifact, labelled
 from kb.formats.text_codec import TextReader
 
 from .cosines import cosines_of, stored_cosines
@@ -123,11 +123,9 @@ class Index:
         missing = [n for n in required_sections(self.version) if n not in secs]
         if missing:
             raise self._corrupt(f"missing sections: {', '.join(missing)}")
-        try:
+        with labelled(self.path):
             self.meta = R.unpack_meta(self.artifact.section(L.META))
             R.check_optional_sections(self.meta, secs)
-        except CorruptArtifact as e:
-            raise CorruptArtifact(f"{self.path}: {e}") from None
         c = self.meta.counts
         n_chunks, n_docs, n_terms = c.chunks, c.documents, c.terms
         expect = {
@@ -479,10 +477,8 @@ class Index:
         block = self._block(cid // per)
         if cid % per >= len(block):
             raise self._corrupt(f"text block of chunk {cid} is malformed")
-        try:
+        with labelled(self.path):
             rec = R.chunk_record(block[cid % per], f"text block {cid // per}")
-        except CorruptArtifact as e:
-            raise CorruptArtifact(f"{self.path}: {e}") from None
         doc, start, end, status = self.chunk_row(cid)[:4]
         return StoredChunk(
             chunk_id=int(cid),
@@ -505,11 +501,9 @@ class Index:
                 cache.move_to_end(b)
                 return cache[b]
             raw = self._dctx.decode(self._text_blocks[b], f"text block {b}")
-            try:
+            with labelled(self.path):
                 per = self.meta.text_block
                 block = R.unpack_text_block(raw, f"text block {b}", min(per, self.n_chunks - b * per))
-            except CorruptArtifact as e:
-                raise CorruptArtifact(f"{self.path}: {e}") from None
             cache[b] = block
             if len(cache) > BLOCK_CACHE:
                 cache.popitem(last=False)
@@ -532,16 +526,12 @@ class Index:
         what = f"the source of document {d}"
         with self._block_lock:
             raw = self._dctx.decode(self._sources[d], what)
-        try:
+        with labelled(self.path):
             return R.unpack_source(raw, what)
-        except CorruptArtifact as e:
-            raise CorruptArtifact(f"{self.path}: {e}") from None
 
     def manifest(self) -> R.Manifest:
-        try:
+        with labelled(self.path):
             return R.unpack_manifest(self.artifact.section(L.MANIFEST))
-        except CorruptArtifact as e:
-            raise CorruptArtifact(f"{self.path}: {e}") from None
 
     # --- vectors and models --------------------------------------------------------------------
     @cached_property
@@ -595,10 +585,8 @@ class Index:
 
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
         """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""
-        try:
+        with labelled(self.path):
             return R.unpack_model_files(self.artifact.section(name), f"model section {name!r}")
-        except CorruptArtifact as e:
-            raise CorruptArtifact(f"{self.path}: {e}") from None
 
 
 class DenseSpace:
@@ -635,10 +623,8 @@ class DenseSpace:
 
     def model_files(self) -> dict[str, bytes]:
         """The files of the model that embeds this leg's queries, copied out."""
-        try:
+        with labelled(self.path):
             return R.unpack_model_files(self.artifact.section(self.embed_section), f"model section {self.embed_section!r}")
-        except CorruptArtifact as e:
-            raise CorruptArtifact(f"{self.path}: {e}") from None
 
     @property
     def vectors(self):
