@@ -334,12 +334,7 @@ class Searcher:
             depth = max(top_k, BM25_ALONE_DEPTH)  # one leg: fusion keeps its order, nothing reranks
         texts = [("", q.text, 1.0)] if q.text.strip() else []
         texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
-        if q.mode != "hybrid":
-            shares = [1.0] * len(texts)  # one kind of leg: its weight changes no order
-        elif o.semantic_weight is not None:
-            shares = [o.semantic_weight] * len(texts)
-        else:  # each text's own, by its length (fusion.length_weight)
-            shares = [length_weight(len(set(query_terms(self.ix, text)))) for _, text, _ in texts]
+        fixed = o.semantic_weight if q.mode == "hybrid" else None  # None: each text's own share, by its length
         legs: list[Leg] = []
         qv = None
 
@@ -352,8 +347,7 @@ class Searcher:
             v = embed(text)
             return v, self.ops.vector_leg(space, name, v, weight, depth, allowed), _ms(t)
 
-        lex_shares = [1.0 - x if q.mode == "hybrid" else 1.0 for x in shares]
-        run_bm25, run_dense = use_bm25 and max(lex_shares, default=1.0) > 0, use_vectors and max(shares, default=1.0) > 0
+        run_bm25, run_dense = use_bm25 and fixed != 1.0, use_vectors and fixed != 0.0
         # Both legs in a long-lived process: the dense one on a thread beside this one (usearch's
         # search and CTranslate2 let go of the GIL), so a hybrid search costs about its slower leg
         # instead of the sum of both. A one-shot search runs its legs one after the other where its
@@ -368,8 +362,11 @@ class Searcher:
         pool = _leg_pool() if run_bm25 and run_dense and not self.one_shot else None
         beside = run_bm25 and run_dense and self.one_shot and getattr(space, "walks_graph", False)
         early = self._prepare_encoder(space) if run_bm25 and run_dense and self.one_shot and not beside and texts else None
+        # Each text's legs get its share of ``scale``: the fixed one, or (auto) one set after the
+        # legs ran, from its BM25 leg's count of distinct terms (fusion.length_weight).
+        w_dense, w_lex = (1.0, 1.0) if fixed is None else (fixed, 1.0 - fixed)
         try:
-            for (suffix, text, scale), w_dense, w_lex in zip(texts, shares, lex_shares):
+            for suffix, text, scale in texts:
                 pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
                 if beside:
                     t = time.perf_counter()
@@ -404,6 +401,8 @@ class Searcher:
         finally:
             if early is not None:
                 early.join()  # never leave it reading the map after the search is over
+        if fixed is None and q.mode == "hybrid":
+            legs = _length_shares(legs, texts, lambda text: len(set(query_terms(self.ix, text))))
         if q.entities:
             tiebreak = {f.chunk: f.score for f in fuse_rrf(legs, _fusion(o))} if legs else {}
             tag = self.ops.tag_leg(self.ix, q.entities, o.tag_weight, depth, allowed, tiebreak)
@@ -482,6 +481,20 @@ def _quoted_requirements(parsed) -> str:
     """The phrases and title:/section: scopes of a query, as the user wrote them."""
     parts = [f'"{p}"' for p in parsed.phrases] + [f'{k}:"{v}"' if " " in v else f"{k}:{v}" for k, vs in (("title", parsed.title), ("section", parsed.section)) for v in vs]
     return ", ".join(parts)
+
+
+def _length_shares(legs: list[Leg], texts, count_terms) -> list[Leg]:
+    """The legs of each (suffix, text, scale) in ``texts`` weighted by the text's own dense share
+    (fusion.length_weight of its distinct terms: its BM25 leg's count, else ``count_terms``)."""
+    by_name = {lg.name: i for i, lg in enumerate(legs)}
+    out = list(legs)
+    for suffix, text, scale in texts:
+        b = by_name.get("bm25" + suffix)
+        share = length_weight(legs[b].terms if b is not None else count_terms(text))
+        for name, w in (("bm25" + suffix, 1.0 - share), ("vector" + suffix, share)):
+            if name in by_name:
+                out[by_name[name]] = legs[by_name[name]]._replace(weight=w * scale)
+    return out
 
 
 def _fusion(o: SearchOptions) -> FusionParams:
