@@ -22,7 +22,6 @@ DEPTH = 100
 
 def dump(spec: str, out: Path) -> Path:
     from kb.common.options import resolve, stored_search
-    from kb.runtime import fusion as F
     from kb.runtime.index import Index
     from kb.runtime.search import Query, Searcher
 
@@ -43,7 +42,7 @@ def dump(spec: str, out: Path) -> Path:
                 for h in leg.hits:
                     if h.chunk not in key:
                         key[h.chunk] = ix.doc_path(ix.doc_of(h.chunk)) if bset.key == "path" else ix.chunk(h.chunk).doc_id
-            rows.append({"id": q.id, "text": q.text, "relevant": q.relevant, "space": space.name, "legs": legs, "key": key, "semantic_weight": o.semantic_weight if o.semantic_weight is not None else F.length_weight(legs[0].terms or 0), "fixed_weight": o.semantic_weight, "rrf_k": o.rrf_k})
+            rows.append({"id": q.id, "text": q.text, "relevant": q.relevant, "space": space.name, "legs": legs, "key": key, "fixed_weight": o.semantic_weight, "rrf_k": o.rrf_k})
     path = out / f"{name}.legs.pkl"
     path.write_bytes(pickle.dumps({"set": name, "rows": rows}))
     print(f"{name}: {len(rows)} queries -> {path}", file=sys.stderr)

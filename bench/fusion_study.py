@@ -34,10 +34,10 @@ def ranked_docs(order, key) -> list:
     return out
 
 
-def fuse(row, sw: float, k: float, adaptive: bool, fn=None) -> list:
+def fuse(row, sw: float, k: float, adaptive: bool) -> list:
     legs = [lg._replace(weight=(sw if lg.kind == "cosine" else 1.0 - sw)) for lg in row["legs"]]
     if adaptive:
-        legs = F.adapt_weights(legs, row["space"]) if fn is None else fn(legs, row)
+        legs = F.adapt_weights(legs, row["space"])
     fused = F.fuse_rrf(legs, F.FusionParams(k))
     return ranked_docs([f.chunk for f in fused], row["key"])
 

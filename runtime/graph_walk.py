@@ -26,6 +26,7 @@ import numpy as np
 
 from kb.formats.hnsw import GraphLayout
 
+
 class Matches(NamedTuple):  # NamedTuples: a frozen dataclass costs ~0.7 ms of a one-shot search's start to create
     """What usearch's ``Index.search`` returns, as the dense leg reads it."""
 
