@@ -60,27 +60,38 @@ def info(index_path, as_json, verify):
 
 @main.command()
 @index_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--member", metavar="NAME", help="Of a set: only this artifact (its name in the set file, or its id).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (of a set: {fresh, artifacts}).")
 @debug_option
-def status(index_path, as_json):
+def status(index_path, member, as_json):
     """Compare the artifact's manifest with the corpus on disk: changed, added, removed files.
-    Exit 0 when the artifact is up to date, 1 when it is stale or the corpus root is not here,
-    so a pipeline can gate a rebuild on it."""
+    Exit 0 when the artifact (every artifact of a set) is up to date, 1 when one is stale or its
+    corpus root is not here, so a pipeline can gate a rebuild on it."""
+    from .index import members_of
     from .stale import status_report
 
-    with open_index(index_path, several=False) as ix:
-        rep = status_report(ix.manifest())
-    n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
+    with open_index(index_path) as ix:
+        members = members_of(ix)
+        if member is not None:
+            members = [m for m in members if member in (m.name, m.artifact.id)]
+            if not members:
+                raise UsageError(f"no artifact {member!r} in {index_path[0] if index_path else 'the set'}; its artifacts: {', '.join(m.name for m in members_of(ix))}")
+        several = len(members) > 1
+        reps = [status_report(m.manifest()) | ({"artifact": {"id": m.artifact.id, "name": m.name, "path": str(m.path)}} if several else {}) for m in members]
+    fresh = all(r["fresh"] for r in reps)
     if as_json:
-        click.echo(json_text(rep, pretty()))
-    elif not rep["root_exists"]:
-        click.echo(f"corpus root {printable(rep['root'])} is not on this machine; cannot check staleness")
-    else:
-        click.echo(f"corpus root {printable(rep['root'])}: " + ("up to date" if not n else f"{count(n, 'difference')}; rebuild with kb-build"))
+        click.echo(json_text({"fresh": fresh, "artifacts": reps} if several else reps[0], pretty()))
+    for rep in () if as_json else reps:
+        n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
+        name = f"{printable(rep['artifact']['name'])}: " if several else ""
+        if not rep["root_exists"]:
+            click.echo(f"{name}corpus root {printable(rep['root'])} is not on this machine; cannot check staleness")
+            continue
+        click.echo(f"{name}corpus root {printable(rep['root'])}: " + ("up to date" if not n else f"{count(n, 'difference')}; rebuild with kb-build"))
         for k in ("changed", "added", "removed"):
             for p in rep[k]:
                 click.echo(f"  {k}: {printable(p)}")
-    sys.exit(0 if rep["fresh"] else 1)
+    sys.exit(0 if fresh else 1)
 
 
 @main.command()
@@ -92,12 +103,11 @@ def status(index_path, as_json):
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object; indented on a terminal, one line otherwise), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="Same as --format jsonl.")
-@click.option("--min-score", type=click.FloatRange(0, 1), help="Only results whose confidence is at least this (0..1).")
 @device_option
 @compute_option
 @click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk.")
 @debug_option
-def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_score, device, compute_type, no_stale_check, **inputs):
+def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, device, compute_type, no_stale_check, **inputs):
     """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked.
 
     \b
@@ -132,7 +142,6 @@ def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_sco
             from .stale import stale_notices
 
             resp = resp.with_notices(stale_notices(ix))
-        resp = resp.with_min_confidence(min_score)
         from .index import artifact_record
 
         artifact = artifact_record(ix)
@@ -144,7 +153,7 @@ def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_sco
         elif fmt == "csv":
             out = render_csv(resp)
         elif fmt == "files":
-            out = render_files(resp)
+            out = render_files(resp, {m.name: _root_here(m) for m in ix.members} if hasattr(ix, "members") else None)
         elif fmt == "md":
             out = render_md(resp)
         else:
@@ -188,12 +197,15 @@ def get(targets, index_path, whole_doc, as_json, **inputs):
 
     if not targets and inputs["glob"] is None:
         raise UsageError("give a TARGET (a chunk id, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN")
-    with open_index(index_path, several=False) as ix:
-        if whole_doc:
-            targets = tuple(_document_of_chunk(ix, t) if t.isascii() and t.isdigit() else t for t in targets)
+    with open_index(index_path) as ix:
         try:
             req = parse_get({"targets": list(targets), **{k: v for k, v in inputs.items() if v is not None}})
-            out = Service(ix, stale_check=False).get(req)
+            svc = Service(ix, stale_check=False)
+            if hasattr(ix, "members"):  # a set: the member that holds the targets (or --member)
+                svc, req = svc.member_for(req), req._replace(member=None)
+            if whole_doc:
+                req = req._replace(targets=tuple(_document_of_chunk(svc.ix, t) if t.isascii() and t.isdigit() else t for t in req.targets))
+            out = svc.get(req)
         except RequestError as e:
             raise UsageError(e.message) from None
     single = len(targets) == 1 and inputs["glob"] is None  # one target: its record, as the servers' single get
@@ -210,6 +222,12 @@ def get(targets, index_path, whole_doc, as_json, **inputs):
     click.echo("\n\n".join(render_get(r) for r in records))
     for left in out["omitted"]:
         click.echo(printable(f"kb: note: left out {left['target']} ({left['bytes']:,} bytes): {left['reason']}"), err=True)
+
+
+def _root_here(ix) -> str | None:
+    """The corpus root an artifact was built from, when that folder is on this machine."""
+    root = os.fspath(ix.manifest().root)
+    return root if os.path.isdir(root) else None
 
 
 def _document_of_chunk(ix, target: str) -> str:
@@ -247,7 +265,7 @@ def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
             r = member.chunk(local)
             row = {"path": r.path, "doc_id": r.doc_id, "title": r.title, "status": r.status, "tags": list(r.tags)}
             if several:
-                row["artifact"] = member.artifact.id
+                row["artifact"], row["artifact_id"] = member.name, member.artifact.id
             if by_chunk:
                 row.update(chunk_id=r.chunk_id, section=r.section, lines=list(r.lines))
             if as_json:

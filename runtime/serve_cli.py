@@ -89,8 +89,8 @@ def mcp(index_path, no_stale_check, device, compute_type):
     svc = _open_service(index_path, device, compute_type, not no_stale_check)
     click.echo(f"kb mcp: serving {_named(svc)} on stdio", err=True)
     try:
-        run_stdio(svc, out_stream=out)
-    except (KeyboardInterrupt, BrokenPipeError):
+        run_stdio(svc, out_stream=out)  # stdin's end: exit 0; Ctrl-C, SIGTERM: 128 + N (the kb group's boundary)
+    except BrokenPipeError:
         pass
     finally:
         svc.ix.close()

@@ -247,7 +247,7 @@ def _multi_get_and_status(c, sample_artifact):
     bad = c.call("multi_get", {"glob": "[x"})
     assert bad["content"][0]["text"] == "error (bad_value, field glob): glob '[x' has a [ that is never closed (to match [ itself, write [[])"
     assert c.call("multi_get", {})["content"][0]["text"] == "error (missing_field, field targets): give targets or glob (got neither)"
-    assert c.call("multi_get", {"chunk_id": 1})["content"][0]["text"].startswith("error (unknown_field, field chunk_id): unknown field 'chunk_id'; known: context, glob, max_bytes, max_chunks, targets")
+    assert c.call("multi_get", {"chunk_id": 1})["content"][0]["text"].startswith("error (unknown_field, field chunk_id): unknown field 'chunk_id'; known: context, glob, max_bytes, max_chunks, member, targets")
     status = c.call("status")["structuredContent"]
     cli = json.loads(run("status", "-i", sample_artifact, "--json").stdout)
     info = json.loads(run("info", "-i", sample_artifact, "--json").stdout)

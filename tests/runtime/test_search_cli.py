@@ -31,11 +31,11 @@ def search_json(*args):
 def test_json_output_has_the_versioned_contract():
     d = search_json("restore the snapshot", "-i", GOLD)
     assert set(d) >= {"schema_version", "query", "rewrites", "entities", "artifact", "results", "tag_contexts", "notices", "filters", "mode"}
-    assert d["schema_version"] == 2 and d["query"] == "restore the snapshot"
-    assert set(d["artifact"]) == {"id", "path"} and len(d["artifact"]["id"]) == 16
+    assert d["schema_version"] == 3 and d["query"] == "restore the snapshot"
+    assert set(d["artifact"]) == {"id", "name", "path"} and len(d["artifact"]["id"]) == 16 and d["artifact"]["name"] == str(GOLD)
     r = d["results"][0]
-    assert set(r) == {"rank", "score", "score_kind", "confidence", "path", "section", "lines", "status", "tags", "path_contexts", "chunk_id", "doc_id", "title", "artifact", "snippet"}
-    assert r["artifact"] == d["artifact"]["id"]
+    assert set(r) == {"rank", "score", "score_kind", "confidence", "path", "section", "lines", "status", "tags", "path_contexts", "chunk_id", "doc_id", "title", "artifact", "artifact_id", "snippet"}
+    assert r["artifact"] == d["artifact"]["name"] and r["artifact_id"] == d["artifact"]["id"]
     assert 0.0 <= r["confidence"] <= 1.0
     assert (r["rank"], r["path"], r["section"], r["score_kind"]) == (1, "backups.md", "Backups > Restore", "rrf")
     assert d["tag_contexts"] == {"ops": "Operations runbooks", "storage": "Disks, pools and backups"}
