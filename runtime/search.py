@@ -231,7 +231,7 @@ class Searcher:
         if o.rerank and q.mode == "hybrid":
             rr = self.reranker()
             if rr is None:
-                notices.append(Notice("no_reranker", "no reranker in this artifact (built with --no-reranker?); results are in fused order"))
+                notices.append(Notice("no_reranker", "no reranker in this artifact (kb-build packs one with --reranker default, or [search] rerank = true in kb.toml); results are in fused order"))
             elif candidates:
                 t = time.perf_counter()
                 query = q.text or " ".join(q.rewrites)
