@@ -70,7 +70,11 @@ def summary_lines(rep, out: Path) -> list[str]:
     return lines
 
 
-@click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(
+    cls=Command,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    examples=("kb-build examples/kb-sample -o sample.kb", "kb-build docs/ --exclude 'drafts/*' --config kb.toml -o team.kb --json", "kb-build --jsonl records.jsonl --vectors vectors.npy --embedder all-MiniLM-L6-v2 -o own.kb", "kb-build examples/kb-sample -o sample.kb --reranker default   (pack the shipped cross-encoder)"),
+)
 @click.argument("corpus", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Artifact to write (atomically).")
 @click.option("--config", type=click.Path(path_type=Path), help="kb.toml (default: kb.toml in the corpus folder, if any).")

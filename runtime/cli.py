@@ -28,13 +28,13 @@ def pretty() -> bool:
     return sys.stdout.isatty()
 
 
-@command_group()
+@command_group(examples=('kb search -i sample.kb "the shared drive is out of space"', "kb get runbooks/disk-full.md:10:20 -i sample.kb", "kb info -i sample.kb", "kb SUBCOMMAND --help   (each command's own examples)"))
 @click.version_option(KB_VERSION, "--version", prog_name="kb")
 def main():
     """Search a kb artifact built by kb-build."""
 
 
-@main.command()
+@main.command(examples=("kb info -i sample.kb", "kb info -i sample.kb --json --verify", "kb info -i all.kbset"))
 @index_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--verify", is_flag=True, help="Also check every section's crc32.")
@@ -58,7 +58,7 @@ def info(index_path, as_json, verify):
     click.echo(json_text(out, pretty()) if as_json else ("\n\n".join(render_info(d) for d in ds) if "artifacts" in out else render_info(out)))
 
 
-@main.command()
+@main.command(examples=("kb status -i sample.kb || kb-build examples/kb-sample -o sample.kb", "kb status -i all.kbset --member ops.kb --json"))
 @index_option
 @click.option("--member", metavar="NAME", help="Of a set: only this artifact (its name in the set file, or its id).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (of a set: {fresh, artifacts}).")
@@ -94,7 +94,7 @@ def status(index_path, member, as_json):
     sys.exit(0 if fresh else 1)
 
 
-@main.command()
+@main.command(examples=('kb search -i sample.kb "the shared drive is out of space"', 'kb search -i sample.kb "restore a backup" --status historical --json', 'kb search -i sample.kb \'"disk full" -windows\' --format files | xargs -d "\\n" grep -n quota', 'kb search -i ops.kb -i adr.kb "who approved the new gateway" -n 3 --full'))
 @click.argument("text", metavar="QUERY", required=False, default="")
 @index_option
 @input_flags(QUERY_INPUTS)
@@ -171,7 +171,7 @@ def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, device,
         click.echo(line, err=True)
 
 
-@main.command()
+@main.command(examples=("kb get 12 -i sample.kb -C 2", "kb get runbooks/disk-full.md:10:20 -i sample.kb", "kb get --glob 'runbooks/*.md' -i sample.kb --max-bytes 20000 --json", "kb get 3 -i all.kbset --member ops.kb"))
 @click.argument("targets", nargs=-1, metavar="TARGET...")
 @index_option
 @input_flags(GET_INPUTS)
@@ -238,15 +238,22 @@ def _document_of_chunk(ix, target: str) -> str:
     return ix.doc_path(ix.doc_of(cid))
 
 
-@main.command(name="list")
+@main.command(name="list", examples=("kb list -i sample.kb", "kb list -i sample.kb --path runbooks/ --chunks", "kb list -i sample.kb --all-statuses --json"))
 @index_option
 @input_flags(QUERY_INPUTS, ("statuses", "all_statuses", "tags", "path"))
 @click.option("--chunks", "by_chunk", is_flag=True, help="One line per chunk instead of per document.")
-@click.option("--json", "as_json", is_flag=True, help="JSON Lines, one object per document (or chunk).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: {items: [a document (or chunk) each], artifact}.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="JSON Lines: one object per document (or chunk), printed as found.")
 @debug_option
-def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
+def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json, as_jsonl):
     """List the documents (or chunks) in a scope, in path order. The explicit way to see a scope."""
     import numpy as np
+
+    from .index import artifact_record
+
+    if as_json and as_jsonl:
+        raise UsageError("give one output format: --json or --jsonl")
+    items = []
 
     with open_index(index_path) as ix:
         several = hasattr(ix, "members")
@@ -269,6 +276,9 @@ def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
             if by_chunk:
                 row.update(chunk_id=r.chunk_id, section=r.section, lines=list(r.lines))
             if as_json:
+                items.append(row)
+                continue
+            if as_jsonl:
                 click.echo(json.dumps(row, ensure_ascii=False))
                 continue
             where = f'{row["path"]} § "{row["section"]}"' if by_chunk and row["section"] else row["path"]
@@ -277,12 +287,14 @@ def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
                 fields[1:1] = [f"lines {r.lines[0]}-{r.lines[1]}"]
                 fields.insert(0, str(r.chunk_id))
             if several:
-                fields.append(str(member.path))
+                fields.append(member.name)
             click.echo("\t".join(map(printable, fields)))
+        if as_json:
+            click.echo(json_text({"items": items, "artifact": artifact_record(ix)}, pretty()))
 
 
-@main.command()
-@click.argument("fixture", required=False, type=click.Path())
+@main.command(examples=("kb bench fixture.json -i sample.kb", "kb bench --beir data/scifact --split test -i scifact.kb --json", "kb bench fixture.json -i sample.kb --sweep semantic_weight=0.3:0.8:0.1"))
+@click.argument("fixture", required=False, type=click.Path(), metavar="[FIXTURE.json]")
 @index_option
 @click.option("--beir", "beir_dir", type=click.Path(), help="A BEIR folder (queries.jsonl, qrels/SPLIT.tsv) instead of a FIXTURE.")
 @click.option("--split", default="test", show_default=True, help="BEIR qrels split.")
@@ -296,7 +308,20 @@ def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
 @debug_option
 def bench(fixture, index_path, beir_dir, split, k, backends, as_json, overrides, sweep, device, compute_type):
     """Quality (P@k, recall, MRR, nDCG, hit) and latency per backend on a FIXTURE or a BEIR split,
-    with the artifact's search options and the flags given over them."""
+    with the artifact's search options and the flags given over them.
+
+    \b
+    FIXTURE is a JSON file of queries and the documents that answer them:
+      {"queries": [
+        {"id": "q1", "query": "restore the newest snapshot",
+         "relevant": ["runbooks/restore.md"], "kind": "keyword"},
+        {"id": "q2", "query": "quantum chromodynamics", "relevant": []}]}
+    relevant: document paths as the artifact records them (kb list shows them), each
+    counting 1; an empty list makes a negative query (scored only by whether the
+    low-confidence notice fires). kind (optional) groups the queries in a by-kind table.
+    Other keys are ignored. --beir DIR reads queries.jsonl and qrels/SPLIT.tsv instead
+    (graded gains, matched on doc_id).
+    """
     from kb.common.options import resolve, stored_search
 
     from .bench import load_beir, load_fixture, parse_sweep, render_sweep, render_table, run_bench, run_sweep
@@ -322,12 +347,12 @@ def bench(fixture, index_path, beir_dir, split, k, backends, as_json, overrides,
         click.echo(render_table(res) + ("\n\n" + render_sweep(res["sweep"]) if swept else ""))
 
 
-@main.group(name="set")
+@main.group(name="set", examples=("kb set create all.kbset ops.kb adr.kb", 'kb search -i all.kbset "gateway firewall"'))
 def set_():
     """Set files: several artifacts searched as one (kb search -i SET.kbset)."""
 
 
-@set_.command(name="create")
+@set_.command(name="create", examples=("kb set create all.kbset shards/*.kb", "kb info -i all.kbset --verify"))
 @click.argument("out", metavar="OUT.kbset", type=click.Path(dir_okay=False))
 @click.argument("artifacts", nargs=-1, required=True, metavar="ARTIFACT...")
 @debug_option

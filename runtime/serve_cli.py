@@ -14,7 +14,7 @@ import sys
 import click
 
 from kb.common.errors import KbError, ModelError
-from kb.common.usage import debug_option
+from kb.common.usage import Command, debug_option
 
 from .clikit import compute_option, device_option, index_option, open_index
 
@@ -38,7 +38,7 @@ def _open_service(index_path, device, compute_type, stale_check):
         raise
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]}, examples=("kb serve -i sample.kb", "curl -s 'localhost:8181/search?q=disk+full&n=3'", """curl -s localhost:8181/get --json '{"targets": ["runbooks/disk-full.md:1:20"]}'"""))
 @index_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on. Loopback by default; anything else exposes the artifact to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="Port; 0 picks a free one (printed on the first stderr line).")
@@ -75,7 +75,7 @@ def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_w
         svc.ix.close()
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]}, examples=("kb mcp -i sample.kb", "kb mcp -i all.kbset --stale-check --corpus-root ~/docs", """{"mcpServers": {"kb": {"command": "kb", "args": ["mcp", "-i", "/path/to/sample.kb"]}}}   (a client's config)"""))
 @index_option
 @_stale
 @device_option

@@ -209,9 +209,11 @@ def test_the_same_artifact_twice_is_refused(split):
 
 def test_list_and_info_take_several_artifacts(split):
     _, parts = split
-    r = run("list", *[a for p in parts for a in ("-i", p)], "--json", "--all-statuses")
+    r = run("list", *[a for p in parts for a in ("-i", p)], "--jsonl", "--all-statuses")
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in r.stdout.splitlines()]
+    d = json.loads(run("list", *[a for p in parts for a in ("-i", p)], "--json", "--all-statuses").stdout)
+    assert d["items"] == rows and [a["name"] for a in d["artifact"]] == [str(p) for p in parts]
     assert len(rows) == 17 and {x["artifact_id"] for x in rows} == {Index(p).artifact.id for p in parts} and {x["artifact"] for x in rows} == {str(p) for p in parts}
     r = run("info", "-i", parts[0], "-i", parts[1], "--json")
     assert r.exit_code == 0 and [a["artifact"] for a in json.loads(r.stdout)["artifacts"]] == [str(parts[0]), str(parts[1])]
