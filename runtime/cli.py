@@ -91,6 +91,8 @@ def status(index_path, member, as_json):
         for k in ("changed", "added", "removed"):
             for p in rep[k]:
                 click.echo(f"  {k}: {printable(p)}")
+        if "incomplete" in rep:
+            click.echo(f"  incomplete: {rep['incomplete']}")
     sys.exit(0 if fresh else 1)
 
 

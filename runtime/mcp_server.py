@@ -48,7 +48,8 @@ INSTRUCTIONS = (
     "read a chunk in full with its neighbouring chunks, with a doc_id or path for a whole "
     "document, or with path PATH:FROM:COUNT for exact lines; `multi_get` reads several at once, exact line ranges (PATH:FROM:COUNT) and every "
     "document matching a glob, within a byte budget. `info` lists the artifact's statuses, tags, "
-    "path contexts and counts; `status` says whether files changed since the build. By default "
+    "path contexts and counts; `status` says whether files changed since the build (when the server "
+    "checks). By default "
     "historical and superseded documents are left out (all_statuses or status to include them)."
 )
 
@@ -111,10 +112,12 @@ TOOLS = (
         "name": "status",
         "title": "Is the knowledge base up to date?",
         "description": (
-            "Compares the artifact with the corpus on disk, as `kb status --json`: `fresh`, the files "
-            "`changed`, `added` and `removed` since the build (`root_exists` false when the corpus is not on "
-            "this machine), plus the artifact's `counts` (documents, chunks, terms, vectors) and `models` "
-            "(embedder and reranker cards)."
+            "Compares the artifact with the corpus on disk, as `kb status --json`, when the server's operator "
+            "turned that on (kb mcp --stale-check; else `checked` false and `fresh` null): `fresh`, "
+            "`differences` (how many files `changed`, were `added` or `removed` since the build) and, when "
+            "the operator gave the corpus root, the files themselves (`root_exists` false when the corpus "
+            "is not on this machine); plus the artifact's `counts` (documents, chunks, terms, vectors) and "
+            "`models` (embedder and reranker cards)."
         ),
         "fields": ({}, None),
     },

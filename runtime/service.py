@@ -29,7 +29,6 @@ from kb.common.options import DEFAULT_DOC_CHUNKS, MAX_GLOB_MATCHES, resolve, sto
 from .requests import GetRequest, RequestError, SearchRequest
 from .search import Query
 
-STALE_TTL_S = 30.0  # how long a staleness check (one stat per corpus file) is reused
 PATH_CUTOFF = 0.7  # difflib similarity of a path suggested for an unknown one ('nope.md' and 'notes/glossary.md' are 0.5)
 LINE_RANGES = (re.compile(r"(.+):(\d{1,12}):(\d{1,12})"), re.compile(r"(.+):(\d{1,12})"))  # PATH:FROM:COUNT, then PATH:FROM
 
@@ -65,7 +64,11 @@ def _unclosed_bracket(pattern: str) -> bool:
 
 
 class Service:
-    def __init__(self, ix, searcher=None, *, stale_check: bool = True, stale_ttl: float = STALE_TTL_S):
+    def __init__(self, ix, searcher=None, *, stale_check: bool = False, corpus_root: str | None = None, stale_ttl: float | None = None):
+        """``stale_check``: compare the artifact with its corpus (off unless the operator asks:
+        the artifact names the root, and a crafted one could name any folder); ``corpus_root``:
+        the operator's own root to compare with instead, the only one whose paths a report
+        names (without it a report gives counts). Rechecked at most every ``stale_ttl`` seconds."""
         from .search import Searcher
 
         self.ix = ix
@@ -73,7 +76,10 @@ class Service:
         from .index import artifact_record
 
         self.artifact = artifact_record(ix)  # a list of them for a set
-        self.stale_check, self.stale_ttl = stale_check, stale_ttl
+        from .stale import RECHECK_S
+
+        self.stale_check, self.corpus_root = stale_check or corpus_root is not None, corpus_root
+        self.stale_ttl = RECHECK_S if stale_ttl is None else stale_ttl
         self._stale: tuple[float, object] | None = None
         self._stale_lock = threading.Lock()
         self._doc_ids: dict[str, int] | None = None
@@ -125,10 +131,17 @@ class Service:
         with self._stale_lock:
             now = time.monotonic()
             if self._stale is None or now - self._stale[0] > self.stale_ttl:
-                from .stale import stale_notices
+                from .index import members_of
+                from .stale import SEARCH_HASH_BYTES, stale_notices, stale_report
 
-                self._stale = (now, stale_notices(self.ix))
+                reports = [stale_report(m.manifest(), self._hash_bytes(SEARCH_HASH_BYTES), self.corpus_root) for m in members_of(self.ix)]
+                self._stale = (now, stale_notices(self.ix, reports, paths=self.corpus_root is not None))
             return self._stale[1]
+
+    def _hash_bytes(self, budget: int | None) -> int | None:
+        """What a check may hash: nothing under a root only the artifact names (a crafted one
+        would make the server answer whether a file of its own holds given bytes)."""
+        return budget if self.corpus_root is not None else 0
 
     # --- get -----------------------------------------------------------------------------------
     def get(self, req: GetRequest) -> dict:
@@ -298,16 +311,25 @@ class Service:
 
     def status(self) -> dict:
         """``kb status --json`` (the files that changed, were added or removed since the build, and
-        ``fresh``) with the artifact's counts and models."""
-        from .stale import status_report
-
-        from .index import members_of
+        ``fresh``) with the artifact's counts and models: when the operator turned the stale check
+        on, and with paths only under the operator's corpus root (else ``differences``, counts);
+        otherwise ``checked`` false and ``fresh`` null."""
+        from .index import artifact_record, members_of
+        from .stale import differences, status_report
 
         out = []
         for ix in members_of(self.ix):
             m = ix.meta
-            out.append({**status_report(ix.manifest()), "counts": m.counts._asdict(), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": {"id": ix.artifact.id, "path": str(ix.path)}})
-        return {"fresh": all(s["fresh"] for s in out), "artifacts": out} if hasattr(self.ix, "members") else out[0]
+            if not self.stale_check:
+                rep = {"checked": False, "fresh": None, "reason": "this server does not compare the artifact with its corpus (kb serve/mcp --stale-check turns it on)"}
+            else:
+                rep = status_report(ix.manifest(), self.corpus_root, self._hash_bytes(None))
+                rep = {"checked": True, **rep, "differences": differences(rep)}
+                if self.corpus_root is None:  # the root the artifact names: counts, never its paths
+                    rep = {k: v for k, v in rep.items() if k not in ("root", "changed", "added", "removed", "touched")}
+            out.append({**rep, "counts": m.counts._asdict(), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": artifact_record(ix)})
+        fresh = None if not self.stale_check else all(s["fresh"] for s in out)
+        return {"fresh": fresh, "artifacts": out} if hasattr(self.ix, "members") else out[0]
 
     def health(self) -> dict:
         return {"status": "ok", "artifact": self.artifact, "chunks": self.ix.n_chunks, "documents": self.ix.n_docs}

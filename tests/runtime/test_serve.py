@@ -390,7 +390,7 @@ def test_the_stale_index_notice_is_added_and_rechecked_after_its_ttl(tmp_path):
     out = tmp_path / "t.kb"
     build_hash(corpus, out)
     with Index(out) as ix:
-        svc = Service(ix, stale_ttl=3600).warm()
+        svc = Service(ix, stale_check=True, corpus_root=str(corpus), stale_ttl=3600).warm()
         req = parse_search({"query": "backup"})
         assert [n["kind"] for n in svc.search(req)["notices"]] == []
         (corpus / "new.md").write_text("# New\n")
@@ -409,3 +409,17 @@ def test_ctrl_c_exits_130_and_sigterm_143_as_readme_says():
         proc.send_signal(sig)
         assert proc.wait(10) == 128 + sig
         assert proc.stderr.read().decode().count("\n") <= 1  # no traceback
+
+
+def test_a_crafted_artifact_naming_root_slash_makes_no_walk_and_leaks_no_path(tmp_path, tiny_artifact):
+    from corpora import crafted_root_artifact
+
+    crafted = crafted_root_artifact(tiny_artifact, tmp_path / "crafted.kb")
+    with serving("-i", crafted) as port:  # the stale check is off: nothing walked, nothing reported
+        status, _, d = call(port, "GET", "/search?q=backup")
+        assert status == 200 and [n for n in d["notices"] if n["kind"] == "stale_index"] == []
+    with serving("-i", crafted, "--stale-check") as port:  # on, by the operator: counts, bounded
+        status, _, d = call(port, "GET", "/search?q=backup")
+        notice = next(n for n in d["notices"] if n["kind"] == "stale_index")
+        assert status == 200 and "files" not in notice and len(notice["message"]) < 300 and "etc" not in notice["message"]
+
