@@ -197,7 +197,7 @@ class Service:
             if req.chunk_id is not None:
                 self._chunk(req.chunk_id, "chunk_id")
             for t in req.targets or [v for v in (req.path, req.doc_id) if v is not None]:
-                self._target(t, "targets" if req.targets else "path")
+                self._target(t, "targets" if req.targets else "path", suggest=False)
             if req.glob is not None:
                 self._glob(req.glob)
         except RequestError as e:
@@ -231,9 +231,9 @@ class Service:
             raise RequestError("not_found", f"no chunk {cid}; this artifact has chunk ids 0..{self.ix.n_chunks - 1}", field)
         return _Read("chunk", cid)
 
-    def _target(self, target: str, field: str = "targets") -> _Read:
+    def _target(self, target: str, field: str = "targets", suggest: bool = True) -> _Read:
         """What a target names: a chunk id (a ``targets`` entry only), a document (path, then
-        doc_id), or PATH:FROM[:COUNT]."""
+        doc_id), or PATH:FROM[:COUNT]; not found: the closest paths (``suggest``) named."""
         if field == "targets" and target.isascii() and target.isdigit():
             return self._chunk(int(target), field)
         d = self._doc(target)
@@ -244,7 +244,8 @@ class Service:
             if (d := self._doc(m[1])) is not None:
                 return self._line_range(target, d, int(m[2]), int(m[3]) if m.re.groups == 3 else None, field)
         named = "path or doc_id" if field == "targets" else field
-        raise RequestError("not_found", f"no document with {named} {target!r}{self._closest_path(ranges[0][1] if ranges else target)}", field)
+        closest = self._closest_path(ranges[0][1] if ranges else target) if suggest else ""
+        raise RequestError("not_found", f"no document with {named} {target!r}{closest}", field)
 
     def _doc(self, name: str) -> int | None:
         d = self.ix.doc_by_path(name)

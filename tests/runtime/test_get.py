@@ -245,7 +245,7 @@ def test_mcp_status_names_paths_only_under_the_operators_corpus_root(sample_arti
     assert status == {"checked": True, **cli, "differences": {"changed": 0, "added": 0, "removed": 0}, "counts": status["counts"], "models": status["models"], "artifact": status["artifact"]}
     with mcp_session("-i", sample_artifact, "--stale-check") as c:
         status = c.call("status")["structuredContent"]
-    assert status["checked"] is True and status["fresh"] is True and status["differences"] == {"changed": 0, "added": 0, "removed": 0}
+    assert status["checked"] is True and status["fresh"] is True and status["differences"] == {"changed": 0, "added": 0, "removed": 0, "touched": 0}
     assert not {"root", "changed", "added", "removed"} & set(status)
 
 
