@@ -17,6 +17,7 @@ the open index and the loaded models and is shared by every query (and thread) o
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -30,8 +31,8 @@ from kb.common.options import GROUPS, MODES, MODEL_DEFAULTS, Query, SearchOption
 from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
 from .filters import allowed_mask, syntax_mask
-from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor, predict
-from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf, length_weight
+from .confidence import FEATURES, MONOTONE_DEPTH, backend_of, feature_rows, low_confidence_floor, predict
+from .fusion import COS_STRONG, FusionParams, Fused, Leg, adapt_weights, fuse_rrf, length_weight, minilm_cosine
 from .cosines import cosines_of
 from .index import members_of
 from .rerank import rerank
@@ -250,18 +251,21 @@ class Searcher:
             candidates = _group_by_doc(self.ix, candidates)
         reranked = rerank_info is not None and rerank_info.scored > 0
         backend = backend_of(q.mode, reranked)
-        candidates = self._with_confidence(candidates[:top_k], legs, qv, space, backend, q.text)
+        candidates = self._with_confidence(candidates, top_k, legs, qv, space, backend, q.text)
         t = time.perf_counter()
         hit_terms = query_terms(self.ix, " ".join((q.text,) + q.rewrites))  # once, for every snippet
         hit_words: dict = {}  # artifact -> surface_hits, once per artifact that shows a result
         results = tuple(self._result(i + 1, c, q, hit_terms, hit_words) for i, c in enumerate(candidates))
         timings["render"] = _ms(t)
         if allowed.any():
-            if reranked:  # the notice reads the retrieval's confidence (low_confidence's docstring)
+            if candidates and exact_name(self.ix.chunk(candidates[0].chunk), q.text):
+                pass  # the query names the top result: never "low confidence" (where, table of contents)
+            elif reranked:  # the notice reads the retrieval's confidence (low_confidence's docstring)
                 top = _group_by_doc(self.ix, fused) if q.group == "doc" else fused
-                notices.extend(low_confidence(self._with_confidence(top[:top_k], legs, qv, space, "hybrid", q.text), o, "hybrid", "top fused result"))
+                notices.extend(low_confidence(self._with_confidence(top, top_k, legs, qv, space, "hybrid", q.text), o, "hybrid", "top fused result"))
             else:
                 notices.extend(low_confidence(candidates, o, backend))
+            notices.extend(no_match(legs, space.name))
         contexts = self._tag_contexts(candidates, results)
         timings["total"] = _ms(t0)
         return Response(asked, results, tuple(notices), contexts, reranked, timings, rerank_info, parsed)
@@ -312,11 +316,13 @@ class Searcher:
             notices.append(Notice("dense_skipped", f"the embedding model {name} does not cover this query's script (CJK); hybrid search used BM25 only"))
         return use_bm25, use_vectors
 
-    def _with_confidence(self, candidates: list[Candidate], legs: list[Leg], qv, space, backend: str, text: str) -> list[Candidate]:
-        """The candidates with their calibrated confidence (runtime/confidence.py); ``qv``: the
-        query's embedding for the dense leg ``space``."""
+    def _with_confidence(self, candidates: list[Candidate], top_k: int, legs: list[Leg], qv, space, backend: str, text: str) -> list[Candidate]:
+        """The first ``top_k`` candidates with their calibrated confidence (runtime/confidence.py,
+        computed over at least MONOTONE_DEPTH of them, so that it does not depend on top_k);
+        ``qv``: the query's embedding for the dense leg ``space``."""
         from kb.formats.analyzer import has_cjk
 
+        candidates = candidates[: max(top_k, MONOTONE_DEPTH)]
         if not candidates:
             return candidates
         cosines = None
@@ -324,7 +330,7 @@ class Searcher:
             cosines = cosines_of(space.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64)), qv).tolist()
         rows = feature_rows(candidates, legs, cosines, space.name, has_cjk(text))
         probs = predict(backend, rows)
-        return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates, probs.tolist(), rows.tolist())]
+        return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates[:top_k], probs.tolist(), rows.tolist())]
 
     def _run_legs(self, q: Query, o: SearchOptions, space, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
         """BM25 and dense legs (over ``space``) for the query and each rewrite, then the tag leg
@@ -590,6 +596,43 @@ def _group_by_doc(ix, candidates: list[Candidate]) -> list[Candidate]:
         else:
             first[d], extra[d] = i, 0
     return [candidates[i]._replace(also_matched=extra[d]) for d, i in first.items()]
+
+
+def no_match(legs: list[Leg], model: str | None) -> list[Notice]:
+    """The ``no_match`` notice, for a query none of whose words the index holds (its BM25 leg
+    knows none of its terms) and whose dense leg, if it ran, found nothing close in meaning (a top
+    cosine under fusion.COS_STRONG on all-MiniLM-L6-v2's scale: what unrelated text reaches
+    against a corpus of thousands of chunks). The results are still returned, as the nearest in
+    meaning, beside the low-confidence notice they get: a warning, never a filter."""
+    bm25 = next((lg for lg in legs if lg.name == "bm25"), None)
+    if bm25 is None or bm25.known is None or bm25.known > 0:
+        return []
+    dense = next((lg for lg in legs if lg.name == "vector"), None)
+    top = dense.strength if dense is not None else 0.0
+    to_minilm = minilm_cosine(model)
+    if (to_minilm(top) if to_minilm is not None and dense is not None else top) >= COS_STRONG:
+        return []
+    reason = "no word of the query is in the index" + (f"; the nearest chunk's cosine is {top:.2f}" if dense is not None else "")
+    return [Notice("no_match", "No match: nothing holds the query's words or comes close in meaning; the results, if any, are only the nearest. Check the spelling, or whether the topic is documented at all.", reason=reason)]
+
+
+def _name_key(text: str) -> str:
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+def exact_name(rec, text: str) -> bool:
+    """Whether a query names a chunk exactly: its words, case and punctuation aside, are the
+    document's title, the chunk's own heading, its file name or folder (index.md, _index.md,
+    README), or the last part of one of these read as an identifier (``collections.Where``,
+    ``runbooks/disk-full.md``, ``TableOfContents``): "where", "table of contents"."""
+    want = _name_key(text)
+    if not want:
+        return False
+    stem = rec.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    names = [rec.title, rec.section.rsplit(" > ", 1)[-1], stem]
+    if stem.casefold() in ("index", "_index", "readme") and "/" in rec.path:
+        names.append(rec.path.rsplit("/", 2)[-2])
+    return any(want in (_name_key(n), _name_key(re.split(r"[./:]", n)[-1])) for n in names if n)
 
 
 def low_confidence(candidates: list[Candidate], o: SearchOptions, backend: str, what: str = "top result") -> list[Notice]:

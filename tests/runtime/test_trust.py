@@ -1,0 +1,113 @@
+"""Results people and scripts can trust (issue 48): confidence that follows rank, honest notices,
+no near-duplicates by default, phrases checked where the README says, markup inside words, typed
+sub-queries. Builds use the hash stand-in embedder: plumbing, never model quality."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kb.runtime.cli import main as kb
+from kb.runtime.confidence import MONOTONE_DEPTH, monotone
+from kb.runtime.search import exact_name
+
+QUERIES = ["restore the snapshot", "disk full", "who is on call", "backup", "zfs send replication", "vpn certificate expired"]
+
+
+def search(artifact, *args, code=0):
+    r = CliRunner().invoke(kb, ["search", *map(str, args), "-i", str(artifact), "--no-stale-check"])
+    assert r.exit_code == code, r.output
+    return r
+
+
+def search_json(artifact, *args):
+    return json.loads(search(artifact, *args, "--json").stdout)
+
+
+# --- confidence follows rank -----------------------------------------------------------------
+
+
+@given(st.lists(st.floats(0, 1), max_size=30))
+def test_monotone_confidences_never_rise_down_the_list(p):
+    m = monotone(np.array(p))
+    assert len(m) == len(p) and all(a >= b for a, b in zip(m, m[1:]))
+    head = min(len(p), MONOTONE_DEPTH)
+    assert all(m[i] >= p[i] for i in range(head)) and all(m[i] <= p[i] for i in range(head, len(p)))
+    assert np.array_equal(monotone(np.array(p[:MONOTONE_DEPTH]))[:5], m[:5])  # the head does not depend on the depth
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "bm25", "vector"])
+def test_confidence_never_rises_with_rank_and_does_not_depend_on_n(sample_artifact, mode):
+    for q in QUERIES:
+        for group in ("chunk", "doc"):
+            conf = [r["confidence"] for r in search_json(sample_artifact, q, "--mode", mode, "--group", group, "-n", 15, "--all-statuses")["results"]]
+            assert conf == sorted(conf, reverse=True), (q, group, conf)
+        top3 = [r["confidence"] for r in search_json(sample_artifact, q, "--mode", mode, "-n", 3)["results"]]
+        assert top3 == [r["confidence"] for r in search_json(sample_artifact, q, "--mode", mode, "-n", 10)["results"]][:3]
+
+
+def test_min_score_keeps_a_prefix_of_the_ranking(sample_artifact):
+    for q in QUERIES:
+        every = search_json(sample_artifact, q, "-n", 10)["results"]
+        for floor in (0.05, 0.2, 0.5):
+            kept = search_json(sample_artifact, q, "-n", 10, "--min-score", floor)["results"]
+            assert kept == every[: len(kept)] and all(r["confidence"] >= floor for r in kept)
+            assert len(kept) == len(every) or every[len(kept)]["confidence"] < floor
+
+
+def test_a_min_score_that_removes_every_result_says_so(sample_artifact):
+    top = search_json(sample_artifact, "disk full", "-n", 3)["results"][0]["confidence"]
+    d = search_json(sample_artifact, "disk full", "-n", 3, "--min-score", 0.99)
+    assert d["results"] == [] and d["notices"] == [{"kind": "below_min_score", "message": f"--min-score 0.99 left none of the 3 results: the top result's confidence is {top:.2f}"}]
+    r = search(sample_artifact, "disk full", "-n", 3, "--min-score", 0.99)
+    assert r.stdout.splitlines()[1] == "Showing top 0 results (historical/superseded filtered)"
+    assert r.stderr == f"kb: note: --min-score 0.99 left none of the 3 results: the top result's confidence is {top:.2f}\n"
+
+
+# --- notices -----------------------------------------------------------------------------------
+
+
+class _Rec:
+    def __init__(self, path, title, section=""):
+        self.path, self.title, self.section = path, title, section
+
+
+@pytest.mark.parametrize(
+    "rec, query, exact",
+    [
+        (_Rec("functions/collections/Where.md", "collections.Where", "Numeric comparison"), "where", True),
+        (_Rec("methods/page/TableOfContents.md", "TableOfContents"), "table of contents", True),
+        (_Rec("configuration/markup.md", "Configure markup", "Configure markup > Table of contents"), "Table of Contents", True),
+        (_Rec("runbooks/disk-full.md", "Disk full on a storage node"), "disk-full", True),
+        (_Rec("content/getting-started/_index.md", "Start here"), "getting started", True),
+        (_Rec("functions/collections/Where.md", "collections.Where"), "where clause", False),
+        (_Rec("runbooks/disk-full.md", "Disk full on a storage node"), "disk", False),
+        (_Rec("a.md", "A"), "?!", False),
+    ],
+)
+def test_an_exact_title_identifier_or_path_names_the_result(rec, query, exact):
+    assert exact_name(rec, query) is exact
+
+
+def test_an_exact_name_at_rank_1_is_never_low_confidence(sample_artifact):
+    d = search_json(sample_artifact, "on-call handbook", "--low-confidence-floor", 0.99)
+    assert d["results"][0]["title"] == "On-call handbook" and d["notices"] == []
+    d = search_json(sample_artifact, "on call", "--low-confidence-floor", 0.99)
+    assert [n["kind"] for n in d["notices"]] == ["low_confidence"]
+
+
+NO_MATCH = "No match: nothing holds the query's words or comes close in meaning; the results, if any, are only the nearest. Check the spelling, or whether the topic is documented at all."
+
+
+def test_a_query_of_unknown_words_far_from_everything_gets_no_match(sample_artifact):
+    d = search_json(sample_artifact, "zorblax quixnar")
+    assert [n["kind"] for n in d["notices"]] == ["low_confidence", "no_match"] and d["notices"][1]["message"] == NO_MATCH
+    assert d["notices"][1]["reason"] == f"no word of the query is in the index; the nearest chunk's cosine is {d['results'][0]['score']:.2f}"
+    assert len(d["results"]) == 5  # still returned, as the nearest: a warning, never a filter
+    assert [n["kind"] for n in search_json(sample_artifact, "zorblax quixnar", "--mode", "bm25")["notices"]] == ["low_confidence", "no_match"]
+    assert "no_match" not in [n["kind"] for n in search_json(sample_artifact, "zorblax backup")["notices"]]  # one known word
+    r = search(sample_artifact, "zorblax")
+    assert f"kb: note: {NO_MATCH} (no word of the query is in the index; the nearest chunk's cosine is 0.27)\n" in r.stderr
