@@ -24,7 +24,7 @@ from .errors import UsageError
 from .settings import check, setting, settings_of, settings_tuple
 
 MODES = ("hybrid", "bm25", "vector")  # a search's mode: which legs run (not a [search] setting)
-GROUPS = ("chunk", "doc")  # a search's grouping: one result per chunk, or the best chunk per document
+GROUPS = ("diverse", "chunk", "doc")  # a search's grouping: at most 2 chunks a document, one result per chunk, or the best chunk per document
 MAX_TOP_K = 200  # results per search; also bounds the legs' depth
 MAX_RERANK_TOP = 200  # candidates the cross-encoder rescores; its cost is linear in this
 MAX_CONTEXT = 10  # neighbouring chunks on each side that a get returns
@@ -89,7 +89,7 @@ class Query(NamedTuple):
     mode: str = setting("hybrid", "Which legs run: hybrid (BM25 + dense, fused), bm25 (exact words only) or vector (meaning only).", choices=MODES)
     budget_ms: float | None = setting(None, "Shrink the rerank depth to fit this many milliseconds (the response's rerank.skipped says how many were not rescored).", minimum=0.0, maximum=600000.0)
     explain: bool = setting(False, "Per result: each leg's rank and raw score, the RRF parts and bonus, the rerank logit and blend weights; plus timings_ms.")
-    group: str = setting("chunk", "chunk: one result per chunk; doc: the best chunk per document (also_matched counts the others).", choices=GROUPS)
+    group: str = setting("diverse", "diverse: at most 2 chunks of one document, its other matching sections named on its best result (more_sections); chunk: one result per chunk, however many of a document; doc: the best chunk per document (also_matched counts the others).", choices=GROUPS)
     full: bool = setting(False, "Return each chunk's full text instead of a snippet.")
     literal: bool = setting(False, "Take query as plain words: quotes, a leading - and field: are not syntax.")
 

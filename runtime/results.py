@@ -38,6 +38,7 @@ class Candidate(NamedTuple):
     fused: Fused
     rerank: RerankScore | None = None
     also_matched: int | None = None  # --group doc: other matching chunks of the document
+    more_sections: tuple[int, ...] | None = None  # --group diverse: the document's other matching chunks, not shown
     confidence: float | None = None  # P(relevant), runtime/confidence.py
     features: tuple | None = None  # what the confidence was computed from (runtime/confidence.py FEATURES)
 
@@ -64,6 +65,14 @@ class PathContext(NamedTuple):
     description: str
 
 
+class MoreSection(NamedTuple):
+    """Another matching chunk of a result's document, not shown (--group diverse)."""
+
+    chunk_id: int
+    section: str
+    lines: tuple[int, int]
+
+
 class Result(NamedTuple):
     rank: int
     score: float
@@ -82,6 +91,7 @@ class Result(NamedTuple):
     text: str | None = None  # --full
     snippet: str | None = None  # otherwise
     also_matched: int | None = None
+    more_sections: tuple[MoreSection, ...] | None = None  # --group diverse, on a document's best result: its other matching chunks, not shown
     explain: Explain | None = None
 
 

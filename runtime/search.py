@@ -37,7 +37,7 @@ from .cosines import cosines_of
 from .index import members_of
 from .rerank import rerank
 from .query_syntax import parse
-from .results import Candidate, Explain, Notice, PathContext, Response, Result
+from .results import Candidate, Explain, MoreSection, Notice, PathContext, Response, Result
 from .snippets import snippet, surface_hits
 
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
@@ -247,8 +247,7 @@ class Searcher:
                     budget_ms=q.budget_ms,
                 )
                 timings["rerank"] = _ms(t)
-        if q.group == "doc":
-            candidates = _group_by_doc(self.ix, candidates)
+        candidates = _grouped(self.ix, candidates, q.group, top_k)
         reranked = rerank_info is not None and rerank_info.scored > 0
         backend = backend_of(q.mode, reranked)
         candidates = self._with_confidence(candidates, top_k, legs, qv, space, backend, q.text)
@@ -261,7 +260,7 @@ class Searcher:
             if candidates and exact_name(self.ix.chunk(candidates[0].chunk), q.text):
                 pass  # the query names the top result: never "low confidence" (where, table of contents)
             elif reranked:  # the notice reads the retrieval's confidence (low_confidence's docstring)
-                top = _group_by_doc(self.ix, fused) if q.group == "doc" else fused
+                top = _grouped(self.ix, fused, q.group, top_k)
                 notices.extend(low_confidence(self._with_confidence(top, top_k, legs, qv, space, "hybrid", q.text), o, "hybrid", "top fused result"))
             else:
                 notices.extend(low_confidence(candidates, o, backend))
@@ -330,7 +329,7 @@ class Searcher:
             cosines = cosines_of(space.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64)), qv).tolist()
         rows = feature_rows(candidates, legs, cosines, space.name, has_cjk(text))
         probs = predict(backend, rows)
-        return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates[:top_k], probs.tolist(), rows.tolist())]
+        return [c._replace(confidence=p, features=tuple(r)) for c, p, r in zip(candidates[:top_k], probs.tolist(), rows.tolist())]
 
     def _run_legs(self, q: Query, o: SearchOptions, space, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
         """BM25 and dense legs (over ``space``) for the query and each rewrite, then the tag leg
@@ -424,6 +423,12 @@ class Searcher:
         scripts = EMBEDDER_SCRIPTS.get(name)
         return scripts is None or "cjk" in scripts or not has_cjk(text)
 
+    def _more_sections(self, chunks: tuple[int, ...] | None) -> tuple[MoreSection, ...] | None:
+        if not chunks:
+            return None
+        recs = [self.ix.chunk(c) for c in chunks]
+        return tuple(MoreSection(r.chunk_id, r.section, r.lines) for r in recs)
+
     def _result(self, rank: int, c: Candidate, q: Query, hit_terms: list[str], hit_words: dict) -> Result:
         member, local = self.ix.locate(c.chunk)
         rec = member.chunk(local)
@@ -457,6 +462,7 @@ class Searcher:
             text=rec.text if q.full else None,
             snippet=None if q.full else snippet(rec.text, hit_terms, analyzer_of(self.ix), words=hit_words.get(member)),
             also_matched=c.also_matched,
+            more_sections=self._more_sections(c.more_sections),
             explain=explain,
         )
 
@@ -583,6 +589,35 @@ class _LegThread(threading.Thread):
 
 def _ms(t: float) -> float:
     return round((time.perf_counter() - t) * 1000, 3)
+
+
+PER_DOCUMENT = 2  # --group diverse: the most chunks of one document a result list shows
+
+
+def _grouped(ix, candidates: list[Candidate], group: str, top_k: int) -> list[Candidate]:
+    """The candidates as ``group`` shows them: ``_diverse``, ``_group_by_doc`` or as they are (chunk)."""
+    if group == "doc":
+        return _group_by_doc(ix, candidates)
+    return _diverse(ix, candidates, top_k) if group == "diverse" else candidates
+
+
+def _diverse(ix, candidates: list[Candidate], top_k: int) -> list[Candidate]:
+    """The candidates in order, skipping any past PER_DOCUMENT of one document. A document's best
+    candidate names the chunks of it skipped above the ``top_k``-th shown (``more_sections``, in
+    fused order): those the first ``top_k`` would have held but for the limit."""
+    kept, skipped, per_doc = [], {}, {}
+    for c in candidates:
+        d = ix.doc_of(c.chunk)
+        if per_doc.get(d, 0) < PER_DOCUMENT:
+            kept.append((c, d))
+            per_doc[d] = per_doc.get(d, 0) + 1
+        elif len(kept) < top_k:
+            skipped.setdefault(d, []).append(c.chunk)
+    out = []
+    for c, d in kept:
+        more = skipped.pop(d, None)
+        out.append(c._replace(more_sections=tuple(more)) if more else c)
+    return out
 
 
 def _group_by_doc(ix, candidates: list[Candidate]) -> list[Candidate]:

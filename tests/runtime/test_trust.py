@@ -42,7 +42,7 @@ def test_monotone_confidences_never_rise_down_the_list(p):
 @pytest.mark.parametrize("mode", ["hybrid", "bm25", "vector"])
 def test_confidence_never_rises_with_rank_and_does_not_depend_on_n(sample_artifact, mode):
     for q in QUERIES:
-        for group in ("chunk", "doc"):
+        for group in ("chunk", "doc", "diverse"):
             conf = [r["confidence"] for r in search_json(sample_artifact, q, "--mode", mode, "--group", group, "-n", 15, "--all-statuses")["results"]]
             assert conf == sorted(conf, reverse=True), (q, group, conf)
         top3 = [r["confidence"] for r in search_json(sample_artifact, q, "--mode", mode, "-n", 3)["results"]]
@@ -111,3 +111,38 @@ def test_a_query_of_unknown_words_far_from_everything_gets_no_match(sample_artif
     assert "no_match" not in [n["kind"] for n in search_json(sample_artifact, "zorblax backup")["notices"]]  # one known word
     r = search(sample_artifact, "zorblax")
     assert f"kb: note: {NO_MATCH} (no word of the query is in the index; the nearest chunk's cosine is 0.27)\n" in r.stderr
+
+
+# --- diversity ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fruit(tmp_path_factory):
+    from corpora import build_hash
+
+    root = tmp_path_factory.mktemp("fruit")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    sections = "\n\n".join(f"## Kiwi {n}\n\nKiwi kiwi {n} grows on vines; kiwi harvest number {n}." for n in ("one", "two", "three", "four", "five"))
+    (corpus / "kiwi.md").write_text(f"# Kiwi\n\n{sections}\n")
+    (corpus / "orchard.md").write_text("# Orchard\n\nThe orchard has one kiwi vine and apples.\n")
+    (corpus / "market.md").write_text("# Market\n\nThe market sells a kiwi now and then.\n")
+    build_hash(corpus, root / "fruit.kb")
+    return root / "fruit.kb"
+
+
+def test_by_default_a_document_holds_at_most_two_of_the_top_k_and_names_its_other_sections(fruit):
+    every = search_json(fruit, "kiwi", "--mode", "bm25", "--group", "chunk", "-n", 10)["results"]
+    assert [r["path"] for r in every][:5] == ["kiwi.md"] * 5  # today's list: one page fills the top
+    d = search_json(fruit, "kiwi", "--mode", "bm25", "-n", 4)
+    paths = [r["path"] for r in d["results"]]
+    assert d["group"] == "diverse" and paths[:2] == ["kiwi.md", "kiwi.md"] and sorted(paths[2:]) == ["market.md", "orchard.md"]
+    best = d["results"][0]
+    skipped = [r for r in every if r["path"] == "kiwi.md"][2:]  # ranked above the 4th shown, left out for the limit
+    assert best["more_sections"] == [{"chunk_id": r["chunk_id"], "section": r["section"], "lines": r["lines"]} for r in skipped]
+    assert "more_sections" not in d["results"][1]
+    text = search(fruit, "kiwi", "--mode", "bm25", "-n", 4).stdout
+    named = ", ".join(f'§ "{r["section"]}" (chunk {r["chunk_id"]})' for r in skipped)
+    assert f"   More in this document: {named}\n" in text
+    per_doc = search_json(fruit, "kiwi", "--mode", "bm25", "--group", "doc")["results"]
+    assert sorted(r["path"] for r in per_doc) == ["kiwi.md", "market.md", "orchard.md"] and per_doc[0]["also_matched"] == 4
