@@ -129,8 +129,15 @@ def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
         return hold
 
     def field(c: int, name: str) -> str:
+        """Where a needle of several words is looked for: a phrase in the chunk's section path
+        and text, and its document's title on the document's first chunk only (the title heads
+        every chunk of it, but none of the others holds the phrase); title: and section:
+        scopes in those fields of every chunk."""
         rec = ix.chunk(c)
-        return {"text": "\n".join((rec.title, rec.section, rec.text)), "title": rec.title, "section": rec.section}[name]
+        if name != "text":
+            return rec.title if name == "title" else rec.section
+        first = ix.doc_chunks(ix.doc_of(c)).start == c
+        return "\n".join((rec.title, rec.section, rec.text) if first else (rec.section, rec.text))
 
     def one_word(needle: str) -> bool:
         """A needle of one word: the postings (title, section and text) already say which chunks

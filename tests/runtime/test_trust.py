@@ -146,3 +146,29 @@ def test_by_default_a_document_holds_at_most_two_of_the_top_k_and_names_its_othe
     assert f"   More in this document: {named}\n" in text
     per_doc = search_json(fruit, "kiwi", "--mode", "bm25", "--group", "doc")["results"]
     assert sorted(r["path"] for r in per_doc) == ["kiwi.md", "market.md", "orchard.md"] and per_doc[0]["also_matched"] == 4
+
+
+# --- phrases -----------------------------------------------------------------------------------
+
+
+def _holds(text, phrase):
+    import re
+
+    flat = lambda s: " " + " ".join(re.findall(r"\w+", s.casefold())) + " "  # noqa: E731
+    return flat(phrase) in flat(text)
+
+
+def test_a_required_phrase_is_in_every_result_s_section_or_text_or_its_first_chunk_s_title(sample_artifact):
+    from kb.runtime.index import Index
+
+    d = search_json(sample_artifact, '"zfs send"', "--all-statuses", "--full", "-n", 50)
+    assert d["results"] and d["notices"] == []
+    with Index(str(sample_artifact)) as ix:
+        firsts = {ix.doc_chunks(d).start for d in range(ix.n_docs)}
+    for r in d["results"]:
+        shown = "\n".join((r["section"], r["text"]) + ((r["title"],) if r["chunk_id"] in firsts else ()))
+        assert _holds(shown, "zfs send"), (r["section"], r["text"][:80])
+    # the case: the ADR's title holds the phrase, its "Keep rsync, tune it" section does not
+    sections = [r["section"] for r in d["results"]]
+    assert "ADR 0003: ZFS replication for backups > Decision" in sections
+    assert not any(s.endswith("Keep rsync, tune it") or s.endswith("Consequences") for s in sections)
