@@ -172,3 +172,37 @@ def test_a_required_phrase_is_in_every_result_s_section_or_text_or_its_first_chu
     sections = [r["section"] for r in d["results"]]
     assert "ADR 0003: ZFS replication for backups > Decision" in sections
     assert not any(s.endswith("Keep rsync, tune it") or s.endswith("Consequences") for s in sections)
+
+
+# --- markup inside words ---------------------------------------------------------------------
+
+
+def test_letters_marked_inside_a_word_are_indexed_as_the_word(tmp_path):
+    from corpora import build_hash
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "tar.md").write_text("# tar\n\n## Modes\n\nE[x]tract files from an archive, or [c]reate one.\nThe list a[i] keeps its brackets.\n")
+    (corpus / "zip.md").write_text("# zip\n\nPack files into a zip archive.\n")
+    build_hash(corpus, tmp_path / "m.kb")
+    for query in ('"extract"', "extract", "create", '"extract files"'):
+        d = search_json(tmp_path / "m.kb", query, "--mode", "bm25")
+        assert [r["path"] for r in d["results"]] == ["tar.md"], query
+    d = search_json(tmp_path / "m.kb", "extract", "--mode", "bm25")
+    assert d["results"][0]["snippet"] == "E[x]tract files from an archive, or [c]reate one. The list a[i] keeps its brackets."  # as written
+    assert search_json(tmp_path / "m.kb", "tract", "--mode", "bm25")["results"] == []
+
+
+def test_the_analyzer_versions_keep_their_own_reading_of_marks():
+    from kb.formats.analyzer import Analyzer
+
+    params = Analyzer.for_languages(["en"]).params()
+    assert params["version"] == 3
+    v3, v2 = Analyzer.from_params(params), Analyzer.from_params({**params, "version": 2})
+    text = "E[x]tract or [c]reate, not a[i], x[0] or - [x] done"
+    assert v3.words(text) == ["extract", "or", "create", "not", "a", "i", "x", "0", "or", "x", "done"]
+    assert v2.words(text)[:4] == ["e", "x", "tract", "or"]  # a version 2 artifact is searched as it was indexed
+    for a in (v2, v3):
+        assert [b.decode() for b in a.index_words(text)] == a.words(text) == [w for line in a.words_by_line(text) for w in line]
+        assert a.blanked_lines(text)[0].split() == a.words(text)
+    assert v3.words("Ö[f]fnen") == ["öffnen"] and [b.decode() for b in v3.index_words("Ö[f]fnen")] == ["öffnen"]
