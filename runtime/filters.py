@@ -97,8 +97,8 @@ def closest(value: str, known, cutoff: float = 0.5) -> str:
 
 
 def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
-    """``allowed`` narrowed by a parsed query's path:, phrases, title:/section: scopes and
-    exclusions (runtime/query_syntax.py). Candidates come from the postings of each needle's
+    """``allowed`` narrowed by a parsed query's phrases, title:/section: scopes and exclusions
+    (runtime/query_syntax.py; its path: is checked and applied as --path is, by ``allowed_mask``). Candidates come from the postings of each needle's
     terms; a needle of several words is then verified against the chunk's text, title or section.
     A one-word phrase or exclusion is decided by the postings alone, as the index holds the word
     (title, section, text and, for a document's first chunk, its description)."""
@@ -106,11 +106,6 @@ def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
     from .query_syntax import matches
 
     mask = allowed.copy()
-    if parsed.path:
-        a, b = ix.path_range(parsed.path)
-        window = np.zeros(ix.n_chunks, dtype=bool)
-        window[a:b] = True
-        mask &= window
     analyzer = analyzer_of(ix)
 
     def holding(needle: str) -> np.ndarray:

@@ -36,7 +36,7 @@ from .fusion import COS_STRONG, FusionParams, Fused, Leg, adapt_weights, fuse_rr
 from .cosines import cosines_of
 from .index import members_of
 from .rerank import rerank
-from .query_syntax import parse
+from .query_syntax import FIELDS, TYPES, parse
 from .results import Candidate, Explain, MoreSection, Notice, PathContext, Response, Result
 from .snippets import snippet, surface_hits
 
@@ -198,9 +198,14 @@ class Searcher:
         top_k = self._validate(q, o)
         asked = q
         parsed = parse(q.text) if q.text.strip() and not q.literal else None
-        if parsed is not None:
-            q = q._replace(text=parsed.text)  # the words that rank; the syntax filters below
         notices: list[Notice] = []
+        if parsed is not None:
+            # the words that rank (the typed parts' too, for routing, snippets and the reranker); the syntax filters below
+            q = q._replace(text=" ".join(filter(None, (parsed.text, parsed.lex, parsed.vec))), mode=self._typed_mode(q.mode, parsed))
+            asked = asked._replace(mode=q.mode)
+            if parsed.unknown:
+                names = ", ".join(f"'{f}:'" for f in parsed.unknown)
+                notices.append(Notice("unknown_field", f"unknown field {names} searched as words; the fields are {', '.join(f + ':' for f in FIELDS + TYPES)}"))
         space = self.space_for(q.text if q.text.strip() else " ".join(q.rewrites))
         o = self.options_for(o, space)
         use_bm25, use_vectors = self._legs_to_run(q, notices)
@@ -210,19 +215,21 @@ class Searcher:
             space.prefetch_vectors()
         ops = self.ops
         allowed = ops.allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
-        if parsed is not None and (parsed.filters or parsed.path):
+        if parsed is not None and parsed.path:  # checked as --path is: a prefix no document has is a usage error
+            allowed = allowed & ops.allowed_mask(self.ix, (), True, (), parsed.path)
+        if parsed is not None and parsed.filters:
             scoped = ops.syntax_mask(self.ix, parsed, allowed)
             if not scoped.any() and allowed.any() and (parsed.phrases or parsed.title or parsed.section) and not ops.syntax_mask(self.ix, parsed._replace(excluded=()), allowed).any():
                 # no chunk in scope holds the phrases (or title:/section: words) as written (not
-                # merely excluded): say so, and search the words with the exclusions and path:
-                # only, rather than return nothing
+                # merely excluded): say so, and search the words with the exclusions only,
+                # rather than return nothing
                 scoped = ops.syntax_mask(self.ix, parsed._replace(phrases=(), title=(), section=()), allowed)
                 notices.append(Notice("phrase_not_found", f"no chunk contains {_quoted_requirements(parsed)} as written; these results hold the words in any order"))
             allowed = scoped
         timings["filter"] = _ms(t0)
         if not allowed.any():
             notices.append(self._empty_scope_notice(q))
-        legs, qv = self._run_legs(q, o, space, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else ([], None)
+        legs, qv = self._run_legs(q, parsed, o, space, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else ([], None)
         if o.adaptive_fusion and q.mode == "hybrid":
             legs = adapt_weights(legs, space.name)
         candidates = _candidates(fuse_rrf(legs, _fusion(o)), legs)
@@ -331,14 +338,36 @@ class Searcher:
         probs = predict(backend, rows)
         return [c._replace(confidence=p, features=tuple(r)) for c, p, r in zip(candidates[:top_k], probs.tolist(), rows.tolist())]
 
-    def _run_legs(self, q: Query, o: SearchOptions, space, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
-        """BM25 and dense legs (over ``space``) for the query and each rewrite, then the tag leg
-        for entities; and the query's own embedding (None without a dense leg)."""
+    def _typed_mode(self, mode: str, parsed) -> str:
+        """The legs a query with typed parts (lex:, vec:, hyde:) runs, as a mode: hybrid for both
+        kinds, bm25 or vector for one. Under --mode bm25 or vector, a typed part that feeds the
+        other leg is a usage error (plain words feed the mode's leg, as always)."""
+        if not parsed.typed:
+            return mode
+        if (parsed.vec or parsed.hyde) and not self.ix.has_vectors:
+            raise SearchError("vec: and hyde: feed the dense leg, and this artifact has no vectors (built with --embedder none); use lex: or plain words")
+        if mode != "hybrid":
+            other = [k + ":" for k in (("vec", "hyde") if mode == "bm25" else ("lex",)) if getattr(parsed, k)]
+            if other:
+                raise SearchError(f"--mode {mode} does not run the {'dense' if mode == 'bm25' else 'BM25'} leg that {' and '.join(other)} feed{'s' if len(other) == 1 else ''}; leave --mode out")
+            return mode
+        lexical, dense = parsed.legs_text()
+        return "hybrid" if lexical and (dense or parsed.hyde) else "bm25" if lexical else "vector"
+
+    def _run_legs(self, q: Query, parsed, o: SearchOptions, space, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
+        """BM25 and dense legs (over ``space``) for the query (its typed parts: the lex: part the
+        BM25 leg's, the vec: part the dense leg's, hyde: a dense leg of its own) and each rewrite,
+        then the tag leg for entities; and the query's own embedding (None without a dense leg)."""
         depth = max(LEG_DEPTH, top_k, o.rerank_top)
         if q.mode == "bm25" and not q.rewrites and not q.entities and q.group == "chunk":
             depth = max(top_k, BM25_ALONE_DEPTH)  # one leg: fusion keeps its order, nothing reranks
-        texts = [("", q.text, 1.0)] if q.text.strip() else []
-        texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
+        # (suffix, the BM25 leg's text, the dense leg's text, scale); None: no such leg
+        if parsed is not None and parsed.typed:
+            lexical, dense_text = parsed.legs_text()
+            texts = [("", lexical, dense_text or parsed.hyde or None, 1.0)] + ([(":hyde", None, parsed.hyde, 1.0)] if parsed.hyde and dense_text else [])
+        else:
+            texts = [("", q.text, q.text, 1.0)] if q.text.strip() else []
+        texts += [(f":rewrite{i + 1}", r, r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
         fixed = o.semantic_weight if q.mode == "hybrid" else None  # None: each text's own share, by its length
         legs: list[Leg] = []
         qv = None
@@ -371,12 +400,13 @@ class Searcher:
         # legs ran, from its BM25 leg's count of distinct terms (fusion.length_weight).
         w_dense, w_lex = (1.0, 1.0) if fixed is None else (fixed, 1.0 - fixed)
         try:
-            for suffix, text, scale in texts:
-                pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
-                if beside:
+            for suffix, lex_text, dense_text, scale in texts:
+                both = run_bm25 and lex_text is not None and run_dense and dense_text is not None
+                pending = pool.submit(dense, dense_text, "vector" + suffix, w_dense * scale) if pool is not None and both else None
+                if beside and both:
                     t = time.perf_counter()
-                    v = embed(text)
-                    lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed)
+                    v = embed(dense_text)
+                    lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, lex_text, w_lex * scale, depth, allowed)
                     try:
                         leg = self.ops.vector_leg(space, "vector" + suffix, v, w_dense * scale, depth, allowed)
                     except BaseException:
@@ -389,17 +419,17 @@ class Searcher:
                     legs.append(leg)
                     timings["vector"] = timings.get("vector", 0.0) + ms
                     continue
-                if run_bm25:
+                if run_bm25 and lex_text is not None:
                     t = time.perf_counter()
                     try:
-                        legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
+                        legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, lex_text, w_lex * scale, depth, allowed))
                     except BaseException:
                         if pending is not None:
                             pending.exception()  # waits: never leave the dense leg reading the map after the search is over
                         raise
                     timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
-                if run_dense:
-                    v, leg, ms = pending.result() if pending is not None else dense(text, "vector" + suffix, w_dense * scale)
+                if run_dense and dense_text is not None:
+                    v, leg, ms = pending.result() if pending is not None else dense(dense_text, "vector" + suffix, w_dense * scale)
                     qv = v if qv is None else qv
                     legs.append(leg)
                     timings["vector"] = timings.get("vector", 0.0) + ms
@@ -496,13 +526,14 @@ def _quoted_requirements(parsed) -> str:
 
 
 def _length_shares(legs: list[Leg], texts, count_terms) -> list[Leg]:
-    """The legs of each (suffix, text, scale) in ``texts`` weighted by the text's own dense share
-    (fusion.length_weight of its distinct terms: its BM25 leg's count, else ``count_terms``)."""
+    """The legs of each (suffix, BM25 text, dense text, scale) in ``texts`` weighted by the text's
+    own dense share (fusion.length_weight of its distinct terms: its BM25 leg's count, else
+    ``count_terms``)."""
     by_name = {lg.name: i for i, lg in enumerate(legs)}
     out = list(legs)
-    for suffix, text, scale in texts:
+    for suffix, lex_text, dense_text, scale in texts:
         b = by_name.get("bm25" + suffix)
-        share = length_weight(legs[b].terms if b is not None else count_terms(text))
+        share = length_weight(legs[b].terms if b is not None else count_terms(lex_text or dense_text))
         for name, w in (("bm25" + suffix, 1.0 - share), ("vector" + suffix, share)):
             if name in by_name:
                 out[by_name[name]] = legs[by_name[name]]._replace(weight=w * scale)

@@ -206,3 +206,65 @@ def test_the_analyzer_versions_keep_their_own_reading_of_marks():
         assert [b.decode() for b in a.index_words(text)] == a.words(text) == [w for line in a.words_by_line(text) for w in line]
         assert a.blanked_lines(text)[0].split() == a.words(text)
     assert v3.words("Ö[f]fnen") == ["öffnen"] and [b.decode() for b in v3.index_words("Ö[f]fnen")] == ["öffnen"]
+
+
+# --- typed sub-queries, unknown fields, path: ------------------------------------------------
+
+
+def _legs(d):
+    return sorted({name for r in d["results"] for name in r["explain"]["legs"]})
+
+
+@pytest.mark.parametrize(
+    "query, mode, legs",
+    [
+        ("lex: zfs snapshot", "bm25", ["bm25"]),
+        ("vec: how do I get a deleted file back", "vector", ["vector"]),
+        ("hyde: Restore the snapshot with zfs rollback on the backup host.", "vector", ["vector"]),
+        ("vec: get a deleted file back\nhyde: Restore the snapshot with zfs rollback.", "vector", ["vector", "vector:hyde"]),
+        ("restore\nlex: zfs snapshot\nvec: get a deleted file back", "hybrid", ["bm25", "vector"]),
+        ("lex: zfs snapshot vec: get a deleted file back", "hybrid", ["bm25", "vector"]),
+    ],
+)
+def test_typed_parts_feed_only_their_legs(sample_artifact, query, mode, legs):
+    d = search_json(sample_artifact, query, "--explain", "--all-statuses")
+    assert (d["mode"], _legs(d)) == (mode, legs) and d["results"]
+
+
+def test_typed_parts_combine_with_the_syntax_and_echo_as_parsed(sample_artifact):
+    d = search_json(sample_artifact, 'restore\nlex: "zfs send" -rsync\nvec: get my files back', "--all-statuses")
+    assert d["parsed_query"] == {"text": "restore", "phrases": ["zfs send"], "excluded": ["rsync"], "title": [], "section": [], "path": None, "lex": "zfs send", "vec": "get my files back", "hyde": ""}
+    assert d["results"] and all("rsync" not in (r["section"] + r["snippet"]).casefold() for r in d["results"])
+
+
+def test_typed_parts_work_over_http_and_mcp_requests(sample_artifact):
+    from kb.runtime.index import Index
+    from kb.runtime.requests import parse_search
+    from kb.runtime.service import Service
+
+    with Index(str(sample_artifact)) as ix:
+        d = Service(ix, stale_check=False).search(parse_search({"query": "lex: zfs snapshot", "explain": True}))
+    assert d["mode"] == "bm25" and _legs(d) == ["bm25"] and d["parsed_query"]["lex"] == "zfs snapshot"
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["vec: restore a file", "--mode", "bm25"], "kb: error: --mode bm25 does not run the dense leg that vec: feeds; leave --mode out"),
+        (["lex: zfs\nhyde: an answer", "--mode", "vector"], "kb: error: --mode vector does not run the BM25 leg that lex: feeds; leave --mode out"),
+        (["path:nope/ disk"], "kb: error: no document path starts with 'nope/'; closest: notes/"),
+        (["disk", "--path", "nope/"], "kb: error: no document path starts with 'nope/'; closest: notes/"),
+    ],
+)
+def test_typed_and_path_usage_errors(sample_artifact, args, line):
+    r = search(sample_artifact, *args, code=2)
+    assert r.stderr == line + "\n"
+
+
+def test_an_unknown_field_is_searched_as_words_with_a_notice(sample_artifact):
+    d = search_json(sample_artifact, 'colour:red disk -size:"big pool"', "--mode", "bm25")
+    assert d["parsed_query"]["text"] == "colour:red disk" and d["parsed_query"]["excluded"] == ["size big pool"]
+    assert d["notices"][0] == {"kind": "unknown_field", "message": "unknown field 'colour:', 'size:' searched as words; the fields are title:, section:, path:, lex:, vec:, hyde:"}
+    assert d["results"]
+    for words in ("see http://x.org at 10:30", "std::vector on localhost:8080"):
+        assert all(n["kind"] != "unknown_field" for n in search_json(sample_artifact, words, "--mode", "bm25")["notices"])
