@@ -695,9 +695,8 @@ def exact_name(rec, text: str) -> bool:
     if not want:
         return False
     stem = rec.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-    names = [rec.title, rec.section.rsplit(" > ", 1)[-1], stem]
-    if stem.casefold() in ("index", "_index", "readme") and "/" in rec.path:
-        names.append(rec.path.rsplit("/", 2)[-2])
+    generic = stem.casefold() in ("index", "_index", "readme")  # named by its folder, not its file
+    names = [rec.title, rec.section.rsplit(" > ", 1)[-1], rec.path.rsplit("/", 2)[-2] if generic and "/" in rec.path else "" if generic else stem]
     return any(want in (_name_key(n), _name_key(re.split(r"[./:]", n)[-1])) for n in names if n)
 
 

@@ -86,6 +86,7 @@ class _Rec:
         (_Rec("functions/collections/Where.md", "collections.Where"), "where clause", False),
         (_Rec("runbooks/disk-full.md", "Disk full on a storage node"), "disk", False),
         (_Rec("a.md", "A"), "?!", False),
+        (_Rec("docs/_index.md", "Documentation"), "index", False),
     ],
 )
 def test_an_exact_title_identifier_or_path_names_the_result(rec, query, exact):
