@@ -14,7 +14,7 @@ from kb.runtime.cli import main as kb
 from kb.runtime.confidence import MONOTONE_DEPTH, monotone
 from kb.runtime.search import exact_name
 
-QUERIES = ["restore the snapshot", "disk full", "who is on call", "backup", "zfs send replication", "vpn certificate expired"]
+QUERIES = ["restore the snapshot", "disk full", "zfs send replication"]
 
 
 def search(artifact, *args, code=0):
