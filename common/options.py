@@ -24,7 +24,7 @@ from .errors import UsageError
 from .settings import check, setting, settings_of, settings_tuple
 
 MODES = ("hybrid", "bm25", "vector")  # a search's mode: which legs run (not a [search] setting)
-GROUPS = ("chunk", "doc")  # a search's grouping: one result per chunk, or the best chunk per document
+GROUPS = ("diverse", "chunk", "doc")  # a search's grouping: at most 2 chunks a document, one result per chunk, or the best chunk per document
 MAX_TOP_K = 200  # results per search; also bounds the legs' depth
 MAX_RERANK_TOP = 200  # candidates the cross-encoder rescores; its cost is linear in this
 MAX_CONTEXT = 10  # neighbouring chunks on each side that a get returns
@@ -78,7 +78,7 @@ class Query(NamedTuple):
     QUERY and flags, and the HTTP and MCP request fields (``key``, ``aliases``), with their help,
     are made from these fields (runtime/clikit.py input_flags, runtime/requests.py)."""
 
-    text: str = setting("", "The question or topic in natural language, as a person would ask it. Drives the BM25 (exact words) and dense (meaning) legs and the reranker. May hold \"exact phrases\" (required), -word or -\"phrase\" (excluded), title:word, section:word and path:prefix (scopes).", flag="", key="query", aliases=("q",), max_chars=MAX_QUERY_CHARS)
+    text: str = setting("", "The question or topic in natural language, as a person would ask it. Drives the BM25 (exact words) and dense (meaning) legs and the reranker. May hold \"exact phrases\" (required), -word or -\"phrase\" (excluded), title:word, section:word and path:prefix (scopes); lines starting lex:, vec: or hyde: feed only the BM25 leg, only the dense leg, or a dense leg with a hypothetical answer.", flag="", key="query", aliases=("q",), max_chars=MAX_QUERY_CHARS)
     rewrites: tuple[str, ...] = setting((), "Optional rewritten natural-language forms of the same need (a paraphrase, the wording the documents probably use, acronyms spelled out). Each adds BM25 and dense sub-legs weighted below the original query.", flag="--rewrite", aliases=("rewrite",), max_items=8, max_chars=MAX_QUERY_CHARS)
     entities: tuple[str, ...] = setting((), "Optional entities or themes (systems, products, topics) matched against the chunks' tags: chunks carrying more of them rank higher (the tag leg). A soft signal, unlike `tag`.", flag="-e --entity", metavar="NAME", aliases=("entity",), max_items=32, max_chars=256)
     top_k: int | None = setting(None, f"Number of results. Default: the artifact's [search] default_limit, else {SearchOptions.default_limit}.", flag="-n --top-k", aliases=("n",), minimum=1, maximum=MAX_TOP_K)
@@ -89,7 +89,7 @@ class Query(NamedTuple):
     mode: str = setting("hybrid", "Which legs run: hybrid (BM25 + dense, fused), bm25 (exact words only) or vector (meaning only).", choices=MODES)
     budget_ms: float | None = setting(None, "Shrink the rerank depth to fit this many milliseconds (the response's rerank.skipped says how many were not rescored).", minimum=0.0, maximum=600000.0)
     explain: bool = setting(False, "Per result: each leg's rank and raw score, the RRF parts and bonus, the rerank logit and blend weights; plus timings_ms.")
-    group: str = setting("chunk", "chunk: one result per chunk; doc: the best chunk per document (also_matched counts the others).", choices=GROUPS)
+    group: str = setting("diverse", "diverse: at most 2 chunks of one document, its other matching sections named on its best result (more_sections); chunk: one result per chunk, however many of a document; doc: the best chunk per document (also_matched counts the others).", choices=GROUPS)
     full: bool = setting(False, "Return each chunk's full text instead of a snippet.")
     literal: bool = setting(False, "Take query as plain words: quotes, a leading - and field: are not syntax.")
     min_score: float | None = setting(None, "Only results whose confidence is at least this (0..1; ranks are kept as they were).", minimum=0.0, maximum=1.0, metavar="C")

@@ -13,6 +13,13 @@ whatever the language; zh, ja and ko have neither stemmer nor stopwords.
 A query has no language: each query word is stemmed by every language of the artifact and keeps
 its distinct forms (``query_terms``).
 
+``kb-unicode-3`` (since 2026-12-06) first joins a word that marks letters inside it with square
+brackets, as command references mark a menu's accelerator key (``E[x]tract``, ``[c]reate``): a
+bracketed run of one to three letters followed by a word character loses its brackets
+(``_unmark``), so the word is indexed and searched as written without them (``extract``,
+``create``). A mark at a word's end (``Sav[e]``) is left alone, as code's ``a[i]`` is. Artifacts
+of ``kb-unicode-2`` are searched as they were analysed, without this.
+
 ``kb-unicode-1`` (format 1 artifacts) is the same tokenizer with no stemming and no stopwords.
 
 The builder records ``Analyzer.params()`` in the artifact (languages, stemmer names and the
@@ -31,8 +38,8 @@ from typing import NamedTuple
 from kb.common.errors import UnsupportedVersion
 
 ANALYZER_NAME = "kb-unicode"
-ANALYZER_VERSION = 2
-ANALYZER_VERSIONS = (1, 2)  # the versions from_params rebuilds
+ANALYZER_VERSION = 3
+ANALYZER_VERSIONS = (1, 2, 3)  # the versions from_params rebuilds
 FORMS_CACHE = 65536  # query-side words whose forms an analyzer remembers
 STOP_MARK = "~"  # a stopword occurrence's term is "~" + the word: never a word character, so never a word's term
 
@@ -69,6 +76,12 @@ _WORD = re.compile(r"\w+")
 _WORD_BYTES = bytes(c if c >= 128 else (c | 0x20 if 65 <= c <= 90 else c) if _WORD.fullmatch(chr(c)) else 32 for c in range(256))
 _WORD_BYTES_LINES = _WORD_BYTES[:10] + b"\n" + _WORD_BYTES[11:]  # the same, with newlines kept
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+_MARKED = re.compile(r"\[([^\W\d_]{1,3})\](?=\w)")  # E[x]tract, [c]reate: letters marked inside a word (version 3)
+
+
+def _unmark(text: str) -> str:
+    """``text`` with the brackets of letters marked inside a word removed (``_MARKED``)."""
+    return _MARKED.sub(r"\1", text) if "[" in text else text
 
 
 @lru_cache(maxsize=None)
@@ -172,6 +185,8 @@ class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for it
     def words(self, text: str) -> list[str]:
         """Normalised, casefolded words, CJK runs as bigrams, before the length limit, stemming
         and stopwords (``finish``). The builder finishes each distinct word once."""
+        if self.version >= 3:
+            text = _unmark(text)
         if text.isascii():  # lowercase and blank the non-word characters in one bytes.translate
             return text.encode("ascii").translate(_WORD_BYTES).decode("ascii").split()
         text = _normalize(text)
@@ -185,6 +200,8 @@ class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for it
         for other text (normalisation may change lengths)."""
         if not text.isascii():
             return None
+        if self.version >= 3:
+            text = _unmark(text)
         return text.encode("ascii").translate(_WORD_BYTES_LINES).decode("ascii").split("\n")
 
     def words_by_line(self, text: str, keep=None) -> list[list[str]]:
@@ -195,7 +212,7 @@ class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for it
         blanked = self.blanked_lines(text)
         if blanked is not None:
             return [line.split() if keep is None or keep(line) else [] for line in blanked]
-        text = _normalize(text)
+        text = _normalize(_unmark(text) if self.version >= 3 else text)
         lines = text.split("\n")
         split = _cjk_words if self.cjk_bigrams and has_cjk(text) else _WORD.findall  # after NFKC, as ``words`` looks
         return [split(line) if keep is None or keep(line) else [] for line in lines]
@@ -205,6 +222,8 @@ class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for it
         Non-word characters become spaces (the few distinct non-ASCII ones by ``str.replace``,
         the ASCII ones by one table that also lowercases), then ``bytes.split`` cuts the words:
         no str per word, and no regex over the text. Decode the distinct ones before ``finish``."""
+        if self.version >= 3:
+            text = _unmark(text)
         if text.isascii():
             return text.encode("ascii").translate(_WORD_BYTES).split()
         text = _normalize(text)

@@ -116,7 +116,7 @@ def _check_analyzer(params) -> None:
     stop = params.get("stopwords", [])  # version 1: a list; version 2: language -> list
     _need(_is_strs(stop) or (isinstance(stop, dict) and all(isinstance(k, str) and _is_strs(v) for k, v in stop.items())),
           "meta.analyzer.stopwords must be a list of strings, or map languages to them")
-    _need(params.get("version") != 2 or isinstance(stop, dict), "meta.analyzer.stopwords must map languages to lists of strings (analyzer version 2)")  # fuzz seed 35, input 93985
+    _need(params.get("version") not in (2, 3) or isinstance(stop, dict), "meta.analyzer.stopwords must map languages to lists of strings (analyzer versions 2 and 3)")  # fuzz seed 35, input 93985
     _need(isinstance(params.get("cjk_bigrams"), bool), "meta.analyzer.cjk_bigrams must be a boolean")
     _need(_is_int(params.get("max_term_chars"), 1, 1 << 16), "meta.analyzer.max_term_chars must be an integer in 1..65535")
     _need(_is_strs(params.get("languages", [])), "meta.analyzer.languages must be a list of strings")  # format 2

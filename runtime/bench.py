@@ -10,7 +10,7 @@ latency p50/p95 of the search a user runs: a whole top-k call (``-k``, default 1
 chunk with snippets), timed apart from the depth-100 quality call (``quality_call_ms``), so that
 latency compares with peers at the same depth. Negative queries (no relevant document) are left out
 of the quality means; for them, and for the others, the report gives how often the
-low-confidence notice fired.
+low-confidence notice fired, and the no_match notice (negatives / answerable).
 """
 
 from __future__ import annotations
@@ -176,6 +176,7 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
         per_kind: dict[str, list[dict]] = {}
         rows, lat, deep = [], [], []
         fired = {"negative": 0, "positive": 0}
+        no_match = {"negative": 0, "positive": 0}
         conf, judged = [], []  # the top 10 results of every query: confidence, relevant?
         for i, q in enumerate(bset.queries):
             if not q.text.strip():  # an empty query (a few exist in the sets) retrieves nothing: scored as such
@@ -191,15 +192,18 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
                     t = time.perf_counter()
                     searcher.search(Query(q.text, top_k=k, all_statuses=True, mode=mode, literal=True), opts)
                     lat.append((time.perf_counter() - t) * 1000)
-            # the notice as kb search gives it: the top result below the floor, or no result at all
+            # the notice as kb search gives it: the top result below the floor, or no result at all;
+            # and no_match (no query word in the index, nothing near in meaning)
             low = any(n.kind == "low_confidence" for n in notices)
+            unmatched = any(n.kind == "no_match" for n in notices)
             for r in results[:10]:
                 conf.append(r.confidence)
                 judged.append(q.relevant.get(getattr(r, bset.key), 0) > 0)
+            side = "positive" if q.relevant else "negative"
+            fired[side] += low
+            no_match[side] += unmatched
             if not q.relevant:
-                fired["negative"] += low
                 continue
-            fired["positive"] += low
             ranked = [getattr(r, bset.key) for r in results]
             m = query_metrics(ranked, q.relevant, k)
             rows.append(m)
@@ -215,6 +219,7 @@ def run_bench(searcher: Searcher, bset: BenchSet, k: int = 10, backends: list[st
             "low_confidence": {
                 "negatives_flagged": f"{fired['negative']}/{len(negatives)}",
                 "positives_flagged": f"{fired['positive']}/{positives}",
+                "no_match": f"{no_match['negative']}/{len(negatives)} / {no_match['positive']}/{positives}",
             },
             "calibration": calibration(conf, judged),
         }

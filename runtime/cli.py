@@ -120,6 +120,7 @@ def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, device,
       title:word          the document's title must hold it (also title:"a phrase")
       section:word        the chunk's headings must hold it
       path:prefix         only documents under prefix
+      lex: / vec: / hyde: typed lines (qmd): BM25 only, dense only, a hypothetical answer
     Phrases, exclusions and scopes filter; the words still rank.
     """
     from kb.common.options import resolve, stored_search

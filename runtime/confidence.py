@@ -133,11 +133,30 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model
 
 
 def predict(backend: str, rows: np.ndarray) -> np.ndarray:
-    """P(relevant) per row under the backend's fitted model."""
+    """P(relevant) per row under the backend's fitted model, made to follow rank (``monotone``):
+    rows are one result list, in rank order."""
     z = expand(rows) @ _weights(backend)
     with np.errstate(invalid="ignore"):
         p = np.exp(-np.logaddexp(0.0, -z))  # the logistic function, without overflow for any z
-    return np.where(np.isfinite(p), p, 0.0)  # a feature that is not a number (a forged artifact's) tells nothing
+    return monotone(np.where(np.isfinite(p), p, 0.0))  # a feature that is not a number (a forged artifact's) tells nothing
+
+
+MONOTONE_DEPTH = 10  # the ranks whose confidences the ones above them are raised to (monotone)
+
+
+def monotone(p: np.ndarray) -> np.ndarray:
+    """Confidences that never rise down a result list, so ``--min-score`` keeps a prefix of the
+    ranking: within the first MONOTONE_DEPTH ranks each is raised to the highest below it (where
+    the per-result model rates a lower result above a higher one, the ranking's order is
+    trusted), and past them each is capped by the one above. The window is fixed so that a
+    result's confidence does not depend on how many results were asked for (the search computes
+    at least MONOTONE_DEPTH). Of the monotone forms tried on the dev sets' top 10s (this one, a
+    running minimum from the top, the nearest non-increasing sequence, the confidences sorted)
+    it kept ECE best: bench/notes/2026-12-06-trust.md."""
+    if not len(p):
+        return p
+    head = np.maximum.accumulate(p[:MONOTONE_DEPTH][::-1])[::-1]
+    return np.minimum.accumulate(np.concatenate([head, p[MONOTONE_DEPTH:]]))
 
 
 @functools.lru_cache(maxsize=None)

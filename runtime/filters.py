@@ -97,8 +97,8 @@ def closest(value: str, known, cutoff: float = 0.5) -> str:
 
 
 def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
-    """``allowed`` narrowed by a parsed query's path:, phrases, title:/section: scopes and
-    exclusions (runtime/query_syntax.py). Candidates come from the postings of each needle's
+    """``allowed`` narrowed by a parsed query's phrases, title:/section: scopes and exclusions
+    (runtime/query_syntax.py; its path: is checked and applied as --path is, by ``allowed_mask``). Candidates come from the postings of each needle's
     terms; a needle of several words is then verified against the chunk's text, title or section.
     A one-word phrase or exclusion is decided by the postings alone, as the index holds the word
     (title, section, text and, for a document's first chunk, its description)."""
@@ -106,11 +106,6 @@ def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
     from .query_syntax import matches
 
     mask = allowed.copy()
-    if parsed.path:
-        a, b = ix.path_range(parsed.path)
-        window = np.zeros(ix.n_chunks, dtype=bool)
-        window[a:b] = True
-        mask &= window
     analyzer = analyzer_of(ix)
 
     def holding(needle: str) -> np.ndarray:
@@ -129,8 +124,15 @@ def syntax_mask(ix, parsed, allowed: np.ndarray) -> np.ndarray:
         return hold
 
     def field(c: int, name: str) -> str:
+        """Where a needle of several words is looked for: a phrase in the chunk's section path
+        and text, and its document's title on the document's first chunk only (the title heads
+        every chunk of it, but none of the others holds the phrase); title: and section:
+        scopes in those fields of every chunk."""
         rec = ix.chunk(c)
-        return {"text": "\n".join((rec.title, rec.section, rec.text)), "title": rec.title, "section": rec.section}[name]
+        if name != "text":
+            return rec.title if name == "title" else rec.section
+        first = ix.doc_chunks(ix.doc_of(c)).start == c
+        return "\n".join((rec.title, rec.section, rec.text) if first else (rec.section, rec.text))
 
     def one_word(needle: str) -> bool:
         """A needle of one word: the postings (title, section and text) already say which chunks

@@ -130,7 +130,7 @@ def render_info(d: dict) -> str:
 
 
 def _analyzer_line(a: dict) -> str:
-    """kb-unicode-2 (en 5183 documents: english stemmer, 153 stopwords; PyStemmer 3.1.0)."""
+    """kb-unicode-3 (en 5183 documents: english stemmer, 153 stopwords; PyStemmer 3.1.0)."""
     head = f"{a.get('name')}-{a.get('version')}"
     if a.get("version") == 1:
         return f"{head} (cjk_bigrams={a.get('cjk_bigrams')}, no stemming, no stopwords)"

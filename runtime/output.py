@@ -128,6 +128,9 @@ def render_md(resp: Response) -> str:
     return "\n".join(out).rstrip("\n")
 
 
+MORE_SHOWN = 5  # of a result's more_sections, the ones text output names
+
+
 def _score(r: Result) -> str:
     return f"{r.score:.4f}" if r.score_kind == "rrf" else f"{r.score:.2f}"
 
@@ -155,6 +158,10 @@ def render_human(resp: Response, show_status: bool = True, highlight=None, show_
         if r.also_matched:
             extra.append(f"{r.also_matched} more matching chunk{'' if r.also_matched == 1 else 's'} in this document")
         out.append("   " + (f"Status: {r.status} · " if show_status else "") + " · ".join(extra))
+        if r.more_sections:
+            named = [f'§ "{m.section}" (chunk {m.chunk_id})' if m.section else f"chunk {m.chunk_id}" for m in r.more_sections[:MORE_SHOWN]]
+            rest = len(r.more_sections) - MORE_SHOWN
+            out.append(printable("   More in this document: " + ", ".join(named) + (f" and {rest} more" if rest > 0 else "")))
         if r.path_contexts:
             out.append(printable("   Context: " + "; ".join(f"{c.prefix}: {c.description}" for c in r.path_contexts)))
         if r.explain is not None:

@@ -38,12 +38,13 @@ class Candidate(NamedTuple):
     fused: Fused
     rerank: RerankScore | None = None
     also_matched: int | None = None  # --group doc: other matching chunks of the document
+    more_sections: tuple[int, ...] | None = None  # --group diverse: the document's other matching chunks, not shown
     confidence: float | None = None  # P(relevant), runtime/confidence.py
     features: tuple | None = None  # what the confidence was computed from (runtime/confidence.py FEATURES)
 
 
 class Notice(NamedTuple):
-    kind: str  # low_confidence | no_vectors | dense_skipped | no_reranker | no_tag_match | stale_index
+    kind: str  # low_confidence | no_match | below_min_score | phrase_not_found | empty_scope | unknown_field | no_vectors | dense_skipped | no_reranker | no_tag_match | stale_index
     message: str
     reason: str | None = None
     files: tuple[str, ...] | None = None
@@ -62,6 +63,14 @@ class PathContext(NamedTuple):
 
     prefix: str
     description: str
+
+
+class MoreSection(NamedTuple):
+    """Another matching chunk of a result's document, not shown (--group diverse)."""
+
+    chunk_id: int
+    section: str
+    lines: tuple[int, int]
 
 
 class Result(NamedTuple):
@@ -83,6 +92,7 @@ class Result(NamedTuple):
     text: str | None = None  # --full
     snippet: str | None = None  # otherwise
     also_matched: int | None = None
+    more_sections: tuple[MoreSection, ...] | None = None  # --group diverse, on a document's best result: its other matching chunks, not shown
     explain: Explain | None = None
 
 
@@ -97,8 +107,20 @@ class Response(NamedTuple):
     parsed: object = None  # the query's syntax, parsed (runtime/query_syntax.py ParsedQuery)
 
     def with_min_confidence(self, floor: float | None) -> Response:
-        """Only the results whose confidence is at least ``floor`` (ranks kept as they were)."""
-        return self if floor is None else self._replace(results=tuple(r for r in self.results if r.confidence >= floor))
+        """The results down to the last whose confidence is at least ``floor``: a prefix of the
+        ranking (confidence never rises with rank: runtime/confidence.py monotone). When that
+        leaves none of some results, a ``below_min_score`` notice says so."""
+        if floor is None:
+            return self
+        kept = 0
+        while kept < len(self.results) and self.results[kept].confidence >= floor:
+            kept += 1
+        resp = self._replace(results=self.results[:kept])
+        if self.results and not kept:
+            top = self.results[0].confidence
+            n = len(self.results)
+            resp = resp.with_notice(Notice("below_min_score", f"--min-score {floor:g} left none of the {n} result{'' if n == 1 else 's'}: the top result's confidence is {top:.2f}"))
+        return resp
 
     def with_notice(self, notice: Notice | None) -> Response:
         return self if notice is None else self._replace(notices=self.notices + (notice,))

@@ -17,6 +17,7 @@ the open index and the loaded models and is shared by every query (and thread) o
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -30,13 +31,13 @@ from kb.common.options import GROUPS, MODES, MODEL_DEFAULTS, Query, SearchOption
 from . import legs as legs_
 from .bm25 import analyzer_of, query_terms
 from .filters import allowed_mask, syntax_mask
-from .confidence import FEATURES, backend_of, feature_rows, low_confidence_floor, predict
-from .fusion import FusionParams, Fused, Leg, adapt_weights, fuse_rrf, length_weight
+from .confidence import FEATURES, MONOTONE_DEPTH, backend_of, feature_rows, low_confidence_floor, predict
+from .fusion import COS_STRONG, FusionParams, Fused, Leg, adapt_weights, fuse_rrf, length_weight, minilm_cosine
 from .cosines import cosines_of
 from .index import members_of
 from .rerank import rerank
-from .query_syntax import parse
-from .results import Candidate, Explain, Notice, PathContext, Response, Result
+from .query_syntax import FIELDS, TYPES, parse
+from .results import Candidate, Explain, MoreSection, Notice, PathContext, Response, Result
 from .snippets import snippet, surface_hits
 
 LEG_DEPTH = 50  # candidates each leg contributes to fusion (at least top_k)
@@ -197,9 +198,14 @@ class Searcher:
         top_k = self._validate(q, o)
         asked = q
         parsed = parse(q.text) if q.text.strip() and not q.literal else None
-        if parsed is not None:
-            q = q._replace(text=parsed.text)  # the words that rank; the syntax filters below
         notices: list[Notice] = []
+        if parsed is not None:
+            # the words that rank (the typed parts' too, for routing, snippets and the reranker); the syntax filters below
+            q = q._replace(text=" ".join(filter(None, (parsed.text, parsed.lex, parsed.vec))), mode=self._typed_mode(q.mode, parsed))
+            asked = asked._replace(mode=q.mode)
+            if parsed.unknown:
+                names = ", ".join(f"'{f}:'" for f in parsed.unknown)
+                notices.append(Notice("unknown_field", f"unknown field {names} searched as words; the fields are {', '.join(f + ':' for f in FIELDS + TYPES)}"))
         space = self.space_for(q.text if q.text.strip() else " ".join(q.rewrites))
         o = self.options_for(o, space)
         use_bm25, use_vectors = self._legs_to_run(q, notices)
@@ -209,19 +215,21 @@ class Searcher:
             space.prefetch_vectors()
         ops = self.ops
         allowed = ops.allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
-        if parsed is not None and (parsed.filters or parsed.path):
+        if parsed is not None and parsed.path:  # checked as --path is: a prefix no document has is a usage error
+            allowed = allowed & ops.allowed_mask(self.ix, (), True, (), parsed.path)
+        if parsed is not None and parsed.filters:
             scoped = ops.syntax_mask(self.ix, parsed, allowed)
             if not scoped.any() and allowed.any() and (parsed.phrases or parsed.title or parsed.section) and not ops.syntax_mask(self.ix, parsed._replace(excluded=()), allowed).any():
                 # no chunk in scope holds the phrases (or title:/section: words) as written (not
-                # merely excluded): say so, and search the words with the exclusions and path:
-                # only, rather than return nothing
+                # merely excluded): say so, and search the words with the exclusions only,
+                # rather than return nothing
                 scoped = ops.syntax_mask(self.ix, parsed._replace(phrases=(), title=(), section=()), allowed)
                 notices.append(Notice("phrase_not_found", f"no chunk contains {_quoted_requirements(parsed)} as written; these results hold the words in any order"))
             allowed = scoped
         timings["filter"] = _ms(t0)
         if not allowed.any():
             notices.append(self._empty_scope_notice(q))
-        legs, qv = self._run_legs(q, o, space, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else ([], None)
+        legs, qv = self._run_legs(q, parsed, o, space, allowed, top_k, use_bm25, use_vectors, notices, timings) if allowed.any() else ([], None)
         if o.adaptive_fusion and q.mode == "hybrid":
             legs = adapt_weights(legs, space.name)
         candidates = _candidates(fuse_rrf(legs, _fusion(o)), legs)
@@ -246,22 +254,24 @@ class Searcher:
                     budget_ms=q.budget_ms,
                 )
                 timings["rerank"] = _ms(t)
-        if q.group == "doc":
-            candidates = _group_by_doc(self.ix, candidates)
+        candidates = _grouped(self.ix, candidates, q.group, top_k)
         reranked = rerank_info is not None and rerank_info.scored > 0
         backend = backend_of(q.mode, reranked)
-        candidates = self._with_confidence(candidates[:top_k], legs, qv, space, backend, q.text)
+        candidates = self._with_confidence(candidates, top_k, legs, qv, space, backend, q.text)
         t = time.perf_counter()
         hit_terms = query_terms(self.ix, " ".join((q.text,) + q.rewrites))  # once, for every snippet
         hit_words: dict = {}  # artifact -> surface_hits, once per artifact that shows a result
         results = tuple(self._result(i + 1, c, q, hit_terms, hit_words) for i, c in enumerate(candidates))
         timings["render"] = _ms(t)
         if allowed.any():
-            if reranked:  # the notice reads the retrieval's confidence (low_confidence's docstring)
-                top = _group_by_doc(self.ix, fused) if q.group == "doc" else fused
-                notices.extend(low_confidence(self._with_confidence(top[:top_k], legs, qv, space, "hybrid", q.text), o, "hybrid", "top fused result"))
+            if candidates and exact_name(self.ix.chunk(candidates[0].chunk), q.text):
+                pass  # the query names the top result: never "low confidence" (where, table of contents)
+            elif reranked:  # the notice reads the retrieval's confidence (low_confidence's docstring)
+                top = _grouped(self.ix, fused, q.group, top_k)
+                notices.extend(low_confidence(self._with_confidence(top, top_k, legs, qv, space, "hybrid", q.text), o, "hybrid", "top fused result"))
             else:
                 notices.extend(low_confidence(candidates, o, backend))
+            notices.extend(no_match(legs, space.name))
         contexts = self._tag_contexts(candidates, results)
         timings["total"] = _ms(t0)
         return Response(asked, results, tuple(notices), contexts, reranked, timings, rerank_info, parsed).with_min_confidence(q.min_score)
@@ -312,11 +322,13 @@ class Searcher:
             notices.append(Notice("dense_skipped", f"the embedding model {name} does not cover this query's script (CJK); hybrid search used BM25 only"))
         return use_bm25, use_vectors
 
-    def _with_confidence(self, candidates: list[Candidate], legs: list[Leg], qv, space, backend: str, text: str) -> list[Candidate]:
-        """The candidates with their calibrated confidence (runtime/confidence.py); ``qv``: the
-        query's embedding for the dense leg ``space``."""
+    def _with_confidence(self, candidates: list[Candidate], top_k: int, legs: list[Leg], qv, space, backend: str, text: str) -> list[Candidate]:
+        """The first ``top_k`` candidates with their calibrated confidence (runtime/confidence.py,
+        computed over at least MONOTONE_DEPTH of them, so that it does not depend on top_k);
+        ``qv``: the query's embedding for the dense leg ``space``."""
         from kb.formats.analyzer import has_cjk
 
+        candidates = candidates[: max(top_k, MONOTONE_DEPTH)]
         if not candidates:
             return candidates
         cosines = None
@@ -324,16 +336,38 @@ class Searcher:
             cosines = cosines_of(space.vectors_of(np.array([c.chunk for c in candidates], dtype=np.int64)), qv).tolist()
         rows = feature_rows(candidates, legs, cosines, space.name, has_cjk(text))
         probs = predict(backend, rows)
-        return [Candidate(c.chunk, c.score, c.score_kind, c.fused, c.rerank, c.also_matched, p, tuple(r)) for c, p, r in zip(candidates, probs.tolist(), rows.tolist())]
+        return [c._replace(confidence=p, features=tuple(r)) for c, p, r in zip(candidates[:top_k], probs.tolist(), rows.tolist())]
 
-    def _run_legs(self, q: Query, o: SearchOptions, space, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
-        """BM25 and dense legs (over ``space``) for the query and each rewrite, then the tag leg
-        for entities; and the query's own embedding (None without a dense leg)."""
+    def _typed_mode(self, mode: str, parsed) -> str:
+        """The legs a query with typed parts (lex:, vec:, hyde:) runs, as a mode: hybrid for both
+        kinds, bm25 or vector for one. Under --mode bm25 or vector, a typed part that feeds the
+        other leg is a usage error (plain words feed the mode's leg, as always)."""
+        if not parsed.typed:
+            return mode
+        if (parsed.vec or parsed.hyde) and not self.ix.has_vectors:
+            raise SearchError("vec: and hyde: feed the dense leg, and this artifact has no vectors (built with --embedder none); use lex: or plain words")
+        if mode != "hybrid":
+            other = [k + ":" for k in (("vec", "hyde") if mode == "bm25" else ("lex",)) if getattr(parsed, k)]
+            if other:
+                raise SearchError(f"--mode {mode} does not run the {'dense' if mode == 'bm25' else 'BM25'} leg that {' and '.join(other)} feed{'s' if len(other) == 1 else ''}; leave --mode out")
+            return mode
+        lexical, dense = parsed.legs_text()
+        return "hybrid" if lexical and (dense or parsed.hyde) else "bm25" if lexical else "vector"
+
+    def _run_legs(self, q: Query, parsed, o: SearchOptions, space, allowed, top_k: int, use_bm25: bool, use_vectors: bool, notices: list[Notice], timings: dict) -> tuple[list[Leg], np.ndarray | None]:
+        """BM25 and dense legs (over ``space``) for the query (its typed parts: the lex: part the
+        BM25 leg's, the vec: part the dense leg's, hyde: a dense leg of its own) and each rewrite,
+        then the tag leg for entities; and the query's own embedding (None without a dense leg)."""
         depth = max(LEG_DEPTH, top_k, o.rerank_top)
         if q.mode == "bm25" and not q.rewrites and not q.entities and q.group == "chunk":
             depth = max(top_k, BM25_ALONE_DEPTH)  # one leg: fusion keeps its order, nothing reranks
-        texts = [("", q.text, 1.0)] if q.text.strip() else []
-        texts += [(f":rewrite{i + 1}", r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
+        # (suffix, the BM25 leg's text, the dense leg's text, scale); None: no such leg
+        if parsed is not None and parsed.typed:
+            lexical, dense_text = parsed.legs_text()
+            texts = [("", lexical, dense_text or parsed.hyde or None, 1.0)] + ([(":hyde", None, parsed.hyde, 1.0)] if parsed.hyde and dense_text else [])
+        else:
+            texts = [("", q.text, q.text, 1.0)] if q.text.strip() else []
+        texts += [(f":rewrite{i + 1}", r, r, o.rewrite_weight) for i, r in enumerate(q.rewrites) if r.strip()]
         fixed = o.semantic_weight if q.mode == "hybrid" else None  # None: each text's own share, by its length
         legs: list[Leg] = []
         qv = None
@@ -366,12 +400,13 @@ class Searcher:
         # legs ran, from its BM25 leg's count of distinct terms (fusion.length_weight).
         w_dense, w_lex = (1.0, 1.0) if fixed is None else (fixed, 1.0 - fixed)
         try:
-            for suffix, text, scale in texts:
-                pending = pool.submit(dense, text, "vector" + suffix, w_dense * scale) if pool is not None else None
-                if beside:
+            for suffix, lex_text, dense_text, scale in texts:
+                both = run_bm25 and lex_text is not None and run_dense and dense_text is not None
+                pending = pool.submit(dense, dense_text, "vector" + suffix, w_dense * scale) if pool is not None and both else None
+                if beside and both:
                     t = time.perf_counter()
-                    v = embed(text)
-                    lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed)
+                    v = embed(dense_text)
+                    lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, lex_text, w_lex * scale, depth, allowed)
                     try:
                         leg = self.ops.vector_leg(space, "vector" + suffix, v, w_dense * scale, depth, allowed)
                     except BaseException:
@@ -384,17 +419,17 @@ class Searcher:
                     legs.append(leg)
                     timings["vector"] = timings.get("vector", 0.0) + ms
                     continue
-                if run_bm25:
+                if run_bm25 and lex_text is not None:
                     t = time.perf_counter()
                     try:
-                        legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, text, w_lex * scale, depth, allowed))
+                        legs.append(self.ops.bm25_leg(self.ix, "bm25" + suffix, lex_text, w_lex * scale, depth, allowed))
                     except BaseException:
                         if pending is not None:
                             pending.exception()  # waits: never leave the dense leg reading the map after the search is over
                         raise
                     timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
-                if run_dense:
-                    v, leg, ms = pending.result() if pending is not None else dense(text, "vector" + suffix, w_dense * scale)
+                if run_dense and dense_text is not None:
+                    v, leg, ms = pending.result() if pending is not None else dense(dense_text, "vector" + suffix, w_dense * scale)
                     qv = v if qv is None else qv
                     legs.append(leg)
                     timings["vector"] = timings.get("vector", 0.0) + ms
@@ -417,6 +452,12 @@ class Searcher:
         name = (self.ix.meta.embedder or {}).get("name")
         scripts = EMBEDDER_SCRIPTS.get(name)
         return scripts is None or "cjk" in scripts or not has_cjk(text)
+
+    def _more_sections(self, chunks: tuple[int, ...] | None) -> tuple[MoreSection, ...] | None:
+        if not chunks:
+            return None
+        recs = [self.ix.chunk(c) for c in chunks]
+        return tuple(MoreSection(r.chunk_id, r.section, r.lines) for r in recs)
 
     def _result(self, rank: int, c: Candidate, q: Query, hit_terms: list[str], hit_words: dict) -> Result:
         member, local = self.ix.locate(c.chunk)
@@ -452,6 +493,7 @@ class Searcher:
             text=rec.text if q.full else None,
             snippet=None if q.full else snippet(rec.text, hit_terms, analyzer_of(self.ix), words=hit_words.get(member)),
             also_matched=c.also_matched,
+            more_sections=self._more_sections(c.more_sections),
             explain=explain,
         )
 
@@ -485,13 +527,14 @@ def _quoted_requirements(parsed) -> str:
 
 
 def _length_shares(legs: list[Leg], texts, count_terms) -> list[Leg]:
-    """The legs of each (suffix, text, scale) in ``texts`` weighted by the text's own dense share
-    (fusion.length_weight of its distinct terms: its BM25 leg's count, else ``count_terms``)."""
+    """The legs of each (suffix, BM25 text, dense text, scale) in ``texts`` weighted by the text's
+    own dense share (fusion.length_weight of its distinct terms: its BM25 leg's count, else
+    ``count_terms``)."""
     by_name = {lg.name: i for i, lg in enumerate(legs)}
     out = list(legs)
-    for suffix, text, scale in texts:
+    for suffix, lex_text, dense_text, scale in texts:
         b = by_name.get("bm25" + suffix)
-        share = length_weight(legs[b].terms if b is not None else count_terms(text))
+        share = length_weight(legs[b].terms if b is not None else count_terms(lex_text or dense_text))
         for name, w in (("bm25" + suffix, 1.0 - share), ("vector" + suffix, share)):
             if name in by_name:
                 out[by_name[name]] = legs[by_name[name]]._replace(weight=w * scale)
@@ -580,6 +623,35 @@ def _ms(t: float) -> float:
     return round((time.perf_counter() - t) * 1000, 3)
 
 
+PER_DOCUMENT = 2  # --group diverse: the most chunks of one document a result list shows
+
+
+def _grouped(ix, candidates: list[Candidate], group: str, top_k: int) -> list[Candidate]:
+    """The candidates as ``group`` shows them: ``_diverse``, ``_group_by_doc`` or as they are (chunk)."""
+    if group == "doc":
+        return _group_by_doc(ix, candidates)
+    return _diverse(ix, candidates, top_k) if group == "diverse" else candidates
+
+
+def _diverse(ix, candidates: list[Candidate], top_k: int) -> list[Candidate]:
+    """The candidates in order, skipping any past PER_DOCUMENT of one document. A document's best
+    candidate names the chunks of it skipped above the ``top_k``-th shown (``more_sections``, in
+    fused order): those the first ``top_k`` would have held but for the limit."""
+    kept, skipped, per_doc = [], {}, {}
+    for c in candidates:
+        d = ix.doc_of(c.chunk)
+        if per_doc.get(d, 0) < PER_DOCUMENT:
+            kept.append((c, d))
+            per_doc[d] = per_doc.get(d, 0) + 1
+        elif len(kept) < top_k:
+            skipped.setdefault(d, []).append(c.chunk)
+    out = []
+    for c, d in kept:
+        more = skipped.pop(d, None)
+        out.append(c._replace(more_sections=tuple(more)) if more else c)
+    return out
+
+
 def _group_by_doc(ix, candidates: list[Candidate]) -> list[Candidate]:
     """The best candidate of each document, in order, counting the document's other matches."""
     first: dict[int, int] = {}
@@ -591,6 +663,42 @@ def _group_by_doc(ix, candidates: list[Candidate]) -> list[Candidate]:
         else:
             first[d], extra[d] = i, 0
     return [candidates[i]._replace(also_matched=extra[d]) for d, i in first.items()]
+
+
+def no_match(legs: list[Leg], model: str | None) -> list[Notice]:
+    """The ``no_match`` notice, for a query none of whose words the index holds (its BM25 leg
+    knows none of its terms) and whose dense leg, if it ran, found nothing close in meaning (a top
+    cosine under fusion.COS_STRONG on all-MiniLM-L6-v2's scale: what unrelated text reaches
+    against a corpus of thousands of chunks). The results are still returned, as the nearest in
+    meaning, beside the low-confidence notice they get: a warning, never a filter."""
+    bm25 = next((lg for lg in legs if lg.name == "bm25"), None)
+    if bm25 is None or bm25.known is None or bm25.known > 0:
+        return []
+    dense = next((lg for lg in legs if lg.name == "vector"), None)
+    top = dense.strength if dense is not None else 0.0
+    to_minilm = minilm_cosine(model)
+    if (to_minilm(top) if to_minilm is not None and dense is not None else top) >= COS_STRONG:
+        return []
+    reason = "no word of the query is in the index" + (f"; the nearest chunk's cosine is {top:.2f}" if dense is not None else "")
+    return [Notice("no_match", "No match: nothing holds the query's words or comes close in meaning; the results, if any, are only the nearest. Check the spelling, or whether the topic is documented at all.", reason=reason)]
+
+
+def _name_key(text: str) -> str:
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+def exact_name(rec, text: str) -> bool:
+    """Whether a query names a chunk exactly: its words, case and punctuation aside, are the
+    document's title, the chunk's own heading, its file name or folder (index.md, _index.md,
+    README), or the last part of one of these read as an identifier (``collections.Where``,
+    ``runbooks/disk-full.md``, ``TableOfContents``): "where", "table of contents"."""
+    want = _name_key(text)
+    if not want:
+        return False
+    stem = rec.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    generic = stem.casefold() in ("index", "_index", "readme")  # named by its folder, not its file
+    names = [rec.title, rec.section.rsplit(" > ", 1)[-1], rec.path.rsplit("/", 2)[-2] if generic and "/" in rec.path else "" if generic else stem]
+    return any(want in (_name_key(n), _name_key(re.split(r"[./:]", n)[-1])) for n in names if n)
 
 
 def low_confidence(candidates: list[Candidate], o: SearchOptions, backend: str, what: str = "top result") -> list[Notice]:

@@ -96,6 +96,8 @@ SLOW_TESTS = {
     "tests/runtime/test_query_syntax.py::test_one_word_needles_are_decided_by_the_postings",
     "tests/runtime/test_query_syntax.py::test_the_plain_words_shortcut_parses_as_the_token_loop",
     "tests/runtime/test_rerank_pipeline.py::test_a_reranked_search_gets_the_notice_its_retrieval_gets",
+    "tests/runtime/test_trust.py::test_confidence_never_rises_with_rank_and_does_not_depend_on_n",
+    "tests/runtime/test_trust.py::test_monotone_confidences_never_rise_down_the_list",
 }
 
 

@@ -110,7 +110,7 @@ def test_the_low_confidence_notice_derives_from_the_top_results_confidence():
     top = d["results"][0]["confidence"]
     assert [(n["kind"], n["reason"]) for n in d["notices"]] == [("low_confidence", f"top result's confidence {top:.2f} is below the floor 0.99")]
     d = search_json("zzzqqq", "-i", GOLD, "--mode", "bm25")
-    assert (d["results"], [(n["kind"], n["reason"]) for n in d["notices"]]) == ([], [("low_confidence", "no results")])
+    assert (d["results"], [(n["kind"], n["reason"]) for n in d["notices"]]) == ([], [("low_confidence", "no results"), ("no_match", "no word of the query is in the index")])
 
 
 def test_explain_reports_legs_rrf_parts_and_bonus():
