@@ -61,7 +61,7 @@ TOOLS = (
             "with Reciprocal Rank Fusion, plus a tag leg for `entities`; with `rerank` (off unless the "
             "artifact's kb.toml turned it on) the top candidates are rescored by the artifact's cross-encoder. Returns JSON: `results` ranked best first (rank, score, score_kind, "
             "path, section, lines, status, tags, `path_contexts` (what the folders the path is under hold, "
-            "most specific first), chunk_id, doc_id, title, snippet or text), `tag_contexts` "
+            "most specific first), chunk_id, chunk_key (stable across rebuilds), doc_id, title, snippet or text), `tag_contexts` "
             "(what each tag means) and `notices` (low confidence, stale index). An empty `results` means "
             "nothing matched in the chosen scope."
         ),
@@ -71,9 +71,9 @@ TOOLS = (
         "name": "get",
         "title": "Read a chunk or a document",
         "description": (
-            "Read from the knowledge base by id. With `chunk_id`: that chunk's full text with `context` "
+            "Read from the knowledge base by id. With `chunk_id` or `chunk_key`: that chunk's full text with `context` "
             "chunks before (`previous`) and after (`next`) it in the same document. With `doc_id` or "
-            "`path`: the whole document's chunks in order. Give exactly one of chunk_id, doc_id, path. "
+            "`path`: the whole document's chunks in order. Give exactly one of chunk_id, chunk_key, doc_id, path. "
             f"A record of more than {DEFAULT_GET_BYTES:,} bytes of text is refused (read a line range with multi_get)."
         ),
         "fields": (GET_FIELDS, SINGLE_GET_FIELDS),

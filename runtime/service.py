@@ -31,6 +31,7 @@ from .search import Query
 
 STALE_TTL_S = 30.0  # how long a staleness check (one stat per corpus file) is reused
 PATH_CUTOFF = 0.7  # difflib similarity of a path suggested for an unknown one ('nope.md' and 'notes/glossary.md' are 0.5)
+CHUNK_KEY = re.compile(r"[0-9a-f]{16}")  # a chunk_key as results show it (formats/layout.py chunk_key)
 LINE_RANGES = (re.compile(r"(.+):(\d{1,12}):(\d{1,12})"), re.compile(r"(.+):(\d{1,12})"))  # PATH:FROM:COUNT, then PATH:FROM
 
 
@@ -140,6 +141,8 @@ class Service:
             return self._get_many(req)
         if req.chunk_id is not None:
             r = self._chunk(req.chunk_id, "chunk_id")
+        elif req.chunk_key is not None:
+            r = self._key(req.chunk_key, "chunk_key")
         else:
             field, value = ("path", req.path) if req.path is not None else ("doc_id", req.doc_id)
             d = self.ix.doc_by_path(value) if field == "path" else self._doc_by_id(value)
@@ -180,8 +183,20 @@ class Service:
             raise RequestError("not_found", f"no chunk {cid}; this artifact has chunk ids 0..{self.ix.n_chunks - 1}", field)
         return _Read("chunk", cid)
 
+    def _key(self, key: str, field: str) -> _Read:
+        cid = self.ix.chunk_of_key(key) if CHUNK_KEY.fullmatch(key) else None
+        if cid is not None:
+            return _Read("chunk", cid)
+        if not self.ix.has_keys:
+            raise RequestError("not_found", f"no chunk with key {key!r}: this artifact has no chunk keys (built before them); rebuild it with kb-build", field)
+        why = "a key is 16 hex digits" if not CHUNK_KEY.fullmatch(key) else "a chunk's key changes when its text or its document's path does; search again"
+        raise RequestError("not_found", f"no chunk with key {key!r} ({why})", field)
+
     def _target(self, target: str) -> _Read:
-        """What a target names: a chunk id, a document (path, then doc_id), or PATH:FROM[:COUNT]."""
+        """What a target names: a chunk key, a chunk id, a document (path, then doc_id), or
+        PATH:FROM[:COUNT]."""
+        if CHUNK_KEY.fullmatch(target) and (self.ix.chunk_of_key(target) is not None or self._doc(target) is None):
+            return self._key(target, "targets")
         if target.isascii() and target.isdigit():
             return self._chunk(int(target), "targets")
         d = self._doc(target)
@@ -319,7 +334,7 @@ def text_bytes(record: dict) -> int:
 def get_document(ix, d: int, max_chunks: int = DEFAULT_DOC_CHUNKS) -> dict:
     """Document ``d``'s chunks in order (at most ``max_chunks``; ``truncated`` says if more exist)."""
     chunks = ix.doc_chunks(d)
-    keep = ("chunk_id", "section", "lines", "text")
+    keep = ("chunk_id", "chunk_key", "section", "lines", "text")
     return {
         "document": doc_summary(ix, d),
         "chunks": [{k: _chunk_dict(ix, c)[k] for k in keep} for c in chunks[:max_chunks]],
