@@ -52,6 +52,8 @@ class Folder:
     def __init__(self, src: Path, work: Path):
         self.root = work / "corpus"
         shutil.copytree(src, self.root)
+        for p in (self.root, *self.root.rglob("*")):  # the copy is ours to change, whatever the source's modes
+            p.chmod(p.stat().st_mode | 0o200)
         self.files = sorted(p for p in self.root.rglob("*") if p.is_file() and p.suffix in (".md", ".markdown"))
 
     def args(self) -> list[str]:

@@ -233,9 +233,11 @@ def build(
         corpus = read(run, store, out, given, strict=strict, follow_symlinks=follow_symlinks)
         models = choose_models(run, store, embedder, given, model_files, rerank_files)
         source = reuse_source(run, models, reuse) if given is None else None
+        if source is not None:
+            stack.callback(source.close)  # also when a stage fails
         windows = index_windows(run, store, models, given, source)
         if source is not None:
-            source.close()
+            source.close()  # before the write replaces it
         given = None  # the given vectors are in the graph now: let them go before the postings stage
         parts = finish(run, windows, store, models)
         meta, manifest = describe(run, parts, models, corpus)
