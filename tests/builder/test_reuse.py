@@ -315,3 +315,15 @@ def test_with_the_real_model_a_rebuild_is_the_bytes_of_a_full_build(tmp_path):
     build([corpus], tmp_path / "full.kb", cfg)
     assert rep.reused_chunks > 0 and 0 < rep.embedded_chunks <= 3
     assert (tmp_path / "new.kb").read_bytes() == (tmp_path / "full.kb").read_bytes()
+
+
+@pytest.mark.parametrize("name, width", [(L.CHUNK_KEYS, L.KEY_BYTES), (L.VECTOR_INPUTS, L.INPUT_BYTES)])
+def test_a_forged_key_or_inputs_section_of_the_wrong_size_is_a_corrupt_artifact(tmp_path, tiny_artifact, name, width):
+    from kb.runtime.cli import main as kb
+
+    p = tmp_path / "forged.kb"
+    version, secs = artifact_parts(tiny_artifact)
+    n = len(next(s for s in secs if s.name == name).data) // width
+    rewrite(p, [s if s.name != name else s._replace(data=s.data[:-1], raw_length=len(s.data) - 1) for s in secs], version)
+    r = CliRunner().invoke(kb, ["search", "backup", "-i", str(p), "--no-stale-check"])
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {p}: corrupt artifact: section {name!r} is {n * width - 1} bytes, expected {n * width}\n")
