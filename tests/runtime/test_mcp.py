@@ -54,7 +54,7 @@ def test_tools_list_documents_every_input(client):
     assert all(p["description"] for p in s["properties"].values())
     assert s["properties"]["rewrites"]["type"] == "array" and s["properties"]["mode"]["enum"] == ["hybrid", "bm25", "vector"]
     assert "natural language" in s["properties"]["query"]["description"]
-    assert set(tools["get"]["inputSchema"]["properties"]) == {"chunk_id", "doc_id", "path", "context", "max_chunks"}
+    assert set(tools["get"]["inputSchema"]["properties"]) == {"chunk_id", "chunk_key", "doc_id", "path", "context", "max_chunks"}
     assert set(tools["multi_get"]["inputSchema"]["properties"]) == {"targets", "glob", "max_bytes", "context", "max_chunks"}
     assert tools["info"]["inputSchema"]["properties"] == tools["status"]["inputSchema"]["properties"] == {}
     assert all(t["annotations"]["readOnlyHint"] for t in tools.values())
