@@ -280,11 +280,11 @@ def test_results_carry_chunk_keys_and_kb_get_mcp_and_http_take_them(sample_artif
     r = CliRunner().invoke(kb, ["get", "0123456789abcdef", "-i", str(sample_artifact)])
     assert (r.exit_code, r.stderr) == (2, "kb: error: no chunk with key '0123456789abcdef' (a chunk's key changes when its text or its document's path does; search again)\n")
     with Index(sample_artifact) as ix:
-        from kb.runtime.requests import SINGLE_GET_FIELDS, RequestError
+        from kb.runtime.requests import RequestError
 
-        assert Service(ix, stale_check=False).get(parse_get({"chunk_key": top["chunk_key"]}, allowed=SINGLE_GET_FIELDS))["chunk"]["chunk_id"] == top["chunk_id"]
+        assert Service(ix, stale_check=False).get(parse_get({"chunk_key": top["chunk_key"]}))["chunk"]["chunk_id"] == top["chunk_id"]
         with pytest.raises(RequestError) as e:
-            Service(ix, stale_check=False).get(parse_get({"chunk_key": "nope"}, allowed=SINGLE_GET_FIELDS))
+            Service(ix, stale_check=False).get(parse_get({"chunk_key": "nope"}))
         assert (e.value.code, e.value.field) == ("not_found", "chunk_key")
 
 
