@@ -44,6 +44,7 @@ from .config import BuildConfig
 from .embedders import AUTO_MODEL, choose_embedder, embedder_files, english_leg, make_embedder, reranker_files
 from .executors import LocalExecutor
 from .query_model import PackedEmbedder, query_model_section
+from .reuse import ReuseSource, open_reuse
 from .filetypes import SOURCE_EXTENSIONS
 from .ingest import Corpus, Document, read_corpus
 from .language import document_languages
@@ -80,6 +81,9 @@ class BuildReport:
     executor: str = "local"  # where chunk, analyze and embed ran (builder/executors.py)
     shard: str | None = None  # "i/N" for a --shard build
     embed_nodes: int = 0  # machines that embedded (a Ray build: the nodes its actors ran on)
+    reused_chunks: int = 0  # chunks whose vectors came from the reuse source (builder/reuse.py)
+    embedded_chunks: int = 0  # chunks embedded by this build (by at least one dense leg)
+    reuse_source: str | None = None  # the artifact whose vectors were reused; None: none was
 
 
 @dataclass(slots=True)
@@ -150,6 +154,7 @@ class Windows:
     postings: PostingsSpill
     index: VectorIndex | None
     index_en: VectorIndex | None
+    inputs: bytearray | None  # vectors.inputs: the digest of each chunk's embedded text; None: not embedded here
 
 
 @dataclass
@@ -165,6 +170,7 @@ class Parts:
     vectors: tuple | None  # the HNSW image (VectorIndex.save) and its rows; None: no vectors
     vectors_en: tuple | None  # the English leg's
     search: dict
+    inputs: bytearray | None  # vectors.inputs (Windows.inputs)
 
 
 @_without_cyclic_gc
@@ -184,6 +190,7 @@ def build(
     vectors: Path | None = None,
     executor=None,
     shard: tuple[int, int] | None = None,
+    reuse: Path | None = None,
 ) -> BuildReport:
     """Compile the inputs into the artifact ``out``; ``jobs`` worker processes chunk and analyze
     (default: one per core, at most 8; the artifact is the same for any number). ``vectors``: a
@@ -191,14 +198,16 @@ def build(
     each record is then one chunk, and ``config.embedding_model`` names the model that made them.
     ``executor`` runs the chunk, analyze and embed stages of each window (builder/executors.py;
     default: here, in ``jobs`` forked processes); the artifact is the same for every executor.
-    ``shard=(i, n)`` builds only the documents of shard i of n (``shard_of``).
+    ``shard=(i, n)`` builds only the documents of shard i of n (``shard_of``). ``reuse``: an
+    artifact whose vectors are taken for the chunks whose embedded text is unchanged
+    (builder/reuse.py; the artifact is the same bytes as without it).
 
     Documents are spilled to a scratch file as they are read and taken back a window at a time
     (builder/stream.py); text blocks and the vector index are spilled too and copied into the
     artifact by the final write. Scratch files lie beside ``out``; they are removed when the
     build ends, and a killed build's by the next build of ``out``.
 
-    The stages (ARCHITECTURE.md draws them): ``read``, ``choose_models``, ``index_windows`` (the
+    The stages (ARCHITECTURE.md draws them): ``read``, ``choose_models``, ``reuse_source``, ``index_windows`` (the
     chunk, analyze, postings, tags, text, embed and hnsw stages of each window), ``finish`` (the
     graphs, text, postings and filters), ``describe`` (meta and manifest), ``artifact_sections``
     and the write. Each takes and returns plain data: a stage that needs the finished parts
@@ -221,7 +230,12 @@ def build(
         stack.callback(store.close)
         corpus = read(run, store, out, given, strict=strict, follow_symlinks=follow_symlinks)
         models = choose_models(run, store, embedder, given, model_files, rerank_files)
-        windows = index_windows(run, store, models, given)
+        source = reuse_source(run, models, reuse) if given is None else None
+        if source is not None:
+            stack.callback(source.close)  # also when a stage fails
+        windows = index_windows(run, store, models, given, source)
+        if source is not None:
+            source.close()  # before the write replaces it
         given = None  # the given vectors are in the graph now: let them go before the postings stage
         parts = finish(run, windows, store, models)
         meta, manifest = describe(run, parts, models, corpus)
@@ -299,10 +313,26 @@ def choose_models(run: Run, store: DocumentStore, embedder, given: GivenVectors 
     return Models(doc_langs, analyzer, embedder, model_files, embedder_en, files_en, rerank_files, loaded=given is None and embedder is not None)
 
 
-def index_windows(run: Run, store: DocumentStore, models: Models, given: GivenVectors | None) -> Windows:
+def reuse_source(run: Run, models: Models, path: Path | None) -> ReuseSource | None:
+    """The reuse stage: the artifact at ``path`` checked as a source of vectors for this build
+    (builder/reuse.py), or None, with a warning saying why when there was one to check."""
+    if path is None or models.model_files is None or not models.loaded:
+        return None
+    legs = {"main": R.pack_model_files(models.model_files), "en": R.pack_model_files(models.files_en) if models.files_en is not None else None}
+    with run.clock("reuse"):
+        source, why = open_reuse(Path(path), models.analyzer.params(), legs, run.config.vectors.dtype)
+    if source is None:
+        run.rep.warnings.append(why)
+    else:
+        run.rep.reuse_source = str(path)
+    return source
+
+
+def index_windows(run: Run, store: DocumentStore, models: Models, given: GivenVectors | None, source: ReuseSource | None = None) -> Windows:
     """The stages that run a window of documents at a time (builder/stream.py windows): chunk
     and analyze (``chunk_and_analyze``), then each window's postings, chunk table and filters
-    (tags), text blocks, vectors (embed, or the given ones) and their HNSW graph."""
+    (tags), text blocks, vectors (embed, or the given ones, or ``source``'s for the texts it
+    embedded before: ``leg_vectors``) and their HNSW graph."""
     config, rep, clock, progress, executor, jobs = run.config, run.rep, run.clock, run.progress, run.executor, run.jobs
     embedder, embedder_en, analyzer, doc_langs = models.embedder, models.embedder_en, models.analyzer, models.doc_langs
     exact = models.loaded and config.chunking.exact_tokens
@@ -318,6 +348,7 @@ def index_windows(run: Run, store: DocumentStore, models: Models, given: GivenVe
         PostingsSpill(config.bm25, run.scratch),
         None if models.model_files is None else VectorIndex(given.dim if given is not None else embedder.dim, config.vectors, run.scratch),
         None if embedder_en is None else VectorIndex(embedder_en.dim, config.vectors, run.scratch),
+        bytearray() if given is None and embedder is not None else None,
     )
     for lo, hi in windows(store.text_sizes()):
         with clock("read"):
@@ -336,7 +367,11 @@ def index_windows(run: Run, store: DocumentStore, models: Models, given: GivenVe
                 vecs = given.take(np.fromiter((docs[r.doc].record for r in rows), dtype=np.int64, count=len(rows)))
         elif embedder is not None:
             with clock("embed"):
-                vecs, truncated, nodes = embed_chunks(docs, rows, embedder, _shifted(progress, first_chunk, first_chunk + len(rows)), executor=executor)
+                texts = embed_texts(docs, rows)
+                digests = b"".join([L.input_digest(t) for t in texts])
+                w.inputs += digests
+                old = source.find(digests) if source is not None else None
+                vecs, truncated, nodes, fresh = leg_vectors(texts, old, source, "main", embedder, _shifted(progress, first_chunk, first_chunk + len(rows)), executor)
             rep.truncated_chunks += truncated
             rep.embed_nodes = max(rep.embed_nodes, nodes)  # the most machines any window's embedding used
         if w.index is not None:
@@ -344,9 +379,16 @@ def index_windows(run: Run, store: DocumentStore, models: Models, given: GivenVe
                 w.index.add(vecs)
         if w.index_en is not None:
             with clock("embed-en"):
-                vecs, _, _ = embed_chunks(docs, rows, embedder_en, _shifted(_renamed(progress, "embed (English leg)"), first_chunk, first_chunk + len(rows)), executor=executor)
+                vecs, _, _, fresh_en = leg_vectors(texts, old, source, "en", embedder_en, _shifted(_renamed(progress, "embed (English leg)"), first_chunk, first_chunk + len(rows)), executor)
+                fresh |= fresh_en
             with clock("hnsw"):
                 w.index_en.add(vecs)
+        if w.inputs is not None:
+            embedded = int(np.count_nonzero(fresh))
+            rep.embedded_chunks += embedded
+            rep.reused_chunks += len(rows) - embedded
+            if rep.reused_chunks:
+                progress("reused", rep.reused_chunks, first_chunk + len(rows))
         del docs, rows
     rep.documents, rep.chunks = len(store), len(w.columns)
     return w
@@ -380,7 +422,7 @@ def finish(run: Run, w: Windows, store: DocumentStore, models: Models) -> Parts:
     with clock("tags"):
         filters = w.columns.filters()
     rep.warnings.extend(f"unknown status {s!r} (kept; known: {', '.join(run.config.statuses)})" for s in w.columns.unknown)
-    return Parts(w.columns, post, single, filters, (zdict, blocks, sources), vectors, vectors_en, run.config.search)
+    return Parts(w.columns, post, single, filters, (zdict, blocks, sources), vectors, vectors_en, run.config.search, w.inputs)
 
 
 def describe(run: Run, parts: Parts, models: Models, corpus: Corpus) -> tuple[R.Meta, R.Manifest]:
@@ -439,6 +481,8 @@ def artifact_sections(run: Run, parts: Parts, models: Models, meta: R.Meta, mani
         if built is not None:
             (image, rows), (vectors_name, rows_name, model_name) = built, names
             sections += [SectionData(vectors_name, (image,)), *([SectionData(rows_name, rows)] if rows is not None else []), SectionData(model_name, R.pack_model_files(files))]
+    if parts.vectors is not None and parts.inputs is not None:
+        sections.append(SectionData(L.VECTOR_INPUTS, bytes(parts.inputs)))
     if parts.vectors is not None:
         with run.clock("query-model"):  # a --vectors build's model is loaded only for the self-check
             embedder = models.embedder  # None for a --vectors build: the self-check loads the packed model
@@ -776,15 +820,40 @@ def embed_text(doc: Document, chunk: Chunk, first: bool) -> str:
     return "\n".join(head) + "\n\n" + chunk.text
 
 
-def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress: Progress, batch: int = 64, executor=None) -> tuple[np.ndarray, int, int]:
-    """Embeddings of every chunk, how many chunks exceed the model's window, and how many
-    machines embedded. The batches are cut here, the same for every executor: a text's vector
-    depends on its batch's padding."""
+def embed_texts(docs: list[Document], rows: list[ChunkRow]) -> list[str]:
+    """What the embedder sees of each chunk of ``rows`` (``embed_text``)."""
     texts = []
     prev = -1
     for r in rows:
         texts.append(embed_text(docs[r.doc], r.chunk, r.doc != prev))
         prev = r.doc
+    return texts
+
+
+def leg_vectors(texts: list[str], old: np.ndarray | None, source: ReuseSource | None, leg: str, embedder, progress: Progress, executor) -> tuple[np.ndarray, int, int, np.ndarray]:
+    """Each text's vector in dense leg ``leg``: ``source``'s where ``old`` (each text's chunk in
+    the source, -1: none) names one and the source has the leg, else embedded (``embed_chunks``).
+    Also how many texts exceed the model's window (the reused ones too), how many machines
+    embedded, and which texts were embedded."""
+    fresh = np.ones(len(texts), dtype=bool) if old is None or not source.has(leg) else old < 0
+    out = np.empty((len(texts), embedder.dim), dtype=np.float32)
+    truncated = nodes = 0
+    if not fresh.all():
+        out[~fresh] = source.vectors(leg, old[~fresh])
+        window = embedder.max_tokens - 2  # [CLS] and [SEP], as the executors count
+        truncated = sum(n > window for n in embedder.count_tokens([texts[i] for i in np.flatnonzero(~fresh)]))
+    todo = np.flatnonzero(fresh)
+    if len(todo):
+        vecs, more, nodes = embed_chunks([texts[i] for i in todo], embedder, progress, executor=executor)
+        out[todo] = vecs
+        truncated += more
+    return out, truncated, nodes, fresh
+
+
+def embed_chunks(texts: list[str], embedder, progress: Progress, batch: int = 64, executor=None) -> tuple[np.ndarray, int, int]:
+    """Embeddings of ``texts``, how many exceed the model's window, and how many machines
+    embedded. The batches are cut here, the same for every executor (the embedder pads nothing,
+    so a text's vector does not depend on its batch: models/encoders.py ``embed``)."""
     # Sort by length so batches hold similar lengths (less padding), then restore order.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     cuts = [order[s : s + batch] for s in range(0, len(order), batch)]
@@ -797,7 +866,7 @@ def embed_chunks(docs: list[Document], rows: list[ChunkRow], embedder, progress:
 
 def assemble(meta: R.Meta, manifest: R.Manifest, parts: Parts) -> list[SectionData]:
     """The sections every artifact has: meta, the manifest, the chunk table, the lexical index,
-    the filters, the texts and the documents' sources."""
+    the filters, the texts, the documents' sources and the chunk keys."""
     columns, post, (zdict, blocks, sources) = parts.columns, parts.post, parts.text
     _, status_bitmaps, _, tag_bitmaps = parts.filters
     return [
@@ -823,4 +892,5 @@ def assemble(meta: R.Meta, manifest: R.Manifest, parts: Parts) -> list[SectionDa
         SectionData(L.TEXT_DICT, zdict),
         SectionData(L.TEXT_BLOCKS, blocks),
         SectionData(L.DOC_SOURCES, sources),
+        SectionData(L.CHUNK_KEYS, bytes(columns.keys)),
     ]

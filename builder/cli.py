@@ -55,6 +55,8 @@ def summary_lines(rep, out: Path) -> list[str]:
         f"built {out} ({_human(rep.artifact_bytes)}): {count(rep.files_read, 'file')} read, {count(rep.documents, 'document')}, "
         f"{count(rep.chunks, 'chunk')}, {count(rep.terms, 'term')}, {count(rep.vectors, 'vector')}",
     ]
+    if rep.reuse_source is not None:
+        lines.append(f"reused the vectors of {count(rep.reused_chunks, 'chunk')} from {printable(rep.reuse_source)}; embedded {count(rep.embedded_chunks, 'chunk')}")
     if rep.truncated_chunks:
         lines.append(f"note: {count(rep.truncated_chunks, 'chunk')} exceed the embedding model's window; their tails are searchable by BM25 only")
     if rep.excluded:
@@ -92,11 +94,13 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where chunking, analysis and embedding run: local (forked processes here) or ray (a Ray cluster; needs pip install 'kb-search[distributed]'). The artifact is the same bytes on CPU workers.")
 @click.option("--ray-address", metavar="ADDR", help="With --executor ray: the cluster to join (auto, HOST:PORT or ray://HOST:PORT; default: RAY_ADDRESS, else a Ray instance started on this machine for the build).")
 @click.option("--shard", metavar="I/N", callback=lambda ctx, p, v: parse_shard(v), help="Build only shard I of N (0 <= I < N): the documents whose path hashes to I (docs/scale-out.md). Join the N artifacts with a set file.")
-@click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout.")
+@click.option("--reuse", type=click.Path(path_type=Path), metavar="OLD.kb", help="Take the vectors of every chunk whose embedded text is unchanged from this artifact (default: OUT, when it exists) instead of embedding it again; the artifact is the same bytes as a full build. A source built with another model or analyzer, or damaged, is not used (a warning says why).")
+@click.option("--no-reuse", is_flag=True, help="Embed every chunk; reuse nothing from OUT.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build report as JSON on stdout (reused_chunks, embedded_chunks and reuse_source say what was reused).")
 @click.option("--force", is_flag=True, help="Replace OUT even if it is not a kb artifact (by default kb-build replaces only artifacts).")
 @debug_option
 @click.version_option(KB_VERSION, "--version", prog_name="kb-build")
-def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_symlinks, quiet, embedder, reranker, no_reranker, jobs, executor, ray_address, shard, as_json, force):
+def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_symlinks, quiet, embedder, reranker, no_reranker, jobs, executor, ray_address, shard, reuse, no_reuse, as_json, force):
     """Compile CORPUS folders/files (markdown, text, JSON, YAML, TOML) and JSON Lines into one artifact."""
     from dataclasses import replace
 
@@ -110,6 +114,8 @@ def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_s
         _fail(UsageError("--reranker and --no-reranker are exclusive"))
     if ray_address and executor != "ray":
         _fail(UsageError("--ray-address needs --executor ray"))
+    if reuse and no_reuse:
+        _fail(UsageError("--reuse and --no-reuse are exclusive"))
     if executor == "ray":
         try:
             import_ray()  # before anything is read: a missing extra is not a failed build
@@ -119,6 +125,8 @@ def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_s
         _fail(UsageError(f"{out} is a folder; -o names the artifact file to write"))
     if out.exists() and not force and not looks_like_artifact(out):
         _fail(UsageError(f"{out} exists and is not a kb artifact; kb-build will not replace it (pass --force to)"))
+    if reuse is None and not no_reuse and looks_like_artifact(out):
+        reuse = out
     if config is None:
         guess = [Path(c) / "kb.toml" for c in corpus if Path(c).is_dir()]
         config = next((g for g in guess if g.is_file()), None)
@@ -132,7 +140,7 @@ def main(corpus, out, config, jsonl, vectors, include, exclude, strict, follow_s
             cfg = replace(cfg, embedding_model=embedder)
         if reranker or no_reranker:
             cfg = replace(cfg, reranker="none" if no_reranker else reranker)
-        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), vectors=vectors, include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs, follow_symlinks=follow_symlinks, executor=runner, shard=shard)
+        rep = build(list(corpus), out, cfg, jsonl=list(jsonl), vectors=vectors, include=list(include), exclude=list(exclude), strict=strict, progress=bar, jobs=jobs, follow_symlinks=follow_symlinks, executor=runner, shard=shard, reuse=None if no_reuse else reuse)
     except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM: the write step removes its temporary file
         bar.close()
         click.echo(f"kb-build: interrupted, {out} left as it was", err=True)

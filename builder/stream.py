@@ -65,6 +65,7 @@ class ChunkColumns:
         self.tag_ids: dict[str, array] = {t: array("I") for t in tags}
         self.paths = bytearray()
         self.path_ends = array("Q", [0])
+        self.keys = bytearray()  # chunks.key
 
     def __len__(self) -> int:
         return len(self.doc)
@@ -75,8 +76,11 @@ class ChunkColumns:
             self.paths += d.path.encode("utf-8")
             self.path_ends.append(len(self.paths))
         code = self._code
+        seen: dict = {}  # (document, text) -> chunks of it so far: a text repeated in a document gets a key each
         for r in rows:
             d = docs[r.doc]
+            n = seen[r.doc, r.chunk.text] = seen.get((r.doc, r.chunk.text), -1) + 1
+            self.keys += L.chunk_key(d.path, r.chunk.text, n)
             st = d.status or self._default
             c = code.get(st)
             if c is None:
@@ -211,7 +215,11 @@ class VectorIndex:
         self.rows: bytes | None = None  # after save: the vectors.rows section, when needed
 
     def add(self, vecs: np.ndarray) -> None:
-        """Vectors of the next ``len(vecs)`` chunks (keys are chunk ids)."""
+        """Vectors of the next ``len(vecs)`` chunks (keys are chunk ids), spilled as stored (bf16:
+        rounded, then widened back, so that the graph is built over the stored values and a
+        reused bf16 vector is the same input as a fresh one)."""
+        if self.v.dtype == "bf16":
+            vecs = widened(stored_rows(vecs, "bf16"), "bf16")
         self.spill.file.write(np.ascontiguousarray(vecs, dtype=self.spilled).tobytes())
         self.count += len(vecs)
 
@@ -278,7 +286,7 @@ def _mapped(path: str):
 
 
 ADD_ROWS = 1 << 15  # vectors handed to usearch at a time (gathered from the spill in add order)
-SPILL_KINDS = {"f16": "<f2", "f32": "<f4", "bf16": "<f4"}  # the spill holds the stored values (bf16: rounded at save)
+SPILL_KINDS = {"f16": "<f2", "f32": "<f4", "bf16": "<f4"}  # the spill holds the stored values (bf16: rounded, as float32)
 
 
 def stored_rows(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -291,3 +299,10 @@ def stored_rows(x: np.ndarray, dtype: str) -> np.ndarray:
         return x
     bits = x.view("<u4").astype(np.uint64)
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
+
+
+def widened(rows: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored rows (``stored_rows``) as float32, exactly: bf16 is the high half of a float32."""
+    if dtype == "bf16":
+        return (np.asarray(rows, dtype="<u2").astype("<u4") << 16).view("<f4")
+    return np.asarray(rows, dtype=np.float32)

@@ -100,18 +100,19 @@ QUERY_INPUTS = settings_of(Query)
 
 @settings_tuple
 class GetRequest(NamedTuple):
-    """One read: a chunk_id, doc_id or path (one record back), or targets and a glob (``many``:
+    """One read: a chunk_id, chunk_key, doc_id or path (one record back), or targets and a glob (``many``:
     items and what was omitted back). Each field is a request field of the servers' get and, where
     it has a flag, a flag of kb get (runtime/requests.py, runtime/cli.py)."""
 
     chunk_id: int | None = setting(None, "A chunk's id (a search result's chunk_id): returns the chunk with its neighbouring chunks in the same document.", minimum=0, flag="")
+    chunk_key: str | None = setting(None, "A chunk's stable key (a search result's chunk_key, 16 hex digits): as chunk_id, and the key still names the same text after rebuilds in which that chunk is unchanged.", max_chars=64, flag="")
     doc_id: str | None = setting(None, "A document's id (a search result's doc_id): returns the document's chunks in order.", max_chars=4096, flag="")
     path: str | None = setting(None, "A document's exact path (a search result's path): returns the document's chunks in order; or PATH:FROM:COUNT for COUNT lines from line FROM (PATH:FROM: to its end), as kb get takes it.", max_chars=4096, flag="")
     context: int = setting(1, "With chunk_id: how many neighbouring chunks to return on each side (previous and next).", minimum=0, maximum=MAX_CONTEXT, flag="-C --context")
     max_chunks: int = setting(DEFAULT_DOC_CHUNKS, "With doc_id or path: the most chunks to return.", minimum=1, maximum=MAX_DOC_CHUNKS)
     targets: tuple[str, ...] = setting(
         (),
-        "What to read, each as `kb get` takes it: a chunk id ('12', with `context` neighbours), a document's path or doc_id (its chunks), "
+        "What to read, each as `kb get` takes it: a chunk id ('12', with `context` neighbours) or key (a result's chunk_key), a document's path or doc_id (its chunks), "
         "or PATH:FROM:COUNT (COUNT lines of the document from line FROM, numbered as in the source file; PATH:FROM reads to its end).",
         max_items=MAX_GET_TARGETS,
         max_chars=4096,
@@ -121,7 +122,7 @@ class GetRequest(NamedTuple):
     max_bytes: int = setting(
         DEFAULT_GET_BYTES,
         "The most bytes of text (UTF-8) to return. Items are taken in order while they fit; each one that does not is listed in `omitted` with its size. "
-        "A single chunk_id, doc_id or path over it is an error.",
+        "A single chunk_id, chunk_key, doc_id or path over it is an error.",
         minimum=1,
         maximum=MAX_GET_BYTES,
     )

@@ -27,6 +27,7 @@ CHUNKS = "chunks"  # raw CHUNK_DTYPE table, one row per chunk
 CHUNK_LENGTHS = "chunks.length"  # raw f32 weighted BM25 length per chunk
 DOC_PATHS = "docs.paths"  # blob table of UTF-8 paths, sorted, one per document
 DOC_FIRST_CHUNK = "docs.first_chunk"  # raw u32 x (docs + 1): chunks of doc d are [f[d], f[d+1])
+CHUNK_KEYS = "chunks.key"  # optional: raw KEY_BYTES per chunk, its stable key (``chunk_key``), shown as hex
 TERM_HASHES = "terms.hash"  # raw u64, sorted ascending (ties broken by term bytes)
 TERM_STRINGS = "terms.strings"  # blob table of UTF-8 terms, same order as terms.hash
 TERM_SURFACES = "terms.surfaces"  # optional: blob table, same order: the words of the corpus each term stands for (``pack_surfaces``)
@@ -50,6 +51,7 @@ TEXT_DICT = "text.dict"  # raw zstd dictionary for text.blocks
 TEXT_BLOCKS = "text.blocks"  # blob table of zstd(msgpack list of chunk records), TEXT_BLOCK chunks each
 DOC_SOURCES = "docs.source"  # blob table of zstd(UTF-8 source text), one per document, with text.dict (optional)
 VECTORS = "vectors.hnsw"  # raw usearch index (Index.save bytes), keys = chunk ids
+VECTOR_INPUTS = "vectors.inputs"  # optional: raw INPUT_BYTES per chunk, BLAKE2b of the text its vectors were embedded from (kb-build's reuse)
 VECTOR_ROWS = "vectors.rows"  # optional: raw u32 per chunk id, the matrix row of its vector, when the graph's nodes are not in key order
 MODEL_EMBED = "model.embed"  # blob table: kb_model.json first, then (name, bytes) pairs
 MODEL_RERANK = "model.rerank"  # same encoding, the cross-encoder
@@ -64,6 +66,22 @@ MODEL_QUERY_EN = "model.query.en"
 
 TEXT_BLOCK = 4  # chunks per compressed text block: a result shown decodes its block (16: 2.3x the time
 # per result on SciFact, 4: 6% more text bytes; bench/RESULTS.md "lexical-speed"); readers use meta.text_block
+
+KEY_BYTES = 8  # a chunk key: BLAKE2b-64 of its document's path, its text and its occurrence of that text there
+INPUT_BYTES = 16  # a vectors.inputs digest: BLAKE2b-128 of the text the embedding models read
+
+
+def chunk_key(path: str, text: str, occurrence: int) -> bytes:
+    """A chunk's stable key: the same as long as its document's path and its own text are (the
+    ``occurrence``-th chunk of that text in the document, from 0). Unlike a chunk id, it does not
+    shift when other documents or chunks come and go."""
+    return hashlib.blake2b(f"{path}\0{text}\0{occurrence}".encode("utf-8"), digest_size=KEY_BYTES).digest()
+
+
+def input_digest(text: str) -> bytes:
+    """The ``vectors.inputs`` digest of a text an embedding model reads."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=INPUT_BYTES).digest()
+
 
 CHUNK_DTYPE = np.dtype(
     [

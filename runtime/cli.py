@@ -187,6 +187,8 @@ def get(targets, index_path, whole_doc, as_json, **inputs):
     \b
     TARGET is one of:
       12                a chunk id (a search result's chunk_id), with -C neighbours each side
+      KEY               a chunk key (a search result's chunk_key, 16 hex digits), as a chunk id;
+                        it names the same text after rebuilds that leave that chunk unchanged
       PATH or DOC_ID    the document's chunks in order
       PATH:FROM:COUNT   COUNT lines from line FROM, numbered as in the source file (front
                         matter included); a COUNT past the end stops at the last line
@@ -199,7 +201,7 @@ def get(targets, index_path, whole_doc, as_json, **inputs):
     from .service import Service, too_large
 
     if not targets and inputs["glob"] is None:
-        raise UsageError("give a TARGET (a chunk id, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN")
+        raise UsageError("give a TARGET (a chunk id or key, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN")
     with open_index(index_path) as ix:
         try:
             req = parse_get({"targets": list(targets), **{k: v for k, v in inputs.items() if v is not None}})

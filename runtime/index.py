@@ -39,6 +39,7 @@ class StoredChunk(NamedTuple):  # not a frozen dataclass: ~0.7 ms of a one-shot 
     status: str
     tags: tuple[str, ...]
     text: str
+    chunk_key: str | None = None  # stable across rebuilds (chunks.key, hex); None: an artifact built before keys
 
 
 REQUIRED = (
@@ -142,9 +143,9 @@ class Index:
             raise self._corrupt("BM25 statistics per language need format 4, meta.bm25.languages and terms.doc_n together")
         if langs:
             expect[L.TERM_DOC_N] = n_terms * 4
-        for name in (L.VECTOR_ROWS, L.VECTOR_ROWS_EN):
+        for name, width in ((L.VECTOR_ROWS, 4), (L.VECTOR_ROWS_EN, 4), (L.CHUNK_KEYS, L.KEY_BYTES), (L.VECTOR_INPUTS, L.INPUT_BYTES)):
             if name in secs:
-                expect[name] = n_chunks * 4
+                expect[name] = n_chunks * width
         if self.meta.embedder_en is not None and self.version < 5:
             raise self._corrupt("an English leg needs format 5")
         if self.version >= 3:
@@ -195,6 +196,33 @@ class Index:
     @cached_property
     def _chunk_rows(self) -> memoryview:
         return self.artifact.section(L.CHUNKS, paged=True)
+
+    @property
+    def has_keys(self) -> bool:
+        """Whether the artifact holds chunk keys (kb-build writes them from 2026-12-06)."""
+        return L.CHUNK_KEYS in self.artifact.sections
+
+    def chunk_key(self, cid: int) -> str | None:
+        """Chunk ``cid``'s stable key as 16 hex digits (``chunks.key``, its page verified), or
+        None in an artifact built before chunk keys."""
+        if L.CHUNK_KEYS not in self.artifact.sections:
+            return None
+        at = cid * L.KEY_BYTES
+        self.artifact.check_range(L.CHUNK_KEYS, at, at + L.KEY_BYTES)
+        return bytes(self._chunk_keys[at : at + L.KEY_BYTES]).hex()
+
+    @cached_property
+    def _chunk_keys(self) -> memoryview:
+        return self.artifact.section(L.CHUNK_KEYS, paged=True)
+
+    def chunk_of_key(self, key: str) -> int | None:
+        """The chunk whose key is ``key`` (16 hex digits), or None (none has it, or the artifact
+        has no keys). Scans the keys: 8 bytes a chunk, once per lookup."""
+        if L.CHUNK_KEYS not in self.artifact.sections:
+            return None
+        keys = np.frombuffer(self.artifact.section(L.CHUNK_KEYS), dtype="<u8")
+        hit = np.flatnonzero(keys == np.frombuffer(bytes.fromhex(key), dtype="<u8")[0])
+        return int(hit[0]) if len(hit) else None
 
     @cached_property
     def has_statuses(self) -> bool:
@@ -491,6 +519,7 @@ class Index:
             status=self.meta.statuses[status],
             tags=rec.tags,
             text=rec.text,
+            chunk_key=self.chunk_key(cid),
         )
 
     def _block(self, b: int) -> list:

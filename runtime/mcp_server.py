@@ -64,7 +64,7 @@ TOOLS = (
             "`min_score` keeps only results at least that confident. Takes every field HTTP /search takes, the "
             "fusion and rerank knobs too (each defaults to the artifact's kb.toml [search]). Returns JSON: `results` ranked best first (rank, score, score_kind, "
             "path, section, lines, status, tags, confidence, `path_contexts` (what the folders the path is under hold, "
-            "most specific first), chunk_id, doc_id, title, snippet or text), `tag_contexts` "
+            "most specific first), chunk_id, chunk_key (stable across rebuilds), doc_id, title, snippet or text), `tag_contexts` "
             "(what each tag means) and `notices` (low confidence, stale index). An empty `results` means "
             "nothing matched in the chosen scope."
         ),
@@ -74,11 +74,11 @@ TOOLS = (
         "name": "get",
         "title": "Read a chunk, a document or a line range",
         "description": (
-            "Read from the knowledge base, as `kb get` and HTTP /get do (the same fields). With `chunk_id`: that "
+            "Read from the knowledge base, as `kb get` and HTTP /get do (the same fields). With `chunk_id` or `chunk_key`: that "
             "chunk's full text with `context` chunks before (`previous`) and after (`next`) it in the same "
             "document. With `doc_id` or `path`: the whole document's chunks in order; `path` may also be "
             "PATH:FROM:COUNT for COUNT lines from line FROM exactly as in the source file (PATH:FROM: to its end), "
-            "returned as `lines` [first, last], `total_lines` and `text`. Give exactly one of chunk_id, doc_id, "
+            "returned as `lines` [first, last], `total_lines` and `text`. Give exactly one of chunk_id, chunk_key, doc_id, "
             "path, or `targets` (each as kb get's TARGET) and/or `glob` for several (then as multi_get). "
             f"One record of more than {DEFAULT_GET_BYTES:,} bytes of text (max_bytes) is refused: read a line range. "
             "Of a set of artifacts, `member` names the result's `artifact` to read from."

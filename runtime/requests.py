@@ -58,7 +58,7 @@ SEARCH_FIELDS: dict[str, Setting] = {s.key: s for s in QUERY_INPUTS} | {n: _knob
 GET_FIELDS: dict[str, Setting] = {s.key: s for s in GET_INPUTS}
 # The MCP `search` and `get` tools take every field HTTP /search and /get take (these tables);
 # `multi_get` is `get` without the single-record fields.
-MULTI_GET_FIELDS = tuple(k for k in GET_FIELDS if k not in ("chunk_id", "doc_id", "path"))
+MULTI_GET_FIELDS = tuple(k for k in GET_FIELDS if k not in ("chunk_id", "chunk_key", "doc_id", "path"))
 
 
 def _schema(s: Setting) -> dict:
@@ -126,20 +126,20 @@ def parse_search(data, allowed=None) -> SearchRequest:
 
 
 def parse_get(data, allowed=None) -> GetRequest:
-    """A JSON object -> GetRequest: exactly one of chunk_id, doc_id or path, or targets and/or a
+    """A JSON object -> GetRequest: exactly one of chunk_id, chunk_key, doc_id or path, or targets and/or a
     glob. ``allowed``: the field names this server offers (default all)."""
     v = _fields_of(data, GET_FIELDS, allowed)
     offered = set(GET_FIELDS if allowed is None else allowed)
-    single = [k for k in ("chunk_id", "doc_id", "path") if k in v]
+    single = [k for k in ("chunk_id", "chunk_key", "doc_id", "path") if k in v]
     many = [k for k in ("targets", "glob") if k in v]
     if single and many:
-        raise RequestError("bad_request", f"give chunk_id, doc_id or path, or targets or a glob, not both (got {', '.join(single + many)})", many[0])
+        raise RequestError("bad_request", f"give chunk_id, chunk_key, doc_id or path, or targets or a glob, not both (got {', '.join(single + many)})", many[0])
     if not many and len(single) != 1:
         what = "none" if not single else " and ".join(single)
         if not single and "chunk_id" not in offered:
             raise RequestError("missing_field", "give targets or glob (got neither)", "targets")
         also = ", or targets or a glob" if "targets" in offered else ""
-        raise RequestError("missing_field" if not single else "bad_request", f"give exactly one of chunk_id, doc_id or path{also} (got {what})", single[1] if len(single) > 1 else "chunk_id")
+        raise RequestError("missing_field" if not single else "bad_request", f"give exactly one of chunk_id, chunk_key, doc_id or path{also} (got {what})", single[1] if len(single) > 1 else "chunk_id")
     if "targets" in v and not v["targets"] and "glob" not in v:
         raise RequestError("missing_field", "targets is empty; give at least one target (or a glob)", "targets")
     return GetRequest(**v)

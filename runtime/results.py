@@ -85,6 +85,7 @@ class Result(NamedTuple):
     tags: tuple[str, ...]
     path_contexts: tuple[PathContext, ...]  # the [contexts] the path is under, most specific first
     chunk_id: int
+    chunk_key: str | None  # stable across rebuilds while the chunk's text and path are (kb get KEY); None: an artifact built before keys
     doc_id: str
     title: str
     artifact: str  # the name of the artifact holding the chunk (chunk_id counts within it): -i's path, or its set file entry

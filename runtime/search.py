@@ -486,6 +486,7 @@ class Searcher:
             tags=rec.tags,
             path_contexts=tuple(PathContext(p, d) for p, d in member.meta.contexts_of(rec.path)),
             chunk_id=rec.chunk_id,
+            chunk_key=rec.chunk_key,
             doc_id=rec.doc_id,
             title=rec.title,
             artifact=member.name,

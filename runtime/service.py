@@ -30,6 +30,7 @@ from .requests import GetRequest, RequestError, SearchRequest
 from .search import Query
 
 PATH_CUTOFF = 0.7  # difflib similarity of a path suggested for an unknown one ('nope.md' and 'notes/glossary.md' are 0.5)
+CHUNK_KEY = re.compile(r"[0-9a-f]{16}")  # a chunk_key as results show it (formats/layout.py chunk_key)
 LINE_RANGES = (re.compile(r"(.+):(\d{1,12}):(\d{1,12})"), re.compile(r"(.+):(\d{1,12})"))  # PATH:FROM:COUNT, then PATH:FROM
 
 
@@ -145,7 +146,7 @@ class Service:
 
     # --- get -----------------------------------------------------------------------------------
     def get(self, req: GetRequest) -> dict:
-        """One record for a chunk_id, doc_id or path (a path may be PATH:FROM[:COUNT]); for targets
+        """One record for a chunk_id, chunk_key, doc_id or path (a path may be PATH:FROM[:COUNT]); for targets
         and a glob (``req.many``), the records that fit in max_bytes, in order, and what was
         omitted. Every target is resolved and checked before anything is read (``_target``, the
         one resolver of kb get, HTTP /get and MCP get), so a bad one fails the whole request. Of a
@@ -158,6 +159,8 @@ class Service:
             return self._get_many(req)
         if req.chunk_id is not None:
             r = self._chunk(req.chunk_id, "chunk_id")
+        elif req.chunk_key is not None:
+            r = self._key(req.chunk_key, "chunk_key")
         else:
             field = "path" if req.path is not None else "doc_id"
             r = self._target(req.path if req.path is not None else req.doc_id, field)
@@ -196,6 +199,8 @@ class Service:
         try:
             if req.chunk_id is not None:
                 self._chunk(req.chunk_id, "chunk_id")
+            if req.chunk_key is not None:
+                self._key(req.chunk_key, "chunk_key")
             for t in req.targets or [v for v in (req.path, req.doc_id) if v is not None]:
                 self._target(t, "targets" if req.targets else "path", suggest=False)
             if req.glob is not None:
@@ -231,9 +236,20 @@ class Service:
             raise RequestError("not_found", f"no chunk {cid}; this artifact has chunk ids 0..{self.ix.n_chunks - 1}", field)
         return _Read("chunk", cid)
 
+    def _key(self, key: str, field: str) -> _Read:
+        cid = self.ix.chunk_of_key(key) if CHUNK_KEY.fullmatch(key) else None
+        if cid is not None:
+            return _Read("chunk", cid)
+        if not self.ix.has_keys:
+            raise RequestError("not_found", f"no chunk with key {key!r}: this artifact has no chunk keys (built before them); rebuild it with kb-build", field)
+        why = "a key is 16 hex digits" if not CHUNK_KEY.fullmatch(key) else "a chunk's key changes when its text or its document's path does; search again"
+        raise RequestError("not_found", f"no chunk with key {key!r} ({why})", field)
+
     def _target(self, target: str, field: str = "targets", suggest: bool = True) -> _Read:
-        """What a target names: a chunk id (a ``targets`` entry only), a document (path, then
-        doc_id), or PATH:FROM[:COUNT]; not found: the closest paths (``suggest``) named."""
+        """What a target names: a chunk key or id (a ``targets`` entry only), a document (path,
+        then doc_id), or PATH:FROM[:COUNT]; not found: the closest paths (``suggest``) named."""
+        if field == "targets" and CHUNK_KEY.fullmatch(target) and (self.ix.chunk_of_key(target) is not None or self._doc(target) is None):
+            return self._key(target, field)
         if field == "targets" and target.isascii() and target.isdigit():
             return self._chunk(int(target), field)
         d = self._doc(target)
@@ -382,7 +398,7 @@ def text_bytes(record: dict) -> int:
 def get_document(ix, d: int, max_chunks: int = DEFAULT_DOC_CHUNKS) -> dict:
     """Document ``d``'s chunks in order (at most ``max_chunks``; ``truncated`` says if more exist)."""
     chunks = ix.doc_chunks(d)
-    keep = ("chunk_id", "section", "lines", "text")
+    keep = ("chunk_id", "chunk_key", "section", "lines", "text")
     return {
         "document": doc_summary(ix, d),
         "chunks": [{k: _chunk_dict(ix, c)[k] for k in keep} for c in chunks[:max_chunks]],

@@ -181,3 +181,19 @@ def test_an_embedding_pool_the_cluster_cannot_place_fails_in_one_line(tmp_path, 
     # cluster does not have enough resources for the requested actor pool.")
     assert str(e.value).startswith("an embedding actor failed on the Ray cluster: GetTimeoutError: ") and "\n" not in str(e.value)
     assert not (tmp_path / "out.kb").exists()
+
+
+def test_a_ray_build_reusing_an_artifact_embeds_only_the_changed_text_and_is_the_same_bytes(tmp_path, cluster, minilm_config):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(SAMPLE, corpus)
+    build([corpus], tmp_path / "old.kb", minilm_config)
+    f = corpus / "runbooks" / "disk-full.md"
+    f.write_text(f.read_text() + "\n\n## Afterwards\n\nTell the on-call channel the disk has room again.\n")
+    build([corpus], tmp_path / "full.kb", minilm_config)
+    args = [str(Path(sys.executable).with_name("kb-build")), str(corpus), "-o", str(tmp_path / "ray.kb"), "--reuse", str(tmp_path / "old.kb"), "--config", str(SAMPLE / "kb.toml"),
+            "--embedder", "all-MiniLM-L6-v2", "--no-reranker", "--executor", "ray", "--ray-address", cluster, "--json", "-q"]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["reuse_source"] == str(tmp_path / "old.kb") and 0 < report["embedded_chunks"] <= 3 and report["reused_chunks"] > 100
+    assert _differing_sections(tmp_path / "full.kb", tmp_path / "ray.kb") == []

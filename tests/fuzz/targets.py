@@ -128,7 +128,21 @@ def build_seed_artifacts(folder: Path) -> list[bytes]:
         out.append(path.read_bytes())
     old = [(GOLDEN / f"tiny-v{v}.kb").read_bytes() for v in (1, 2)]
     tiny = _tiny_model_seed(corpus, folder / "seed-tiny-ct2.kb")
-    return out + old + ([tiny] if tiny is not None else []) + [_format_4_seed(corpus, folder / "seed-v4.kb"), _format_5_seed(corpus, folder / "seed-v5.kb")]
+    built = out + old + ([tiny] if tiny is not None else []) + [_format_4_seed(corpus, folder / "seed-v4.kb"), _format_5_seed(corpus, folder / "seed-v5.kb")]
+    return [_as_first_built(b) for b in built]
+
+
+def _as_first_built(seed: bytes) -> bytes:
+    """A seed without the sections kb-build added after the recorded findings (chunks.key and
+    vectors.inputs, 2026-12-06: optional, so every reader reads the seed as before), so that a
+    finding's input index replays the same bytes; tests/formats/test_hostile_artifact.py forges
+    those sections itself."""
+    from kb.formats import layout as L
+    from kb.formats.artifact import serialize
+
+    version, sections = _sections_of(seed)
+    kept = [s for s in sections if s.name not in (L.CHUNK_KEYS, L.VECTOR_INPUTS)]
+    return seed if len(kept) == len(sections) else b"".join(serialize(kept, version=version))
 
 
 GERMAN = {  # with the seed corpus: two languages, so format 4's statistics per language

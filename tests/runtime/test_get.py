@@ -193,7 +193,7 @@ def test_one_target_over_max_bytes_is_an_error(sample_artifact):
 
 def test_get_needs_a_target_or_a_glob_and_at_most_100_targets(sample_artifact):
     r = run("get", "-i", sample_artifact)
-    assert (r.exit_code, r.stderr) == (2, "kb: error: give a TARGET (a chunk id, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN\n")
+    assert (r.exit_code, r.stderr) == (2, "kb: error: give a TARGET (a chunk id or key, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN\n")
     r = run("get", *["1"] * 101, "-i", sample_artifact)
     assert (r.exit_code, r.stderr) == (2, "kb: error: targets takes at most 100 items, got 101\n")
 
@@ -230,7 +230,7 @@ def test_http_get_takes_targets_glob_and_max_bytes(sample_artifact):
         status, _, e = call(port, "POST", "/get", {"path": "runbooks/gpu-nodes.md", "max_bytes": 100})
         assert status == 400 and e["error"]["code"] == "too_large" and e["error"]["field"] == "max_bytes"
         status, _, e = call(port, "POST", "/get", {"path": "runbooks/gpu-nodes.md", "targets": ["12"]})
-        assert (status, e["error"]["message"]) == (400, "give chunk_id, doc_id or path, or targets or a glob, not both (got path, targets)")
+        assert (status, e["error"]["message"]) == (400, "give chunk_id, chunk_key, doc_id or path, or targets or a glob, not both (got path, targets)")
 
 
 def test_mcp_multi_get_and_status(sample_artifact):

@@ -141,7 +141,7 @@ def test_info_is_kb_info_json(client):
         ("search", {}, "error (missing_field, field query): give a query (or rewrites or entities)"),
         ("get", {"chunk_id": 99}, "error (not_found, field chunk_id): no chunk 99; this artifact has chunk ids 0..9"),
         ("get", {"doc_id": "nope"}, "error (not_found, field doc_id): no document with doc_id 'nope'"),
-        ("get", {}, "error (missing_field, field chunk_id): give exactly one of chunk_id, doc_id or path, or targets or a glob (got none)"),
+        ("get", {}, "error (missing_field, field chunk_id): give exactly one of chunk_id, chunk_key, doc_id or path, or targets or a glob (got none)"),
         ("info", {"verbose": True}, "error (unknown_field, field verbose): info takes no arguments, got 'verbose'"),
     ],
 )

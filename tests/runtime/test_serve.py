@@ -114,7 +114,7 @@ def test_get_returns_a_chunk_with_its_neighbours_or_a_whole_document(server):
     status, _, d = call(server, "POST", "/get", {"path": "nope.md"})
     assert (status, d["error"]) == (404, {"code": "not_found", "message": "no document with path 'nope.md'", "field": "path"})
     status, _, d = call(server, "POST", "/get", {"chunk_id": 3, "path": "backups.md"})
-    assert status == 400 and "exactly one of chunk_id, doc_id or path" in d["error"]["message"]
+    assert status == 400 and "exactly one of chunk_id, chunk_key, doc_id or path" in d["error"]["message"]
 
 
 def test_keep_alive_serves_many_requests_on_one_connection(server):
