@@ -347,11 +347,13 @@ class Scratch:
             raise
 
     def close(self) -> None:
-        self.file.close()
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            self.file.close()  # flushes: on a full disk this raises, and the file goes all the same
+        finally:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
 
     def __enter__(self) -> "Scratch":
         return self
@@ -448,6 +450,42 @@ def sorted_unique(a):
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
+def open_regular(path, mode: str = "rb"):
+    """``open(path, mode)`` for a regular file only: a FIFO or a device is refused (OSError
+    with a strerror) before it is opened, so a read can neither block forever nor never end.
+    The open itself is non-blocking, for a path swapped for a FIFO after the check."""
+    st = os.stat(path)  # FileNotFoundError as open's
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(0, "not a regular file (a FIFO, socket or device)")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file (a FIFO, socket or device)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _private_copy(f, size: int, path) -> mmap.mmap:
+    """The file's ``size`` bytes in anonymous memory; a file that shrinks while it is read is
+    refused (it is being changed: the caller tries again later)."""
+    m = mmap.mmap(-1, size)
+    view, done = memoryview(m), 0
+    try:
+        while done < size:
+            n = f.readinto(view[done:])
+            if not n:
+                raise CorruptArtifact(f"{path}: corrupt or truncated artifact: it changed while being read ({done:,} of {size:,} bytes)")
+            done += n
+    finally:
+        view.release()
+    return m
+
+
 class Artifact:
     """A validated, memory-mapped artifact. Sections are memoryview slices of the map.
 
@@ -455,10 +493,13 @@ class Artifact:
     with view=True keeps no reference to the buffer).
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, private: bool = False):
+        """``private``: read the file into memory of this process's own instead of mapping it,
+        so a file changed in place later (``cp``, ``truncate``) cannot fault a reader (kb serve
+        and kb mcp; README "Safety"): a mapped page of a truncated file raises SIGBUS."""
         self.path = Path(path)
         try:
-            f = open(self.path, "rb")
+            f = open_regular(self.path)
         except FileNotFoundError:
             raise ArtifactError(f"{self.path}: no such artifact; build one with kb-build or pass -i PATH") from None
         except IsADirectoryError:
@@ -469,7 +510,7 @@ class Artifact:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 raise NotAnArtifact(f"{self.path}: empty file, not a kb artifact")
-            self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._mmap = _private_copy(f, size, self.path) if private else mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._buf = memoryview(self._mmap)
         self.size = size
         self._checked: set[str] = set()

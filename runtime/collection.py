@@ -33,6 +33,7 @@ import numpy as np
 from kb.common.errors import ArtifactError, UnsupportedVersion, UsageError
 from kb.formats import layout as L
 from kb.formats.bm25 import IMPACT_LEVELS, idf_scalar, quantize_impacts, recover_tf, tf_component, tf_step
+from kb.formats.artifact import open_regular
 from kb.formats.kbset import Member, SetFileError, is_set_file, pack_set, unpack_set
 
 from . import filters, legs
@@ -195,15 +196,15 @@ def _model_name(ix: Index) -> str:
 # --- opening -----------------------------------------------------------------------------------
 
 
-def open_paths(paths: list[str]):
+def open_paths(paths: list[str], private: bool = False):
     """One Index for one artifact; a Collection for several, or for a set file (whose members may
     be given beside other artifacts). The same artifact twice is a usage error."""
     if len(paths) == 1 and not is_set_file(paths[0]):
-        return Index(paths[0])
+        return Index(paths[0], private)
     members: list[Index] = []
     try:
         for p in paths:
-            members += open_set(p) if is_set_file(p) else [Index(p)]
+            members += open_set(p, private) if is_set_file(p) else [Index(p, private)]
         seen: dict[str, str] = {}
         for m in members:
             if m.artifact.id in seen:
@@ -222,7 +223,7 @@ def read_set(path: str) -> list[Member]:
     from kb.formats.kbset import MAX_SET_BYTES
 
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read(MAX_SET_BYTES + 1)
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read the set file: {e.strerror}") from None
@@ -233,7 +234,7 @@ def member_path(set_path: str, m: Member) -> Path:
     return Path(set_path).parent / m.path
 
 
-def open_set(path: str) -> list[Index]:
+def open_set(path: str, private: bool = False) -> list[Index]:
     """The member Indexes of a set file, each checked against what the set recorded: present,
     the same length and the same content id (formats/kbset.py says why that is the check)."""
     out: list[Index] = []
@@ -245,7 +246,7 @@ def open_set(path: str) -> list[Index]:
             size = p.stat().st_size
             if size != m.bytes:
                 raise SetFileError(f"{path}: member {m.path} changed: {size:,} bytes, the set recorded {m.bytes:,}; recreate the set with kb set create")
-            ix = Index(p)
+            ix = Index(p, private)
             out.append(ix)
             if ix.artifact.id != m.id:
                 raise SetFileError(f"{path}: member {m.path} changed: id {ix.artifact.id}, the set recorded {m.id}; recreate the set with kb set create")

@@ -21,13 +21,28 @@ from .clikit import compute_option, device_option, index_option, open_index
 _stale = click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk (otherwise rechecked at most every 30 s).")
 
 
-def _open_service(index_path, device, compute_type, stale_check):
-    """The warmed Service; a model that does not load fails as it would for ``kb search``."""
+def _open_service(index_path, device, compute_type, stale_check, prog):
+    """The warmed Service, reloaded when its artifact files change (runtime/service.py
+    ``Reloading``); a model that does not load fails as it would for ``kb search``."""
+    from .clikit import resolve_index
+    from .index import members_of
+    from .service import Reloading, file_state
+
+    before = {p: file_state(p) for p in resolve_index(index_path)}
+    svc = _load_service(index_path, device, compute_type, stale_check)
+    return Reloading(svc, lambda: _load_service(index_path, device, compute_type, stale_check), [*before, *(str(m.path) for m in members_of(svc.ix))],
+                     log=lambda line: click.echo(f"kb {prog}: {line}", err=True), before=before)
+
+
+def _load_service(index_path, device, compute_type, stale_check):
+    from .index import members_of
     from .search import Searcher
     from .service import Service
 
-    ix = open_index(index_path)
+    ix = open_index(index_path, private=True)
     try:
+        for m in members_of(ix):
+            m.artifact.verify()
         svc = Service(ix, Searcher(ix, device, compute_type), stale_check=stale_check)
         try:
             return svc.warm()
@@ -60,7 +75,7 @@ def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_w
     from .serve import LOOPBACK, host_port, make_server
     from .serve import serve as serve_forever
 
-    svc = _open_service(index_path, device, compute_type, not no_stale_check)
+    svc = _open_service(index_path, device, compute_type, not no_stale_check, "serve")
     try:
         try:
             server = make_server(svc, host, port, max_body=max_body, max_concurrent=max_concurrent, timeout=timeout_s, queue_wait=queue_wait, max_queue=max_queue, deadline=request_deadline, max_connections=max_connections, extra_hosts=allow_host, access_log=access_log)
@@ -72,7 +87,7 @@ def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_w
         click.echo(f"kb serve: artifact {_named(svc)}, {svc.ix.n_chunks} chunks; Ctrl-C stops", err=True)
         serve_forever(server)
     finally:
-        svc.ix.close()
+        svc.close()
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -86,14 +101,14 @@ def mcp(index_path, no_stale_check, device, compute_type):
     from .mcp_server import protect_stdout, run_stdio
 
     out = protect_stdout()  # before anything loads: only protocol messages may reach stdout
-    svc = _open_service(index_path, device, compute_type, not no_stale_check)
+    svc = _open_service(index_path, device, compute_type, not no_stale_check, "mcp")
     click.echo(f"kb mcp: serving {_named(svc)} on stdio", err=True)
     try:
         run_stdio(svc, out_stream=out)
     except (KeyboardInterrupt, BrokenPipeError):
         pass
     finally:
-        svc.ix.close()
+        svc.close()
 
 
 def _named(svc) -> str:

