@@ -292,13 +292,20 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData], version
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
+    return replace_atomically(path, serialize(sections, version))
+
+
+def replace_atomically(path: Path, parts: Iterable[bytes]) -> int:
+    """Write ``parts`` to a new temporary beside ``path`` (created exclusively under a random
+    name, so it never follows a link planted there), fsync, rename over ``path``, fsync the
+    folder; a failure removes the temporary and leaves ``path`` as it was. Returns the size."""
     fd, tmp = _create_temp(path)
     lock_fd = os.dup(fd)  # an exclusive lock held until the rename, or until this process dies:
     size = 0  # it tells remove_stale_temporaries in another build that this temporary is in use
     try:
         _lock(lock_fd)
         with os.fdopen(fd, "wb") as f:
-            for part in serialize(sections, version):
+            for part in parts:
                 f.write(part)
                 size += len(part)
             f.flush()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.common.errors import ArtifactError, UnsupportedVersion, UsageError
+from kb.common.errors import ArtifactError, KbError, UnsupportedVersion, UsageError
 from kb.formats import layout as L
 from kb.formats.bm25 import IMPACT_LEVELS, idf_scalar, quantize_impacts, recover_tf, tf_component, tf_step
 from kb.formats.artifact import open_regular
@@ -257,11 +257,14 @@ def open_set(path: str, private: bool = False) -> list[Index]:
         raise
 
 
-def create_set(out: str, artifacts: list[str]) -> list[Member]:
+def create_set(out: str, artifacts: list[str], force: bool = False) -> list[Member]:
     """Write a set file at ``out`` listing ``artifacts`` (opened and checked as a set first), with
-    each one's full sha256; paths relative to ``out``'s folder."""
+    each one's full sha256; paths relative to ``out``'s folder. An existing ``out`` is replaced
+    only when it is a set file (or ``force``), never when it is one of ``artifacts``."""
+    from kb.formats.artifact import replace_atomically
     from kb.models.convert import sha256_file
 
+    _check_set_output(out, artifacts, force)
     opened = open_paths(list(artifacts))
     coll = opened if isinstance(opened, Collection) else Collection([opened], str(opened.path))
     try:
@@ -272,10 +275,24 @@ def create_set(out: str, artifacts: list[str]) -> list[Member]:
             members.append(Member(rel, ix.artifact.id, ix.artifact.size, sha256_file(ix.path)))
     finally:
         coll.close()
-    tmp = Path(f"{out}.tmp")
-    tmp.write_bytes(pack_set(members))
-    os.replace(tmp, out)  # a reader never sees half a set file
+    try:
+        replace_atomically(Path(out), [pack_set(members)])  # a reader never sees half a set file
+    except OSError as e:
+        raise KbError(f"cannot write {out}: {e.strerror or e}") from None
     return members
+
+
+def _check_set_output(out: str, artifacts: list[str], force: bool) -> None:
+    if not os.path.lexists(out):
+        return
+    if os.path.exists(out) and any(os.path.samefile(out, a) for a in artifacts):
+        raise UsageError(f"{out} is one of the set's own artifacts; kb set create will not replace it: give another OUT")
+    if force:
+        return
+    try:
+        read_set(out)
+    except ArtifactError:
+        raise UsageError(f"{out} exists and is not a kb set file; kb set create will not replace it (pass --force to)") from None
 
 
 def verify_set(path: str) -> list[dict]:
