@@ -10,7 +10,8 @@ blocks of ``BLOCK_ROWS``, never loaded whole: a million 384-dimensional float32 
 Every check that can fail is a usage error (exit 2) that names the file, before the heavy stages:
 the file is not a 2-D float32/float16 ``.npy``, its width is not the model's, its row count is
 not the number of records, or a row holds NaN, an infinity or only zeros (a cosine needs a
-finite direction).
+finite direction). Any other row is normalized in float64 (``take``), so a row of tiny or huge
+values gets its direction.
 """
 
 from __future__ import annotations
@@ -50,10 +51,13 @@ class GivenVectors:
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (record numbers) as unit-length float32 vectors, in that order. (Stored
-        unit length, a float16 index cannot overflow; the cosine is the same.)"""
-        v = np.asarray(self.array[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+        unit length, a float16 index cannot overflow; the cosine is the same.) Normalized in
+        float64, whose range holds the norm of any finite float32 row: a row of 3e38s (a float32
+        norm overflows to inf) or of subnormals like 1e-45 (its float32 norm underflows to 0)
+        gets its direction, not zeros or NaN."""
+        v = np.asarray(self.array[np.asarray(rows, dtype=np.int64)], dtype=np.float64)
         self.release()
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
     def release(self) -> None:
         """Drop the pages read so far from this process's resident set (they stay in the page

@@ -230,3 +230,24 @@ def test_kb_build_records_whether_every_document_is_one_chunk_and_the_search_tak
             del ix.meta.bm25["one_chunk_per_document"]
             ix.leg_cache.clear()
             assert bm25.one_chunk_per_document(ix) is single
+
+
+@pytest.mark.parametrize("scale", [1e-45, 1e-40, 3e38, 3.4e38])
+def test_rows_of_subnormal_or_huge_values_keep_their_direction(tmp_path, scale):
+    """Issue 50 D: a float32 norm underflows to 0 for subnormal rows (every vector search then
+    exited 3) and overflows to inf for rows of 3e38 (every vector zero, score 0, confidence 0.99)."""
+    jsonl = write_corpus(tmp_path)
+    unit = fakes.HashEmbedder().embed([r["text"] for r in RECORDS]).astype(np.float64)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    rows = (np.sign(unit) * scale).astype(np.float32)  # every value +-scale (or 0): the direction of the signs
+    npy = tmp_path / "v.npy"
+    np.save(npy, rows)
+    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 0, r.output
+    want = np.sign(unit) / np.linalg.norm(np.sign(unit), axis=1, keepdims=True)
+    with Index(out) as ix:
+        row_of = {rec["id"]: i for i, rec in enumerate(RECORDS)}
+        got = ix.vectors_of(np.arange(ix.n_chunks))
+        np.testing.assert_allclose(got, want[[row_of[ix.chunk(c).doc_id] for c in range(ix.n_chunks)]], atol=2e-3)
+        hits = Searcher(ix).search(Query("river delta sediment and silt", mode="vector", top_k=4, all_statuses=True)).results
+    assert len(hits) == 4 and hits[0].score > 0.3 and hits[0].doc_id == "d"
