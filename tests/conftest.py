@@ -59,6 +59,7 @@ SLOW_TESTS = {
     "tests/builder/test_postings.py::test_postings_equal_a_per_chunk_reference_sharded_or_not",
     "tests/builder/test_postings.py::test_postings_spilled_in_blocks_are_the_bytes_of_the_in_memory_path",
     "tests/builder/test_postings.py::test_terms_surfaces_items_round_trip",
+    "tests/builder/test_stream.py::test_a_build_that_fills_the_disk_leaves_no_temporary_and_the_old_artifact",
     "tests/builder/test_stream.py::test_the_next_build_removes_the_scratch_files_of_a_killed_one",
     "tests/formats/test_analyzer.py::test_analysis_is_idempotent_on_its_own_output",
     "tests/formats/test_formats.py::test_sections_given_as_parts_and_file_ranges_are_written_as_their_bytes",
