@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from kb.formats.artifact import NotRegularFile, open_regular
 from kb.models.convert import sha256_file
 from kb.common.errors import UsageError
+from kb.common.usage import printable
 
 from .chunk import Chunk
 from .ingest import Document, SourceFile
@@ -71,16 +73,19 @@ def open_vectors(path: Path) -> GivenVectors:
     """Map ``path`` and check it is a 2-D float32 or float16 array; a UsageError otherwise."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO is refused, not waited on
             magic = f.read(len(NPY_MAGIC))
         if magic != NPY_MAGIC:
             raise UsageError(f"{path}: not a .npy file; --vectors takes one array saved by numpy.save")
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        with np.errstate(all="ignore"):  # a forged shape's size overflows: numpy's error says so, its warning would be a second line
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file (--vectors)") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a folder; --vectors names a .npy file") from None
-    except (ValueError, OSError, EOFError) as e:
+    except NotRegularFile:
+        raise UsageError(f"{path}: not a regular file (a FIFO, socket or device); --vectors names a .npy file") from None
+    except (ValueError, OSError, EOFError, OverflowError, MemoryError, TypeError, SyntaxError, RecursionError) as e:  # numpy's header parser, fed a hostile header
         raise UsageError(f"{path}: not a readable .npy array ({_first_line(e)})") from None
     if array.dtype.name not in DTYPES:
         raise UsageError(f"{path}: {array.dtype.name} vectors; give {' or '.join(DTYPES)}")
@@ -89,9 +94,11 @@ def open_vectors(path: Path) -> GivenVectors:
     return GivenVectors(path, array)
 
 
-def _first_line(e: Exception) -> str:
+def _first_line(e: Exception, most: int = 200) -> str:
+    """numpy's reason, as one short line (its message may quote a whole hostile header)."""
     msg = str(e).strip()
-    return msg.splitlines()[0] if msg else type(e).__name__
+    line = printable(msg.splitlines()[0]) if msg else type(e).__name__
+    return line if len(line) <= most else line[: most - 1] + "…"
 
 
 def check_dim(given: GivenVectors, model: str, dim: int) -> None:

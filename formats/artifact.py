@@ -60,6 +60,18 @@ CODEC_ZSTD = 1
 # compress 2-10x; the bound keeps a forged size from allocating gigabytes before decoding fails.
 MAX_ZSTD_RATIO = 1000
 CODECS = {CODEC_RAW: "raw", CODEC_ZSTD: "zstd"}
+SKIPPABLE_FRAME = struct.Struct("<II")  # zstd's skippable frame: magic 0x184D2A50, then the payload's length
+
+
+def within_zstd_ratio(frame: bytes, decoded: int) -> bytes:
+    """``frame`` (zstd, ``decoded`` bytes when decoded) as the reader accepts it: a frame that
+    compresses past MAX_ZSTD_RATIO (a run of one byte does) is followed by a skippable frame of
+    zeros, long enough to bring it within the bound; every zstd decoder skips it. So the writer
+    never writes what its own reader calls corrupt, and the bound stays."""
+    if decoded <= MAX_ZSTD_RATIO * max(len(frame), 1024):
+        return frame
+    pad = max(0, -(-decoded // MAX_ZSTD_RATIO) - len(frame) - SKIPPABLE_FRAME.size)
+    return bytes(frame) + SKIPPABLE_FRAME.pack(0x184D2A50, pad) + bytes(pad)
 
 assert ENTRY.size == ENTRY_SIZE
 assert FOOTER.size == FOOTER_SIZE
@@ -442,7 +454,7 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
 def looks_like_artifact(path: str | os.PathLike) -> bool:
     """Whether the file at ``path`` starts with the artifact magic (a kb artifact, maybe damaged)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return f.read(len(MAGIC)) == MAGIC
     except OSError:
         return False
@@ -457,6 +469,16 @@ def sorted_unique(a):
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
+class NotRegularFile(OSError):
+    """A path that names a FIFO, a socket or a device, where a file is expected."""
+
+    def __init__(self):
+        super().__init__(0, "not a regular file (a FIFO, socket or device)")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
 def open_regular(path, mode: str = "rb"):
     """``open(path, mode)`` for a regular file only: a FIFO or a device is refused (OSError
     with a strerror) before it is opened, so a read can neither block forever nor never end.
@@ -465,11 +487,11 @@ def open_regular(path, mode: str = "rb"):
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(21, "Is a directory")
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(0, "not a regular file (a FIFO, socket or device)")
+        raise NotRegularFile()
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file (a FIFO, socket or device)")
+            raise NotRegularFile()
         os.set_blocking(fd, True)
         return os.fdopen(fd, mode)
     except BaseException:
