@@ -158,7 +158,8 @@ def check(s: Setting, value, request: bool = False):
     if s.choices and value not in s.choices:
         raise Invalid("bad_value", f"must be one of {', '.join(s.choices)}, got {shown(given)}")
     if (s.minimum is not None and value < s.minimum) or (s.maximum is not None and value > s.maximum):
-        raise Invalid("bad_value", f"must be within {s.range_text()}, got {_num(value) if request else shown(given)}")
+        bound = f"within {s.range_text()}" if s.minimum is not None and s.maximum is not None else f"at least {_num(s.minimum)}" if s.minimum is not None else f"at most {_num(s.maximum)}"
+        raise Invalid("bad_value", f"must be {bound}, got {_num(value) if request else shown(given)}")
     return value
 
 
