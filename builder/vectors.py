@@ -85,7 +85,9 @@ def open_vectors(path: Path) -> GivenVectors:
         raise UsageError(f"{path}: is a folder; --vectors names a .npy file") from None
     except NotRegularFile:
         raise UsageError(f"{path}: not a regular file (a FIFO, socket or device); --vectors names a .npy file") from None
-    except (ValueError, OSError, EOFError, OverflowError, MemoryError, TypeError, SyntaxError, RecursionError) as e:  # numpy's header parser, fed a hostile header
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - numpy's header parser, fed a hostile header, raises assorted errors (ValueError, OverflowError, tokenize's TokenError...)
         raise UsageError(f"{path}: not a readable .npy array ({_first_line(e)})") from None
     if array.dtype.name not in DTYPES:
         raise UsageError(f"{path}: {array.dtype.name} vectors; give {' or '.join(DTYPES)}")

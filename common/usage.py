@@ -19,7 +19,7 @@ class UsageLine(click.UsageError):
         self.prog, self.command = prog, command
 
     def show(self, file=None) -> None:
-        click.echo(f"{self.prog}: error: {self.message} (see '{self.command} --help')", err=True)
+        click.echo(f"{self.prog}: error: {printable(self.message)} (see '{self.command} --help')", err=True)  # it may quote an argument
 
 
 def one_line(e: click.UsageError, ctx: click.Context) -> UsageLine:

@@ -241,9 +241,12 @@ def open_set(path: str, private: bool = False) -> list[Index]:
     try:
         for m in read_set(path):
             p = member_path(path, m)
-            if not p.is_file():
+            try:
+                size = p.stat().st_size if p.is_file() else None
+            except OSError as e:  # a name too long, a loop of links: the set file is damaged
+                raise SetFileError(f"{path}: member {m.path[:80]!r} cannot be read: {e.strerror}") from None
+            if size is None:
                 raise SetFileError(f"{path}: member {m.path} (id {m.id}) is missing; put it back or recreate the set with kb set create")
-            size = p.stat().st_size
             if size != m.bytes:
                 raise SetFileError(f"{path}: member {m.path} changed: {size:,} bytes, the set recorded {m.bytes:,}; recreate the set with kb set create")
             ix = Index(p, private)
