@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def open_vectors(path: Path) -> GivenVectors:
             magic = f.read(len(NPY_MAGIC))
         if magic != NPY_MAGIC:
             raise UsageError(f"{path}: not a .npy file; --vectors takes one array saved by numpy.save")
-        with np.errstate(all="ignore"):  # a forged shape's size overflows: numpy's error says so, its warning would be a second line
+        with np.errstate(all="ignore"), warnings.catch_warnings():  # a forged shape's size overflows, a Python 2 header: numpy's
+            warnings.simplefilter("ignore")  # warnings would be more lines on stderr; its errors say what is wrong
             array = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file (--vectors)") from None

@@ -77,11 +77,11 @@ def error_line(prog: str, e: BaseException, context: str = "") -> tuple[str, int
     ``context`` goes before the message ("build failed, OUT left as it was: ")."""
     from .errors import EXIT_USAGE, KbError, exit_code
 
-    if isinstance(e, KbError):
-        return f"{prog}: error: {context}{e}", exit_code(e)
+    if isinstance(e, KbError):  # one line whatever it quotes (a path given with a line break)
+        return f"{prog}: error: {context}{printable(e)}", exit_code(e)
     if isinstance(e, UnicodeEncodeError) and isinstance(e.object, str) and "surrogates" in e.reason:  # bytes that were not UTF-8 (in argv)
         return f"{prog}: error: {context}{not_utf8(e.object[max(0, e.start - 20) : e.end + 20])} is not valid UTF-8; give text, names and paths in UTF-8", EXIT_USAGE
-    return f"{prog}: error: {context}{e.__class__.__name__}: {e} (rerun with --debug for the traceback)", exit_code(e)
+    return f"{prog}: error: {context}{e.__class__.__name__}: {printable(e)} (rerun with --debug for the traceback)", exit_code(e)
 
 
 EXIT_PIPE = 128 + 13  # 141: what a shell reports for a process ended by SIGPIPE

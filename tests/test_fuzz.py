@@ -103,3 +103,19 @@ def test_the_fuzzers_operator_findings_stay_fixed(tmp_path):
     assert sets(__import__("json").dumps(doc).encode()) == "exit 3"
     r = CliRunner().invoke(kb, ["info", "backup", "\r\n"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "\\x0d\\x0a" in r.stderr
+
+
+def test_an_error_quoting_a_line_break_is_one_line_and_a_python_2_npy_header_warns_nothing(tmp_path):
+    """Found by the argv target (``-i $'\\r\\n'``) and the npy target (numpy's UserWarning on a
+    header of Python 2's form, a second stderr line)."""
+    from click.testing import CliRunner
+
+    from fuzz import operator_targets as O
+    from kb.runtime.cli import main as kb
+
+    r = CliRunner().invoke(kb, ["list", "-i", "\r\n"])
+    assert (r.exit_code, r.stderr) == (3, "kb: error: no artifact at \\x0d\\x0a (from -i); build one with kb-build or pass -i PATH\n")
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (4L, 64L), }"  # a Python 2 long
+    header += b" " * ((64 - (len(header) + 11) % 64) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(4 * 64 * 4)
+    assert O.NpyVectors(tmp_path)(npy) == "exit 2"  # all zeros: refused, without a warning

@@ -15,17 +15,26 @@ import random
 import struct
 from pathlib import Path
 
-from .targets import INTERESTING_INTS, SEED_CORPUS, TOKENS, Finding, _mutate_tree, _one_line, _seed_config, mutate_artifact, mutate_bytes
+from .targets import INTERESTING_INTS, SEED_CORPUS, Finding, _mutate_tree, _seed_config, mutate_artifact, mutate_bytes
 
 
 def refusal(fn, allowed=(2, 3, 4)) -> str:
-    """Run ``fn``: "ok", or ``exit N`` for a KbError with an allowed code and a one-line message."""
+    """Run ``fn``: "ok", or ``exit N`` for a KbError with an allowed code whose line on stderr
+    (``error_line``) is one line. A warning (another stderr line) is a finding too."""
+    import warnings
+
     from kb.common.errors import KbError
+    from kb.common.usage import error_line
 
     try:
-        fn()
+        with warnings.catch_warnings():
+            for shown in (UserWarning, RuntimeWarning):  # what Python prints on stderr
+                warnings.simplefilter("error", shown)
+            fn()
     except KbError as e:
-        _one_line(e)
+        line = error_line("kb", e)[0]
+        if "\n" in line or "\r" in line or not str(e):
+            raise Finding(f"the error is not one line: {line!r}") from e
         if e.exit_code not in allowed:
             raise Finding(f"exit {e.exit_code}: {e}") from e
         return f"exit {e.exit_code}"
@@ -123,11 +132,12 @@ def generate_npy(rng: random.Random) -> bytes:
         r = rng.randrange(rows)
         v = rng.choice(NPY_VALUES)
         if rng.random() < 0.5:
-            a[r] = v * np.sign(a[r])
+            with np.errstate(all="ignore"):
+                a[r] = v * np.sign(a[r])
         else:
             a[r, rng.randrange(64)] = v
     with np.errstate(all="ignore"):
-        body = a.astype(dtype)
+        body = a.astype(dtype)  # 3e38 as float16 is inf: a value the checks refuse
     kind = rng.random()
     if kind < 0.4:  # a valid file of (maybe hostile) values
         buf = io.BytesIO()
