@@ -525,7 +525,7 @@ class Artifact:
     def __init__(self, path: str | os.PathLike, private: bool = False):
         """``private``: read the file into memory of this process's own instead of mapping it,
         so a file changed in place later (``cp``, ``truncate``) cannot fault a reader (kb serve
-        and kb mcp; README "Safety"): a mapped page of a truncated file raises SIGBUS."""
+        and kb mcp; README, "Artifacts that change while kb serve or kb mcp runs"): a mapped page of a truncated file raises SIGBUS."""
         self.path = Path(path)
         try:
             f = open_regular(self.path)

@@ -286,7 +286,7 @@ def file_state(path) -> tuple | None:
 
 class Reloading:
     """kb serve's and kb mcp's Service over artifact files that may change while they run
-    (README "Safety"). ``open_service()`` reads each artifact into the process's own memory
+    (README, "Artifacts that change while kb serve or kb mcp runs"). ``open_service()`` reads each artifact into the process's own memory
     (formats/artifact.py ``Artifact(private=True)``) and verifies every checksum, so a file
     overwritten or truncated in place never faults a request. A watcher thread stats ``paths``
     every ``poll_s``; once they changed and then stayed the same for one more poll, it opens them

@@ -1,4 +1,4 @@
-"""kb serve and kb mcp while their artifact file changes (issue 50 A; README "Safety"): one
+"""kb serve and kb mcp while their artifact file changes (issue 50 A; README, "Artifacts that change while kb serve or kb mcp runs"): one
 overwritten (``cp other.kb served.kb``) or truncated in place never kills the server, which
 answers from the old bytes until the file is a whole artifact again; one replaced by rename is
 picked up without a restart."""
