@@ -324,7 +324,9 @@ class Reloading:
             svc = self._open()
         except Exception as e:  # noqa: BLE001 - the watcher outlives any file it is shown
             self._state = state  # not again until the files change again
-            self._log(f"{' + '.join(self._paths)} changed but is not a usable artifact ({e}); still answering from the previous one")
+            from kb.common.usage import printable
+
+            self._log(printable(f"{' + '.join(self._paths)} changed but is not a usable artifact ({e}); still answering from the previous one"))
             return
         if self._states() != state:  # changed while it was read: the next polls try again
             svc.ix.close()

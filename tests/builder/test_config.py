@@ -232,3 +232,11 @@ def test_a_tag_description_of_300_characters_that_compresses_1000_times_builds_a
         assert len(ix.source_lines(0)) == 6 and ix.source_lines(0)[-1] == "z" * 3_000_000
         s = ix.artifact.sections["manifest"]
         assert s.raw_length <= MAX_ZSTD_RATIO * max(s.length, 1024)
+
+
+def test_an_integer_past_a_floats_range_is_not_a_finite_number(tmp_path):
+    """Found by the toml fuzz target: float() raised OverflowError on a 400-digit integer."""
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text("[search]\nsemantic_weight = 1" + "0" * 400 + "\n")
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(tmp_path / "x.kb"), "--config", str(cfg), "--embedder", "none"])
+    assert r.exit_code == 2 and r.stderr.startswith(f"kb-build: error: {cfg}: [search] semantic_weight: must be a finite number, got 1000") and r.stderr.count("\n") == 1
