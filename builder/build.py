@@ -207,9 +207,7 @@ def build(
     executor = executor or LocalExecutor(jobs)
     rep.executor = executor.name
     clock = _clock(rep.seconds, rep.rss_mb)
-    # A BM25-only artifact cannot rerank hybrid results, so it packs the default reranker only when asked.
-    rerank_choice = "none" if config.reranker == "default" and config.embedding_model == "none" else config.reranker
-    rerank_files = reranker_files(rerank_choice)  # a bad --reranker fails before any work
+    rerank_files = reranker_files(rerank_choice(config))  # a bad --reranker fails before any work
     given = model_files = None
     if vectors is not None:
         with clock("vectors"):
@@ -260,6 +258,16 @@ def read(run: Run, store: DocumentStore, out: Path, given: GivenVectors | None, 
         rep.shard = f"{i}/{n}"
     rep.warnings.extend(contexts_unmatched)
     return corpus
+
+
+def rerank_choice(config: BuildConfig) -> str:
+    """The cross-encoder to pack: "auto" packs the shipped one only when the artifact's searches
+    rerank ([search] rerank = true) and have vectors to rerank hybrid results of; otherwise what
+    --reranker or [embedding] reranker names. The shipped model did not improve held-out sets and
+    is 17 MiB, most of a small artifact (issue 49: the sample was 41.3 MiB with it)."""
+    if config.reranker != "auto":
+        return config.reranker
+    return "default" if config.search.get("rerank") is True and config.embedding_model != "none" else "none"
 
 
 def choose_models(run: Run, store: DocumentStore, embedder, given: GivenVectors | None, model_files: dict | None, rerank_files: dict | None) -> Models:

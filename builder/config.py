@@ -7,7 +7,7 @@
     [chunking]    builder/chunk.py ChunkOptions
     [bm25]        formats/bm25.py BM25Params
     [analyzer]    language                                                  (AnalyzerOptions, below)
-    [embedding]   model, quantization                                       (EmbeddingOptions, below)
+    [embedding]   model, quantization, reranker                             (EmbeddingOptions, below)
     [vectors]     the HNSW graph                                            (VectorOptions, below)
 
 Every key of every section is declared once, as a ``setting`` field with its type, range,
@@ -76,6 +76,7 @@ class EmbeddingOptions:
 
     model: str = setting("auto", "Embedding model: auto (all-MiniLM-L6-v2 unless 10% or more of the documents are not English, then multilingual-e5-small, with all-MiniLM-L6-v2 beside it for queries in alphabetic scripts when some documents are English), all-MiniLM-L6-v2 (English), multilingual-e5-small (about 100 languages), or none for a BM25-only artifact.")
     quantization: str = setting("int8", "Weights of the packed embedding model.", choices=("int8", "float32"))
+    reranker: str = setting("auto", "Cross-encoder packed for kb search --rerank: auto (the shipped one only when [search] rerank = true, so an artifact that does not rerank does not carry its 17 MiB), default (the shipped one), none, or a model folder (as kb-build --reranker).")
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class BuildConfig:
     embedding_model: str = EmbeddingOptions.model
     quantization: str = EmbeddingOptions.quantization
     vectors: VectorOptions = VectorOptions()
-    reranker: str = "default"  # "default" (the shipped model), "none", or a model folder
+    reranker: str = "auto"  # "auto" (the shipped model when [search] rerank is on), "default" (the shipped model), "none", or a model folder
     source: str | None = None  # the kb.toml read, if any
 
     def to_dict(self) -> dict:
@@ -168,6 +169,7 @@ def load_config(path: Path | None) -> BuildConfig:
         languages=t["analyzer"].languages(f"{path}: [analyzer]"),
         embedding_model=model,
         quantization=t["embedding"].quantization,
+        reranker=t["embedding"].reranker,
         vectors=t["vectors"],
         source=str(path),
     )

@@ -92,6 +92,7 @@ class Query(NamedTuple):
     group: str = setting("chunk", "chunk: one result per chunk; doc: the best chunk per document (also_matched counts the others).", choices=GROUPS)
     full: bool = setting(False, "Return each chunk's full text instead of a snippet.")
     literal: bool = setting(False, "Take query as plain words: quotes, a leading - and field: are not syntax.")
+    min_score: float | None = setting(None, "Only results whose confidence is at least this (0..1; ranks are kept as they were).", minimum=0.0, maximum=1.0, metavar="C")
 
 
 QUERY_INPUTS = settings_of(Query)
@@ -105,7 +106,7 @@ class GetRequest(NamedTuple):
 
     chunk_id: int | None = setting(None, "A chunk's id (a search result's chunk_id): returns the chunk with its neighbouring chunks in the same document.", minimum=0, flag="")
     doc_id: str | None = setting(None, "A document's id (a search result's doc_id): returns the document's chunks in order.", max_chars=4096, flag="")
-    path: str | None = setting(None, "A document's exact path (a search result's path): returns the document's chunks in order.", max_chars=4096, flag="")
+    path: str | None = setting(None, "A document's exact path (a search result's path): returns the document's chunks in order; or PATH:FROM:COUNT for COUNT lines from line FROM (PATH:FROM: to its end), as kb get takes it.", max_chars=4096, flag="")
     context: int = setting(1, "With chunk_id: how many neighbouring chunks to return on each side (previous and next).", minimum=0, maximum=MAX_CONTEXT, flag="-C --context")
     max_chunks: int = setting(DEFAULT_DOC_CHUNKS, "With doc_id or path: the most chunks to return.", minimum=1, maximum=MAX_DOC_CHUNKS)
     targets: tuple[str, ...] = setting(
@@ -124,6 +125,8 @@ class GetRequest(NamedTuple):
         minimum=1,
         maximum=MAX_GET_BYTES,
     )
+
+    member: str | None = setting(None, "Of a set: the artifact to read from, by its name (a search result's artifact) or id (artifact_id). Default: the one member that holds every target.", metavar="NAME", max_chars=4096)
 
     @property
     def many(self) -> bool:

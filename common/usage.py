@@ -51,7 +51,55 @@ class OneLineUsage:
             raise one_line(e, ctx) from None
 
 
-class Command(OneLineUsage, click.Command):
+class TuningOption(click.Option):
+    """A ranking knob's flag (fusion, rerank): listed under its own heading by ``--help-all``, and
+    only counted by ``--help``, so a first reader sees the options a search needs."""
+
+
+def _help_all(ctx: click.Context, _param, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        ctx.meta["kb.help_all"] = True
+        click.echo(ctx.get_help(), color=ctx.color)
+        ctx.exit()
+
+
+class Helpful:
+    """Mixin for kb's click commands and groups: help ends with ``examples`` (command lines, two
+    to four), and a command with tuning flags (TuningOption) lists them only with --help-all."""
+
+    def __init__(self, *args, examples=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.examples = tuple(examples)
+        if any(isinstance(p, TuningOption) for p in self.params):
+            self.params.append(click.Option(["--help-all"], is_flag=True, expose_value=False, is_eager=True, callback=_help_all, help="Show this help with the tuning options too, and exit."))
+
+    def format_options(self, ctx, formatter):
+        rows, tuning = [], []
+        for p in self.get_params(ctx):
+            record = None if isinstance(p, click.Argument) else p.get_help_record(ctx)
+            if record is not None:
+                (tuning if isinstance(p, TuningOption) else rows).append(record)
+        if rows:
+            with formatter.section("Options"):
+                formatter.write_dl(rows)
+        if tuning and ctx.meta.get("kb.help_all"):
+            with formatter.section("Tuning options (fusion and rerank; each defaults to the artifact's kb.toml [search])"):
+                formatter.write_dl(tuning)
+        elif tuning:
+            formatter.write_paragraph()
+            formatter.write_text(f"{len(tuning)} tuning options (fusion and rerank) are listed by --help-all.")
+        if isinstance(self, click.Group):
+            self.format_commands(ctx, formatter)
+
+    def format_epilog(self, ctx, formatter):
+        super().format_epilog(ctx, formatter)
+        if self.examples:
+            with formatter.section("Examples"):
+                for line in self.examples:
+                    formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
+
+class Command(OneLineUsage, Helpful, click.Command):
     pass
 
 

@@ -11,7 +11,7 @@
 # and, for the error cases, the same stderr. Exit status: number of failed cases (0 = pass).
 #
 # Cases: the sample corpus (examples/kb-sample) built here by the reference kb-build with the
-# real MiniLM and the shipped reranker: search in every mode and output format, filters,
+# real MiniLM and the shipped reranker (--reranker default): search in every mode and output format, filters,
 # entities, rewrites, a CJK query, explain, rerank, an MCP stdio session, the HTTP server (curl);
 # tests/golden/tiny-v1.kb (a golden artifact of format 1, built with the tests' hash stand-in
 # embedder, which only the tests can load): BM25 search, info, list, status, bench, error exits;
@@ -50,7 +50,7 @@ if env -i PATH="$TMP/emptybin" /bin/sh -c 'command -v python3 || command -v pyth
 fi
 
 SAMPLE="$TMP/sample.kb"
-"$(dirname "$KB_REF")/kb-build" "$ROOT/examples/kb-sample" -o "$SAMPLE" -q || { echo "smoke: cannot build the sample artifact" >&2; exit 99; }
+"$(dirname "$KB_REF")/kb-build" "$ROOT/examples/kb-sample" -o "$SAMPLE" --reranker default -q || { echo "smoke: cannot build the sample artifact" >&2; exit 99; }
 
 frozen() { env -i HOME="$TMP/home" PATH="$TMP/emptybin" "$KB_FROZEN" "$@"; }
 ref() { "$KB_REF" "$@"; }

@@ -28,13 +28,13 @@ def pretty() -> bool:
     return sys.stdout.isatty()
 
 
-@command_group()
+@command_group(examples=('kb search -i sample.kb "the shared drive is out of space"', "kb get runbooks/disk-full.md:10:20 -i sample.kb", "kb info -i sample.kb", "kb SUBCOMMAND --help   (each command's own examples)"))
 @click.version_option(KB_VERSION, "--version", prog_name="kb")
 def main():
     """Search a kb artifact built by kb-build."""
 
 
-@main.command()
+@main.command(examples=("kb info -i sample.kb", "kb info -i sample.kb --json --verify", "kb info -i all.kbset"))
 @index_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--verify", is_flag=True, help="Also check every section's crc32.")
@@ -58,32 +58,45 @@ def info(index_path, as_json, verify):
     click.echo(json_text(out, pretty()) if as_json else ("\n\n".join(render_info(d) for d in ds) if "artifacts" in out else render_info(out)))
 
 
-@main.command()
+@main.command(examples=("kb status -i sample.kb || kb-build examples/kb-sample -o sample.kb", "kb status -i all.kbset --member ops.kb --json"))
 @index_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--member", metavar="NAME", help="Of a set: only this artifact (its name in the set file, or its id).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (of a set: {fresh, artifacts}).")
 @debug_option
-def status(index_path, as_json):
+def status(index_path, member, as_json):
     """Compare the artifact's manifest with the corpus on disk: changed, added, removed files.
-    Exit 0 when the artifact is up to date, 1 when it is stale or the corpus root is not here,
-    so a pipeline can gate a rebuild on it."""
+    Exit 0 when the artifact (every artifact of a set) is up to date, 1 when one is stale or its
+    corpus root is not here, so a pipeline can gate a rebuild on it."""
+    from .index import members_of
     from .stale import status_report
 
-    with open_index(index_path, several=False) as ix:
-        rep = status_report(ix.manifest())
-    n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
+    with open_index(index_path) as ix:
+        members = members_of(ix)
+        if member is not None:
+            members = [m for m in members if member in (m.name, m.artifact.id)]
+            if not members:
+                raise UsageError(f"no artifact {member!r} in {index_path[0] if index_path else 'the set'}; its artifacts: {', '.join(m.name for m in members_of(ix))}")
+        several = len(members) > 1
+        reps = [status_report(m.manifest()) | ({"artifact": {"id": m.artifact.id, "name": m.name, "path": str(m.path)}} if several else {}) for m in members]
+    fresh = all(r["fresh"] for r in reps)
     if as_json:
-        click.echo(json_text(rep, pretty()))
-    elif not rep["root_exists"]:
-        click.echo(f"corpus root {printable(rep['root'])} is not on this machine; cannot check staleness")
-    else:
-        click.echo(f"corpus root {printable(rep['root'])}: " + ("up to date" if not n else f"{count(n, 'difference')}; rebuild with kb-build"))
+        click.echo(json_text({"fresh": fresh, "artifacts": reps} if several else reps[0], pretty()))
+    for rep in () if as_json else reps:
+        n = sum(len(rep[k]) for k in ("changed", "added", "removed"))
+        name = f"{printable(rep['artifact']['name'])}: " if several else ""
+        if not rep["root_exists"]:
+            click.echo(f"{name}corpus root {printable(rep['root'])} is not on this machine; cannot check staleness")
+            continue
+        click.echo(f"{name}corpus root {printable(rep['root'])}: " + ("up to date" if not n else f"{count(n, 'difference')}; rebuild with kb-build"))
         for k in ("changed", "added", "removed"):
             for p in rep[k]:
                 click.echo(f"  {k}: {printable(p)}")
-    sys.exit(0 if rep["fresh"] else 1)
+        if "incomplete" in rep:
+            click.echo(f"  incomplete: {rep['incomplete']}")
+    sys.exit(0 if fresh else 1)
 
 
-@main.command()
+@main.command(examples=('kb search -i sample.kb "the shared drive is out of space"', 'kb search -i sample.kb "restore a backup" --status historical --json', 'kb search -i sample.kb \'"disk full" -windows\' --format files | xargs -d "\\n" grep -n quota', 'kb search -i ops.kb -i adr.kb "who approved the new gateway" -n 3 --full'))
 @click.argument("text", metavar="QUERY", required=False, default="")
 @index_option
 @input_flags(QUERY_INPUTS)
@@ -92,12 +105,11 @@ def status(index_path, as_json):
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output: text (default), json (one versioned object; indented on a terminal, one line otherwise), jsonl (a result per line), csv, md (a report to paste), files (distinct paths, one per line).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="Same as --format jsonl.")
-@click.option("--min-score", type=click.FloatRange(0, 1), help="Only results whose confidence is at least this (0..1).")
 @device_option
 @compute_option
 @click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk.")
 @debug_option
-def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_score, device, compute_type, no_stale_check, **inputs):
+def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, device, compute_type, no_stale_check, **inputs):
     """Hybrid search: BM25 + dense (+ tags) fused with RRF, optionally reranked.
 
     \b
@@ -132,7 +144,6 @@ def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_sco
             from .stale import stale_notices
 
             resp = resp.with_notices(stale_notices(ix))
-        resp = resp.with_min_confidence(min_score)
         from .index import artifact_record
 
         artifact = artifact_record(ix)
@@ -144,7 +155,7 @@ def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_sco
         elif fmt == "csv":
             out = render_csv(resp)
         elif fmt == "files":
-            out = render_files(resp)
+            out = render_files(resp, {m.name: _root_here(m) for m in ix.members} if hasattr(ix, "members") else None)
         elif fmt == "md":
             out = render_md(resp)
         else:
@@ -162,7 +173,7 @@ def search(index_path, reranker_path, overrides, fmt, as_json, as_jsonl, min_sco
         click.echo(line, err=True)
 
 
-@main.command()
+@main.command(examples=("kb get 12 -i sample.kb -C 2", "kb get runbooks/disk-full.md:10:20 -i sample.kb", "kb get --glob 'runbooks/*.md' -i sample.kb --max-bytes 20000 --json", "kb get 3 -i all.kbset --member ops.kb"))
 @click.argument("targets", nargs=-1, metavar="TARGET...")
 @index_option
 @input_flags(GET_INPUTS)
@@ -188,12 +199,15 @@ def get(targets, index_path, whole_doc, as_json, **inputs):
 
     if not targets and inputs["glob"] is None:
         raise UsageError("give a TARGET (a chunk id, a document's path or doc_id, or PATH:FROM:COUNT) or --glob PATTERN")
-    with open_index(index_path, several=False) as ix:
-        if whole_doc:
-            targets = tuple(_document_of_chunk(ix, t) if t.isascii() and t.isdigit() else t for t in targets)
+    with open_index(index_path) as ix:
         try:
             req = parse_get({"targets": list(targets), **{k: v for k, v in inputs.items() if v is not None}})
-            out = Service(ix, stale_check=False).get(req)
+            svc = Service(ix, stale_check=False)
+            if hasattr(ix, "members"):  # a set: the member that holds the targets (or --member)
+                svc, req = svc.member_for(req), req._replace(member=None)
+            if whole_doc:
+                req = req._replace(targets=tuple(_document_of_chunk(svc.ix, t) if t.isascii() and t.isdigit() else t for t in req.targets))
+            out = svc.get(req)
         except RequestError as e:
             raise UsageError(e.message) from None
     single = len(targets) == 1 and inputs["glob"] is None  # one target: its record, as the servers' single get
@@ -212,6 +226,12 @@ def get(targets, index_path, whole_doc, as_json, **inputs):
         click.echo(printable(f"kb: note: left out {left['target']} ({left['bytes']:,} bytes): {left['reason']}"), err=True)
 
 
+def _root_here(ix) -> str | None:
+    """The corpus root an artifact was built from, when that folder is on this machine."""
+    root = os.fspath(ix.manifest().root)
+    return root if os.path.isdir(root) else None
+
+
 def _document_of_chunk(ix, target: str) -> str:
     """--doc: the path of the document that holds chunk ``target``."""
     cid = int(target)
@@ -220,15 +240,22 @@ def _document_of_chunk(ix, target: str) -> str:
     return ix.doc_path(ix.doc_of(cid))
 
 
-@main.command(name="list")
+@main.command(name="list", examples=("kb list -i sample.kb", "kb list -i sample.kb --path runbooks/ --chunks", "kb list -i sample.kb --all-statuses --json"))
 @index_option
 @input_flags(QUERY_INPUTS, ("statuses", "all_statuses", "tags", "path"))
 @click.option("--chunks", "by_chunk", is_flag=True, help="One line per chunk instead of per document.")
-@click.option("--json", "as_json", is_flag=True, help="JSON Lines, one object per document (or chunk).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: {items: [a document (or chunk) each], artifact}.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="JSON Lines: one object per document (or chunk), printed as found.")
 @debug_option
-def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
+def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json, as_jsonl):
     """List the documents (or chunks) in a scope, in path order. The explicit way to see a scope."""
     import numpy as np
+
+    from .index import artifact_record
+
+    if as_json and as_jsonl:
+        raise UsageError("give one output format: --json or --jsonl")
+    items = []
 
     with open_index(index_path) as ix:
         several = hasattr(ix, "members")
@@ -247,10 +274,13 @@ def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
             r = member.chunk(local)
             row = {"path": r.path, "doc_id": r.doc_id, "title": r.title, "status": r.status, "tags": list(r.tags)}
             if several:
-                row["artifact"] = member.artifact.id
+                row["artifact"], row["artifact_id"] = member.name, member.artifact.id
             if by_chunk:
                 row.update(chunk_id=r.chunk_id, section=r.section, lines=list(r.lines))
             if as_json:
+                items.append(row)
+                continue
+            if as_jsonl:
                 click.echo(json.dumps(row, ensure_ascii=False))
                 continue
             where = f'{row["path"]} § "{row["section"]}"' if by_chunk and row["section"] else row["path"]
@@ -259,12 +289,14 @@ def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
                 fields[1:1] = [f"lines {r.lines[0]}-{r.lines[1]}"]
                 fields.insert(0, str(r.chunk_id))
             if several:
-                fields.append(str(member.path))
+                fields.append(member.name)
             click.echo("\t".join(map(printable, fields)))
+        if as_json:
+            click.echo(json_text({"items": items, "artifact": artifact_record(ix)}, pretty()))
 
 
-@main.command()
-@click.argument("fixture", required=False, type=click.Path())
+@main.command(examples=("kb bench fixture.json -i sample.kb", "kb bench --beir data/scifact --split test -i scifact.kb --json", "kb bench fixture.json -i sample.kb --sweep semantic_weight=0.3:0.8:0.1"))
+@click.argument("fixture", required=False, type=click.Path(), metavar="[FIXTURE.json]")
 @index_option
 @click.option("--beir", "beir_dir", type=click.Path(), help="A BEIR folder (queries.jsonl, qrels/SPLIT.tsv) instead of a FIXTURE.")
 @click.option("--split", default="test", show_default=True, help="BEIR qrels split.")
@@ -278,7 +310,20 @@ def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json):
 @debug_option
 def bench(fixture, index_path, beir_dir, split, k, backends, as_json, overrides, sweep, device, compute_type):
     """Quality (P@k, recall, MRR, nDCG, hit) and latency per backend on a FIXTURE or a BEIR split,
-    with the artifact's search options and the flags given over them."""
+    with the artifact's search options and the flags given over them.
+
+    \b
+    FIXTURE is a JSON file of queries and the documents that answer them:
+      {"queries": [
+        {"id": "q1", "query": "restore the newest snapshot",
+         "relevant": ["runbooks/restore.md"], "kind": "keyword"},
+        {"id": "q2", "query": "quantum chromodynamics", "relevant": []}]}
+    relevant: document paths as the artifact records them (kb list shows them), each
+    counting 1; an empty list makes a negative query (scored only by whether the
+    low-confidence notice fires). kind (optional) groups the queries in a by-kind table.
+    Other keys are ignored. --beir DIR reads queries.jsonl and qrels/SPLIT.tsv instead
+    (graded gains, matched on doc_id).
+    """
     from kb.common.options import resolve, stored_search
 
     from .bench import load_beir, load_fixture, parse_sweep, render_sweep, render_table, run_bench, run_sweep
@@ -304,12 +349,12 @@ def bench(fixture, index_path, beir_dir, split, k, backends, as_json, overrides,
         click.echo(render_table(res) + ("\n\n" + render_sweep(res["sweep"]) if swept else ""))
 
 
-@main.group(name="set")
+@main.group(name="set", examples=("kb set create all.kbset ops.kb adr.kb", 'kb search -i all.kbset "gateway firewall"'))
 def set_():
     """Set files: several artifacts searched as one (kb search -i SET.kbset)."""
 
 
-@set_.command(name="create")
+@set_.command(name="create", examples=("kb set create all.kbset shards/*.kb", "kb info -i all.kbset --verify"))
 @click.argument("out", metavar="OUT.kbset", type=click.Path(dir_okay=False))
 @click.argument("artifacts", nargs=-1, required=True, metavar="ARTIFACT...")
 @click.option("--force", is_flag=True, help="Replace OUT even if it is not a set file (by default only a set file is replaced; never one of the ARTIFACTs).")

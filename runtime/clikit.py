@@ -14,7 +14,7 @@ import click
 
 from kb.common.errors import ArtifactError
 from kb.common.options import SETTINGS
-from kb.common.usage import OneLineUsage, Terminated, debugging, error_line, exit_on_signals, one_line, signal_exit_code, stdout_closed
+from kb.common.usage import Command, Helpful, OneLineUsage, Terminated, TuningOption, debugging, error_line, exit_on_signals, one_line, signal_exit_code, stdout_closed
 
 DEFAULT_INDEX = "kb.kb"
 
@@ -50,11 +50,14 @@ def open_index(paths, several: bool = True, private: bool = False):
     return open_paths(chosen, private)
 
 
-class Group(OneLineUsage, click.Group):
+class Group(OneLineUsage, Helpful, click.Group):
     """The error boundary: every error below becomes one stderr line and its exit code
-    (kb.common.errors); click's usage errors become one line too (kb.common.usage)."""
+    (kb.common.errors); click's usage errors become one line too (kb.common.usage). Its commands
+    end their help with examples (kb.common.usage Helpful)."""
 
     prog = "kb"
+    command_class = Command
+    group_class = type  # a subgroup (kb set) is one of these too
 
     def invoke(self, ctx):
         exit_on_signals()
@@ -87,19 +90,19 @@ COMPUTE_TYPES = ("auto", "default", "int8", "int8_float32", "int8_float16", "int
 compute_option = click.option("--compute-type", type=click.Choice(COMPUTE_TYPES), default="auto", show_default=True, help="CTranslate2 compute type (auto: int8 on CPU, float16 on CUDA; with auto, kb search embeds its query in place, without CTranslate2, when the artifact allows).")
 
 
-def _click_option(s, dest: str, default, help_: str):
+def _click_option(s, dest: str, default, help_: str, cls=click.Option):
     """The flag of one declared input (kb.common.settings Setting): its type and bounds say the
     same as its kb.toml key or request field does."""
     decls = (*s.flag.split(), dest)
     if s.kind is bool:  # "--on/--off" (a search option: default None, not given) or a flag
-        return click.option(*decls, is_flag=True, default=default, help=help_)
+        return click.option(*decls, is_flag=True, default=default, help=help_, cls=cls)
     if s.kind is tuple:
-        return click.option(*decls, multiple=True, metavar=s.metavar, help=help_)
+        return click.option(*decls, multiple=True, metavar=s.metavar, help=help_, cls=cls)
     if s.choices:
         kind = click.Choice(s.choices)
     else:
         kind = {int: click.IntRange, float: click.FloatRange}[s.kind](s.minimum, s.maximum) if s.kind in (int, float) else s.kind
-    return click.option(*decls, type=kind, default=default, show_default=default is not None, metavar=s.metavar, help=help_)
+    return click.option(*decls, type=kind, default=default, show_default=default is not None, metavar=s.metavar, help=help_, cls=cls)
 
 
 def input_flags(inputs, names=None):
@@ -114,6 +117,9 @@ def input_flags(inputs, names=None):
     return add
 
 
+EVERYDAY_KNOBS = ("rerank",)  # search options --help lists; the other knobs (fusion, rerank tuning) wait for --help-all
+
+
 def search_option_flags(fn):
     """Add a flag per search option (all but those declared without one); the command receives
     them as one ``overrides`` dict of the flags given."""
@@ -125,5 +131,6 @@ def search_option_flags(fn):
         return fn(*args, overrides={k: v for k, v in overrides.items() if v is not None}, **kwargs)
 
     for s in reversed([s for s in SETTINGS.values() if s.flag]):
-        run = _click_option(s, f"opt_{s.name}", None, f"{s.doc} (default: the artifact's [search] {s.name}, else {s.default_text()})")(run)
+        cls = click.Option if s.name in EVERYDAY_KNOBS else TuningOption
+        run = _click_option(s, f"opt_{s.name}", None, f"{s.doc} (default: the artifact's [search] {s.name}, else {s.default_text()})", cls)(run)
     return run

@@ -70,7 +70,7 @@ class Collection:
 
     @property
     def artifacts(self) -> list[dict]:
-        return [{"id": m.artifact.id, "path": str(m.path)} for m in self.members]
+        return [{"id": m.artifact.id, "name": m.name, "path": str(m.path)} for m in self.members]
 
     # --- one id space --------------------------------------------------------------------------
     def _member(self, cid: int) -> int:
@@ -250,6 +250,7 @@ def open_set(path: str, private: bool = False) -> list[Index]:
             if size != m.bytes:
                 raise SetFileError(f"{path}: member {m.path} changed: {size:,} bytes, the set recorded {m.bytes:,}; recreate the set with kb set create")
             ix = Index(p, private)
+            ix.name = m.path  # results name it as the set file does
             out.append(ix)
             if ix.artifact.id != m.id:
                 raise SetFileError(f"{path}: member {m.path} changed: id {ix.artifact.id}, the set recorded {m.id}; recreate the set with kb set create")

@@ -95,6 +95,7 @@ class Index:
         self._block_cache: OrderedDict = OrderedDict()
         self.artifact = Artifact(path, private)
         self.path = self.artifact.path
+        self.name = str(path)  # what results call it (``artifact``): the path given, or a set file's entry (runtime/collection.py)
         try:
             self._check_structure()
         except BaseException:
@@ -901,6 +902,6 @@ def members_of(ix) -> list[Index]:
 
 
 def artifact_record(ix) -> dict | list[dict]:
-    """The top-level ``artifact`` of kb's JSON: ``{id, path}``, a list of them for a set."""
-    out = [{"id": m.artifact.id, "path": str(m.path)} for m in members_of(ix)]
+    """The top-level ``artifact`` of kb's JSON: ``{id, name, path}``, a list of them for a set."""
+    out = [{"id": m.artifact.id, "name": m.name, "path": str(m.path)} for m in members_of(ix)]
     return out if hasattr(ix, "members") else out[0]

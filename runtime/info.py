@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from kb.common.usage import printable
+from kb.formats import layout as L
 from kb.formats.artifact import CODECS
+
+# The sections that pack a model: its role in kb info's "packed models", and the card (meta.models key) that names it.
+MODEL_SECTIONS = ((L.MODEL_EMBED, "embedder", "embedder"), (L.MODEL_QUERY, "query encoder", "embedder"), (L.MODEL_EMBED_EN, "English embedder", "embedder_en"),
+                  (L.MODEL_QUERY_EN, "English query encoder", "embedder_en"), (L.MODEL_RERANK, "reranker", "reranker"))
 
 
 def describe(ix) -> dict:
@@ -20,6 +25,7 @@ def describe(ix) -> dict:
             for s in ix.artifact.sections.values()
         ],
         "models": {"embedder": m.embedder, "reranker": m.reranker} | ({"embedder_en": m.embedder_en} if m.embedder_en is not None else {}),
+        "packed_models": packed_models(ix),
         "analyzer": m.analyzer,
         "bm25": m.bm25,
         "vectors": m.vectors,
@@ -39,6 +45,13 @@ def describe(ix) -> dict:
             "jsonl": list(man.jsonl),
         },
     }
+
+
+def packed_models(ix) -> list[dict]:
+    """Each model section the artifact holds: its role, the model's name, and its bytes on disk."""
+    cards = {"embedder": ix.meta.embedder, "embedder_en": ix.meta.embedder_en, "reranker": ix.meta.reranker}
+    secs = ix.artifact.sections
+    return [{"role": role, "name": (cards[card] or {}).get("name"), "section": name, "bytes": secs[name].length} for name, role, card in MODEL_SECTIONS if name in secs]
 
 
 def search_defaults(meta) -> dict:
@@ -104,6 +117,9 @@ def render_info(d: dict) -> str:
     out.extend(f"  {t}: {desc}" for t, desc in d["tags"].items())
     out.append(f"path contexts: {len(d['path_contexts'])}")
     out.extend(printable(f"  {p}: {desc}") for p, desc in d["path_contexts"].items())
+    models = d.get("packed_models", [])
+    out.append(f"packed models: {sum(x['bytes'] for x in models):,} bytes" if models else "packed models: none")
+    out.extend(printable(f"  {x['role']}: {x['name']}, {x['bytes']:,} bytes ({x['section']})") for x in models)
     man = d["manifest"]
     out.append(f"manifest: root {man['root']}, {man['sources']} sources ({man['source_bytes']:,} bytes), {man['skipped']} skipped, {man['excluded']} excluded")
     if "verified" in d:

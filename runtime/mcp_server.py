@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kb.common.options import DEFAULT_GET_BYTES
 from kb.formats.version import KB_VERSION
 
-from .requests import GET_FIELDS, MCP_SEARCH_FIELDS, MULTI_GET_FIELDS, SEARCH_FIELDS, SINGLE_GET_FIELDS, RequestError, input_schema, parse_get, parse_search
+from .requests import GET_FIELDS, MULTI_GET_FIELDS, SEARCH_FIELDS, RequestError, input_schema, parse_get, parse_search
 
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 STRUCTURED_SINCE = "2025-06-18"  # tool results carry structuredContent from this version on
@@ -45,10 +45,11 @@ INSTRUCTIONS = (
     "need in natural language as `query`; add `rewrites` (other phrasings, the documents' likely "
     "wording) and `entities` (systems, products, topics that may be tags) when they help. Results "
     "carry chunk_id, doc_id, path, section, status and a snippet; call `get` with a chunk_id to "
-    "read a chunk in full with its neighbouring chunks, or with a doc_id or path for a whole "
-    "document; `multi_get` reads several at once, exact line ranges (PATH:FROM:COUNT) and every "
+    "read a chunk in full with its neighbouring chunks, with a doc_id or path for a whole "
+    "document, or with path PATH:FROM:COUNT for exact lines; `multi_get` reads several at once, exact line ranges (PATH:FROM:COUNT) and every "
     "document matching a glob, within a byte budget. `info` lists the artifact's statuses, tags, "
-    "path contexts and counts; `status` says whether files changed since the build. By default "
+    "path contexts and counts; `status` says whether files changed since the build (when the server "
+    "checks). By default "
     "historical and superseded documents are left out (all_statuses or status to include them)."
 )
 
@@ -59,24 +60,30 @@ TOOLS = (
         "description": (
             "Hybrid search over the knowledge base: BM25 (exact words) and dense vectors (meaning), fused "
             "with Reciprocal Rank Fusion, plus a tag leg for `entities`; with `rerank` (off unless the "
-            "artifact's kb.toml turned it on) the top candidates are rescored by the artifact's cross-encoder. Returns JSON: `results` ranked best first (rank, score, score_kind, "
-            "path, section, lines, status, tags, `path_contexts` (what the folders the path is under hold, "
+            "artifact's kb.toml turned it on) the top candidates are rescored by the artifact's cross-encoder. "
+            "`min_score` keeps only results at least that confident. Takes every field HTTP /search takes, the "
+            "fusion and rerank knobs too (each defaults to the artifact's kb.toml [search]). Returns JSON: `results` ranked best first (rank, score, score_kind, "
+            "path, section, lines, status, tags, confidence, `path_contexts` (what the folders the path is under hold, "
             "most specific first), chunk_id, doc_id, title, snippet or text), `tag_contexts` "
             "(what each tag means) and `notices` (low confidence, stale index). An empty `results` means "
             "nothing matched in the chosen scope."
         ),
-        "fields": (SEARCH_FIELDS, MCP_SEARCH_FIELDS),
+        "fields": (SEARCH_FIELDS, None),
     },
     {
         "name": "get",
-        "title": "Read a chunk or a document",
+        "title": "Read a chunk, a document or a line range",
         "description": (
-            "Read from the knowledge base by id. With `chunk_id`: that chunk's full text with `context` "
-            "chunks before (`previous`) and after (`next`) it in the same document. With `doc_id` or "
-            "`path`: the whole document's chunks in order. Give exactly one of chunk_id, doc_id, path. "
-            f"A record of more than {DEFAULT_GET_BYTES:,} bytes of text is refused (read a line range with multi_get)."
+            "Read from the knowledge base, as `kb get` and HTTP /get do (the same fields). With `chunk_id`: that "
+            "chunk's full text with `context` chunks before (`previous`) and after (`next`) it in the same "
+            "document. With `doc_id` or `path`: the whole document's chunks in order; `path` may also be "
+            "PATH:FROM:COUNT for COUNT lines from line FROM exactly as in the source file (PATH:FROM: to its end), "
+            "returned as `lines` [first, last], `total_lines` and `text`. Give exactly one of chunk_id, doc_id, "
+            "path, or `targets` (each as kb get's TARGET) and/or `glob` for several (then as multi_get). "
+            f"One record of more than {DEFAULT_GET_BYTES:,} bytes of text (max_bytes) is refused: read a line range. "
+            "Of a set of artifacts, `member` names the result's `artifact` to read from."
         ),
-        "fields": (GET_FIELDS, SINGLE_GET_FIELDS),
+        "fields": (GET_FIELDS, None),
     },
     {
         "name": "multi_get",
@@ -105,10 +112,12 @@ TOOLS = (
         "name": "status",
         "title": "Is the knowledge base up to date?",
         "description": (
-            "Compares the artifact with the corpus on disk, as `kb status --json`: `fresh`, the files "
-            "`changed`, `added` and `removed` since the build (`root_exists` false when the corpus is not on "
-            "this machine), plus the artifact's `counts` (documents, chunks, terms, vectors) and `models` "
-            "(embedder and reranker cards)."
+            "Compares the artifact with the corpus on disk, as `kb status --json`, when the server's operator "
+            "turned that on (kb mcp --stale-check; else `checked` false and `fresh` null): `fresh`, "
+            "`differences` (how many files `changed`, were `added` or `removed` since the build) and, when "
+            "the operator gave the corpus root, the files themselves (`root_exists` false when the corpus "
+            "is not on this machine); plus the artifact's `counts` (documents, chunks, terms, vectors) and "
+            "`models` (embedder and reranker cards)."
         ),
         "fields": ({}, None),
     },
@@ -295,10 +304,10 @@ class McpServer:
             return self._result({"error": {"code": "internal", "message": f"{e.__class__.__name__}: {e}"}}, True)
 
     def _search(self, args: dict) -> dict:
-        return self.service.search(parse_search(args, allowed=MCP_SEARCH_FIELDS))
+        return self.service.search(parse_search(args))
 
     def _get(self, args: dict) -> dict:
-        return self.service.get(parse_get(args, allowed=SINGLE_GET_FIELDS))
+        return self.service.get(parse_get(args))
 
     def _multi_get(self, args: dict) -> dict:
         return self.service.get(parse_get(args, allowed=MULTI_GET_FIELDS))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from kb.common.usage import printable
 
@@ -102,9 +103,13 @@ def render_csv(resp: Response) -> str:
     return buf.getvalue().rstrip("\n")
 
 
-def render_files(resp: Response) -> str:
-    """The results' distinct paths in rank order, one per line (for xargs -d '\\n')."""
-    return "\n".join(dict.fromkeys(r.path for r in resp.results))
+def render_files(resp: Response, roots: dict | None = None) -> str:
+    """The results' distinct paths in rank order, one per line (for xargs -d '\\n'). Of a set
+    (``roots``: each member's name -> its corpus root when that folder is on this machine, else
+    None), each path joined to its member's root, else ``NAME:PATH``."""
+    if roots is None:
+        return "\n".join(dict.fromkeys(r.path for r in resp.results))
+    return "\n".join(dict.fromkeys(os.path.join(roots[r.artifact], r.path) if roots.get(r.artifact) else f"{r.artifact}:{r.path}" for r in resp.results))
 
 
 def render_md(resp: Response) -> str:

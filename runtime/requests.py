@@ -53,13 +53,12 @@ def _knob(s) -> Setting:
 # The search options a request may override: every knob but default_limit (top_k says how many).
 OPTION_FIELDS = tuple(name for name in OPTION_SETTINGS if name != "default_limit")
 SEARCH_FIELDS: dict[str, Setting] = {s.key: s for s in QUERY_INPUTS} | {n: _knob(OPTION_SETTINGS[n]) for n in OPTION_FIELDS}
-# What the MCP `search` tool offers: the inputs an agent needs, without the ranking knobs.
-MCP_SEARCH_FIELDS = ("query", "rewrites", "entities", "status", "all_statuses", "tag", "path", "top_k", "mode", "rerank", "full", "group")
 
 
 GET_FIELDS: dict[str, Setting] = {s.key: s for s in GET_INPUTS}
-SINGLE_GET_FIELDS = ("chunk_id", "doc_id", "path", "context", "max_chunks")  # the MCP `get` tool
-MULTI_GET_FIELDS = ("targets", "glob", "max_bytes", "context", "max_chunks")  # the MCP `multi_get` tool
+# The MCP `search` and `get` tools take every field HTTP /search and /get take (these tables);
+# `multi_get` is `get` without the single-record fields.
+MULTI_GET_FIELDS = tuple(k for k in GET_FIELDS if k not in ("chunk_id", "doc_id", "path"))
 
 
 def _schema(s: Setting) -> dict:

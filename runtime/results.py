@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from .fusion import Fused
 
-SCHEMA_VERSION = 2  # of the JSON a search returns (runtime/output.py); 2: each result names its artifact, and the top-level artifact is a list for a set
+SCHEMA_VERSION = 3  # of the JSON a search returns (runtime/output.py); 2: each result names its artifact, and the top-level artifact is a list for a set; 3: a result's artifact is its name, artifact_id its id
 
 
 # NamedTuples, not frozen dataclasses: every one-shot kb creates these classes at import, and a
@@ -78,7 +78,8 @@ class Result(NamedTuple):
     chunk_id: int
     doc_id: str
     title: str
-    artifact: str  # the id of the artifact holding the chunk (chunk_id counts within it)
+    artifact: str  # the name of the artifact holding the chunk (chunk_id counts within it): -i's path, or its set file entry
+    artifact_id: str  # that artifact's content id
     text: str | None = None  # --full
     snippet: str | None = None  # otherwise
     also_matched: int | None = None

@@ -231,7 +231,7 @@ class Searcher:
         if o.rerank and q.mode == "hybrid":
             rr = self.reranker()
             if rr is None:
-                notices.append(Notice("no_reranker", "no reranker in this artifact (built with --no-reranker?); results are in fused order"))
+                notices.append(Notice("no_reranker", "no reranker in this artifact (kb-build packs one with --reranker default, or [search] rerank = true in kb.toml); results are in fused order"))
             elif candidates:
                 t = time.perf_counter()
                 query = q.text or " ".join(q.rewrites)
@@ -264,7 +264,7 @@ class Searcher:
                 notices.extend(low_confidence(candidates, o, backend))
         contexts = self._tag_contexts(candidates, results)
         timings["total"] = _ms(t0)
-        return Response(asked, results, tuple(notices), contexts, reranked, timings, rerank_info, parsed)
+        return Response(asked, results, tuple(notices), contexts, reranked, timings, rerank_info, parsed).with_min_confidence(q.min_score)
 
     def _tag_contexts(self, candidates: list[Candidate], results) -> dict[str, str]:
         """Each result tag's description, from the result's own artifact (the first result that
@@ -447,7 +447,8 @@ class Searcher:
             chunk_id=rec.chunk_id,
             doc_id=rec.doc_id,
             title=rec.title,
-            artifact=member.artifact.id,
+            artifact=member.name,
+            artifact_id=member.artifact.id,
             text=rec.text if q.full else None,
             snippet=None if q.full else snippet(rec.text, hit_terms, analyzer_of(self.ix), words=hit_words.get(member)),
             also_matched=c.also_matched,

@@ -537,17 +537,25 @@ def make_server(service, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, **k
 
 
 def serve(server: KbHTTPServer):
-    """Answer requests until SIGINT/SIGTERM (or ``server.shutdown()`` from another thread)."""
+    """Answer requests until SIGINT/SIGTERM (or ``server.shutdown()`` from another thread). A
+    signal is raised again once the server has closed (KeyboardInterrupt, Terminated), so the CLI
+    exits 128 + N as README says (130 for Ctrl-C, 143 for SIGTERM)."""
     import signal
 
+    from kb.common.usage import Terminated
+
+    stopped_by: list[int] = []
+
     def stop(signum, frame):
+        stopped_by.append(signum)
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, stop)
     try:
         server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
     finally:
         server.server_close()
+    if stopped_by:
+        raise Terminated(stopped_by[0])

@@ -14,14 +14,19 @@ import sys
 import click
 
 from kb.common.errors import KbError, ModelError
-from kb.common.usage import debug_option
+from kb.common.usage import Command, debug_option
 
 from .clikit import compute_option, device_option, index_option, open_index
 
-_stale = click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk (otherwise rechecked at most every 30 s).")
+def _stale(fn):
+    """The stale check's flags: off by default in a server, which never walks a folder because an
+    artifact names it (runtime/stale.py says why)."""
+    fn = click.option("--corpus-root", type=click.Path(file_okay=False), metavar="DIR", help="Compare with the corpus in DIR instead of the root the artifact names (implies --stale-check); notices and the status then name the files under DIR that differ. One artifact only.")(fn)
+    fn = click.option("--stale-check/--no-stale-check", default=False, help="Compare the artifact with its corpus (rechecked at most every 30 s; at most 200,000 files and 2 s a check). Off by default: without --corpus-root, notices and the status give counts, not paths.")(fn)
+    return fn
 
 
-def _open_service(index_path, device, compute_type, stale_check, prog):
+def _open_service(index_path, device, compute_type, stale_check, corpus_root, prog):
     """The warmed Service, reloaded when its artifact files change (runtime/service.py
     ``Reloading``); a model that does not load fails as it would for ``kb search``."""
     from .clikit import resolve_index
@@ -29,21 +34,25 @@ def _open_service(index_path, device, compute_type, stale_check, prog):
     from .service import Reloading, file_state
 
     before = {p: file_state(p) for p in resolve_index(index_path)}
-    svc = _load_service(index_path, device, compute_type, stale_check)
-    return Reloading(svc, lambda: _load_service(index_path, device, compute_type, stale_check), [*before, *(str(m.path) for m in members_of(svc.ix))],
-                     log=lambda line: click.echo(f"kb {prog}: {line}", err=True), before=before)
+    load = lambda: _load_service(index_path, device, compute_type, stale_check, corpus_root)  # noqa: E731
+    svc = load()
+    return Reloading(svc, load, [*before, *(str(m.path) for m in members_of(svc.ix))], log=lambda line: click.echo(f"kb {prog}: {line}", err=True), before=before)
 
 
-def _load_service(index_path, device, compute_type, stale_check):
+def _load_service(index_path, device, compute_type, stale_check, corpus_root):
+    from kb.common.errors import UsageError
+
     from .index import members_of
     from .search import Searcher
     from .service import Service
 
     ix = open_index(index_path, private=True)
     try:
+        if corpus_root is not None and hasattr(ix, "members"):
+            raise UsageError("--corpus-root names the corpus of one artifact; a set's members each have their own (use --stale-check for counts)")
         for m in members_of(ix):
             m.artifact.verify()
-        svc = Service(ix, Searcher(ix, device, compute_type), stale_check=stale_check)
+        svc = Service(ix, Searcher(ix, device, compute_type), stale_check=stale_check, corpus_root=corpus_root)
         try:
             return svc.warm()
         except ModelError as e:
@@ -53,7 +62,7 @@ def _load_service(index_path, device, compute_type, stale_check):
         raise
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]}, examples=("kb serve -i sample.kb", "curl -s 'localhost:8181/search?q=disk+full&n=3'", """curl -s localhost:8181/get --json '{"targets": ["runbooks/disk-full.md:1:20"]}'"""))
 @index_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on. Loopback by default; anything else exposes the artifact to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True, help="Port; 0 picks a free one (printed on the first stderr line).")
@@ -70,12 +79,12 @@ def _load_service(index_path, device, compute_type, stale_check):
 @device_option
 @compute_option
 @debug_option
-def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_wait, timeout_s, request_deadline, max_connections, max_body, access_log, no_stale_check, device, compute_type):
+def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_wait, timeout_s, request_deadline, max_connections, max_body, access_log, stale_check, corpus_root, device, compute_type):
     """Serve search over HTTP: GET|POST /search, /get; GET /info, /health (JSON)."""
     from .serve import LOOPBACK, host_port, make_server
     from .serve import serve as serve_forever
 
-    svc = _open_service(index_path, device, compute_type, not no_stale_check, "serve")
+    svc = _open_service(index_path, device, compute_type, stale_check, corpus_root, "serve")
     try:
         try:
             server = make_server(svc, host, port, max_body=max_body, max_concurrent=max_concurrent, timeout=timeout_s, queue_wait=queue_wait, max_queue=max_queue, deadline=request_deadline, max_connections=max_connections, extra_hosts=allow_host, access_log=access_log)
@@ -90,22 +99,22 @@ def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_w
         svc.close()
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]}, examples=("kb mcp -i sample.kb", "kb mcp -i team.kb --corpus-root ~/docs   (report the files that changed since the build)", """{"mcpServers": {"kb": {"command": "kb", "args": ["mcp", "-i", "/path/to/sample.kb"]}}}   (a client's config)"""))
 @index_option
 @_stale
 @device_option
 @compute_option
 @debug_option
-def mcp(index_path, no_stale_check, device, compute_type):
+def mcp(index_path, stale_check, corpus_root, device, compute_type):
     """Serve search to an MCP client over stdio (tools: search, get, multi_get, info, status)."""
     from .mcp_server import protect_stdout, run_stdio
 
     out = protect_stdout()  # before anything loads: only protocol messages may reach stdout
-    svc = _open_service(index_path, device, compute_type, not no_stale_check, "mcp")
+    svc = _open_service(index_path, device, compute_type, stale_check, corpus_root, "mcp")
     click.echo(f"kb mcp: serving {_named(svc)} on stdio", err=True)
     try:
-        run_stdio(svc, out_stream=out)
-    except (KeyboardInterrupt, BrokenPipeError):
+        run_stdio(svc, out_stream=out)  # stdin's end: exit 0; Ctrl-C, SIGTERM: 128 + N (the kb group's boundary)
+    except BrokenPipeError:
         pass
     finally:
         svc.close()

@@ -31,7 +31,6 @@ from .requests import GetRequest, RequestError, SearchRequest
 from .search import Query
 
 RELOAD_POLL_S = 1.0  # how often kb serve and kb mcp stat their artifact files for a change
-STALE_TTL_S = 30.0  # how long a staleness check (one stat per corpus file) is reused
 PATH_CUTOFF = 0.7  # difflib similarity of a path suggested for an unknown one ('nope.md' and 'notes/glossary.md' are 0.5)
 LINE_RANGES = (re.compile(r"(.+):(\d{1,12}):(\d{1,12})"), re.compile(r"(.+):(\d{1,12})"))  # PATH:FROM:COUNT, then PATH:FROM
 
@@ -67,7 +66,11 @@ def _unclosed_bracket(pattern: str) -> bool:
 
 
 class Service:
-    def __init__(self, ix, searcher=None, *, stale_check: bool = True, stale_ttl: float = STALE_TTL_S):
+    def __init__(self, ix, searcher=None, *, stale_check: bool = False, corpus_root: str | None = None, stale_ttl: float | None = None):
+        """``stale_check``: compare the artifact with its corpus (off unless the operator asks:
+        the artifact names the root, and a crafted one could name any folder); ``corpus_root``:
+        the operator's own root to compare with instead, the only one whose paths a report
+        names (without it a report gives counts). Rechecked at most every ``stale_ttl`` seconds."""
         from .search import Searcher
 
         self.ix = ix
@@ -75,10 +78,14 @@ class Service:
         from .index import artifact_record
 
         self.artifact = artifact_record(ix)  # a list of them for a set
-        self.stale_check, self.stale_ttl = stale_check, stale_ttl
+        from .stale import RECHECK_S
+
+        self.stale_check, self.corpus_root = stale_check or corpus_root is not None, corpus_root
+        self.stale_ttl = RECHECK_S if stale_ttl is None else stale_ttl
         self._stale: tuple[float, object] | None = None
         self._stale_lock = threading.Lock()
         self._doc_ids: dict[str, int] | None = None
+        self._members: list[Service] | None = None  # a set's: one Service per member, for get
         self._doc_ids_lock = threading.Lock()
         self._info: dict | None = None
 
@@ -126,34 +133,78 @@ class Service:
         with self._stale_lock:
             now = time.monotonic()
             if self._stale is None or now - self._stale[0] > self.stale_ttl:
-                from .stale import stale_notices
+                from .index import members_of
+                from .stale import SEARCH_HASH_BYTES, stale_notices, stale_report
 
-                self._stale = (now, stale_notices(self.ix))
+                reports = [stale_report(m.manifest(), self._hash_bytes(SEARCH_HASH_BYTES), self.corpus_root) for m in members_of(self.ix)]
+                self._stale = (now, stale_notices(self.ix, reports, paths=self.corpus_root is not None))
             return self._stale[1]
+
+    def _hash_bytes(self, budget: int | None) -> int | None:
+        """What a check may hash: nothing under a root only the artifact names (a crafted one
+        would make the server answer whether a file of its own holds given bytes)."""
+        return budget if self.corpus_root is not None else 0
 
     # --- get -----------------------------------------------------------------------------------
     def get(self, req: GetRequest) -> dict:
-        """One record for a chunk_id, doc_id or path; for targets and a glob (``req.many``), the
-        records that fit in max_bytes, in order, and what was omitted. Every target is resolved
-        and checked before anything is read, so a bad one fails the whole request."""
+        """One record for a chunk_id, doc_id or path (a path may be PATH:FROM[:COUNT]); for targets
+        and a glob (``req.many``), the records that fit in max_bytes, in order, and what was
+        omitted. Every target is resolved and checked before anything is read (``_target``, the
+        one resolver of kb get, HTTP /get and MCP get), so a bad one fails the whole request. Of a
+        set, the member named by ``member``, else the one member that holds every target."""
         if hasattr(self.ix, "members"):
-            raise RequestError("bad_request", "get reads one artifact; serve the result's artifact (its path is in the search's artifact list) to read from it")
+            return self.member_for(req).get(req._replace(member=None))
+        if req.member is not None and req.member not in (self.ix.name, self.ix.artifact.id):
+            raise RequestError("not_found", f"no artifact {req.member!r} here; this one is {self.ix.name} ({self.ix.artifact.id})", "member")
         if req.many:
             return self._get_many(req)
         if req.chunk_id is not None:
             r = self._chunk(req.chunk_id, "chunk_id")
         else:
-            field, value = ("path", req.path) if req.path is not None else ("doc_id", req.doc_id)
-            d = self.ix.doc_by_path(value) if field == "path" else self._doc_by_id(value)
-            if d is None:
-                raise RequestError("not_found", f"no document with {field} {value!r}{self._closest_path(value)}", field)
-            r = _Read("document", d)
+            field = "path" if req.path is not None else "doc_id"
+            r = self._target(req.path if req.path is not None else req.doc_id, field)
         out = self._read(r, req)
         n = text_bytes(out)
         if n > req.max_bytes:
             raise RequestError("too_large", too_large(r.name(self.ix), n, req.max_bytes), "max_bytes")
         out["artifact"] = self.artifact
         return out
+
+    def member_for(self, req: GetRequest) -> Service:
+        """The Service of the set's member that ``req`` reads: the one ``member`` names, else the
+        only one in which every target resolves."""
+        from .index import members_of
+
+        with self._doc_ids_lock:
+            if self._members is None:
+                self._members = [Service(m, self.searcher, stale_check=False) for m in members_of(self.ix)]
+        names = ", ".join(s.ix.name for s in self._members)
+        if req.member is not None:
+            found = [s for s in self._members if req.member in (s.ix.name, s.ix.artifact.id)]
+            if not found:
+                raise RequestError("not_found", f"no artifact {req.member!r} in this set; its artifacts: {names}", "member")
+            return found[0]
+        holders = [s for s in self._members if s._holds(req)]
+        if len(holders) == 1:
+            return holders[0]
+        what = "chunk ids count within each artifact" if req.chunk_id is not None or any(t.isascii() and t.isdigit() for t in req.targets) else f"{len(holders)} artifacts hold it"
+        if holders:
+            raise RequestError("bad_request", f"{what} of the set: name one with member (kb get --member NAME): {', '.join(s.ix.name for s in holders)} (a search result's artifact)", "member")
+        raise RequestError("not_found", f"no artifact of the set ({names}) holds every target; read each from its own (member, kb get --member NAME)", "member")
+
+    def _holds(self, req: GetRequest) -> bool:
+        """Whether every target of ``req`` resolves in this artifact (not_found: no; any other
+        refusal is this artifact's answer, so yes)."""
+        try:
+            if req.chunk_id is not None:
+                self._chunk(req.chunk_id, "chunk_id")
+            for t in req.targets or [v for v in (req.path, req.doc_id) if v is not None]:
+                self._target(t, "targets" if req.targets else "path", suggest=False)
+            if req.glob is not None:
+                self._glob(req.glob)
+        except RequestError as e:
+            return e.code != "not_found"
+        return True
 
     def _get_many(self, req: GetRequest) -> dict:
         reads = [(t, self._target(t)) for t in req.targets]
@@ -182,34 +233,37 @@ class Service:
             raise RequestError("not_found", f"no chunk {cid}; this artifact has chunk ids 0..{self.ix.n_chunks - 1}", field)
         return _Read("chunk", cid)
 
-    def _target(self, target: str) -> _Read:
-        """What a target names: a chunk id, a document (path, then doc_id), or PATH:FROM[:COUNT]."""
-        if target.isascii() and target.isdigit():
-            return self._chunk(int(target), "targets")
+    def _target(self, target: str, field: str = "targets", suggest: bool = True) -> _Read:
+        """What a target names: a chunk id (a ``targets`` entry only), a document (path, then
+        doc_id), or PATH:FROM[:COUNT]; not found: the closest paths (``suggest``) named."""
+        if field == "targets" and target.isascii() and target.isdigit():
+            return self._chunk(int(target), field)
         d = self._doc(target)
         if d is not None:
             return _Read("document", d)
         ranges = [m for rx in LINE_RANGES if (m := rx.fullmatch(target))]
         for m in ranges:
             if (d := self._doc(m[1])) is not None:
-                return self._line_range(target, d, int(m[2]), int(m[3]) if m.re.groups == 3 else None)
-        raise RequestError("not_found", f"no document with path or doc_id {target!r}{self._closest_path(ranges[0][1] if ranges else target)}", "targets")
+                return self._line_range(target, d, int(m[2]), int(m[3]) if m.re.groups == 3 else None, field)
+        named = "path or doc_id" if field == "targets" else field
+        closest = self._closest_path(ranges[0][1] if ranges else target) if suggest else ""
+        raise RequestError("not_found", f"no document with {named} {target!r}{closest}", field)
 
     def _doc(self, name: str) -> int | None:
         d = self.ix.doc_by_path(name)
         return d if d is not None else self._doc_by_id(name)
 
-    def _line_range(self, target: str, d: int, first: int, count: int | None) -> _Read:
+    def _line_range(self, target: str, d: int, first: int, count: int | None, field: str = "targets") -> _Read:
         ix = self.ix
         if not ix.has_sources:
-            raise RequestError("bad_request", f"this artifact was built without its documents' source lines (before kb get took line ranges); rebuild it with kb-build to read {target!r}", "targets")
+            raise RequestError("bad_request", f"this artifact was built without its documents' source lines (before kb get took line ranges); rebuild it with kb-build to read {target!r}", field)
         if first < 1:
-            raise RequestError("bad_value", f"{target!r}: lines are numbered from 1, not {first}", "targets")
+            raise RequestError("bad_value", f"{target!r}: lines are numbered from 1, not {first}", field)
         if count is not None and count < 1:
-            raise RequestError("bad_value", f"{target!r}: COUNT must be at least 1, got {count}", "targets")
+            raise RequestError("bad_value", f"{target!r}: COUNT must be at least 1, got {count}", field)
         n = len(ix.source_lines(d))
         if first > n:
-            raise RequestError("bad_value", f"{target!r} starts past the end: {ix.doc_path(d)} has {n} line{'' if n == 1 else 's'}", "targets")
+            raise RequestError("bad_value", f"{target!r} starts past the end: {ix.doc_path(d)} has {n} line{'' if n == 1 else 's'}", field)
         return _Read("lines", d, (first, n if count is None else min(n, first + count - 1)))
 
     def _glob(self, pattern: str) -> list[int]:
@@ -260,16 +314,25 @@ class Service:
 
     def status(self) -> dict:
         """``kb status --json`` (the files that changed, were added or removed since the build, and
-        ``fresh``) with the artifact's counts and models."""
-        from .stale import status_report
-
-        from .index import members_of
+        ``fresh``) with the artifact's counts and models: when the operator turned the stale check
+        on, and with paths only under the operator's corpus root (else ``differences``, counts);
+        otherwise ``checked`` false and ``fresh`` null."""
+        from .index import artifact_record, members_of
+        from .stale import differences, status_report
 
         out = []
         for ix in members_of(self.ix):
             m = ix.meta
-            out.append({**status_report(ix.manifest()), "counts": m.counts._asdict(), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": {"id": ix.artifact.id, "path": str(ix.path)}})
-        return {"fresh": all(s["fresh"] for s in out), "artifacts": out} if hasattr(self.ix, "members") else out[0]
+            if not self.stale_check:
+                rep = {"checked": False, "fresh": None, "reason": "this server does not compare the artifact with its corpus (kb serve/mcp --stale-check turns it on)"}
+            else:
+                rep = status_report(ix.manifest(), self.corpus_root, self._hash_bytes(None))
+                rep = {"checked": True, **rep, "differences": differences(rep)}
+                if self.corpus_root is None:  # the root the artifact names: counts, never its paths
+                    rep = {k: v for k, v in rep.items() if k not in ("root", "changed", "added", "removed", "touched")}
+            out.append({**rep, "counts": m.counts._asdict(), "models": {"embedder": m.embedder, "reranker": m.reranker}, "artifact": artifact_record(ix)})
+        fresh = None if not self.stale_check else all(s["fresh"] for s in out)
+        return {"fresh": fresh, "artifacts": out} if hasattr(self.ix, "members") else out[0]
 
     def health(self) -> dict:
         return {"status": "ok", "artifact": self.artifact, "chunks": self.ix.n_chunks, "documents": self.ix.n_docs}

@@ -15,6 +15,15 @@ settings.register_profile("kb", derandomize=True, deadline=None, max_examples=10
 settings.load_profile("kb")
 
 
+@pytest.fixture(autouse=True)
+def _stale_cache_in_tmp(tmp_path_factory, monkeypatch):
+    """kb search's stale-check cache (runtime/stale.py) under the test session's tmp folder, not ~/.cache."""
+    from kb.runtime import stale
+
+    folder = str(tmp_path_factory.getbasetemp() / "stale-cache")
+    monkeypatch.setattr(stale, "cache_dir", lambda: folder)
+
+
 @pytest.fixture(scope="session")
 def sample_artifact(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sample") / "sample.kb"
@@ -80,6 +89,7 @@ SLOW_TESTS = {
     "tests/runtime/test_get.py::test_crlf_no_final_newline_and_front_matter_keep_their_numbering",
     "tests/runtime/test_get.py::test_http_get_takes_targets_glob_and_max_bytes",
     "tests/runtime/test_get.py::test_mcp_multi_get_and_status",
+    "tests/runtime/test_get.py::test_mcp_status_names_paths_only_under_the_operators_corpus_root",
     "tests/runtime/test_graph_walk.py::test_a_forged_graph_raises_the_corrupt_error_never_anything_else",
     "tests/runtime/test_graph_walk.py::test_the_walk_finds_what_usearch_finds_on_the_same_graph",
     "tests/runtime/test_path_contexts.py::test_http_search_results_carry_them",

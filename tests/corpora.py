@@ -44,3 +44,23 @@ def build_hash(corpus: Path, out: Path, **kw):
     cfg_path = corpus / "kb.toml" if (corpus / "kb.toml").is_file() else None
     cfg = replace(load_config(cfg_path), embedding_model=kw.pop("embedder", "hash"), reranker=kw.pop("reranker", "none"))
     return build([corpus], out, cfg, **kw)
+
+
+def crafted_root_artifact(src: Path, out: Path) -> Path:
+    """``src`` with a manifest (checksums recomputed, as an attacker would) whose corpus root is /
+    and whose sources name host files: one of /etc/hostname's size (/etc/passwd's where there is
+    none), an absolute path and one that climbs out with .. (issue 50 C)."""
+    import os
+
+    from kb.formats import layout as L
+    from kb.formats import records as R
+    from kb.runtime.index import Index
+
+    version, secs = artifact_parts(src)
+    with Index(src) as ix:
+        m = ix.manifest()
+    host = "etc/hostname" if os.path.isfile("/etc/hostname") else "etc/passwd"
+    sources = (R.Source(host, os.stat("/" + host).st_size, 1, "0" * 64), R.Source("/etc/shadow", 1, 1, "0" * 64), R.Source("../../etc/group", 1, 1, "0" * 64))
+    rewrite(out, [R.manifest_section(m._replace(root="/", sources=sources)) if s.name == L.MANIFEST else s for s in secs], version)
+    return out
+

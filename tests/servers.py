@@ -28,13 +28,13 @@ def start_server(*args, timeout=20.0):
 
 @contextmanager
 def serving(*args):
-    """``kb serve ARGS`` on a free port for the block (yields the port); it must stop cleanly on SIGTERM."""
+    """``kb serve ARGS`` on a free port for the block (yields the port); it must stop cleanly on SIGTERM (exit 143, 128 + 15)."""
     proc, port = start_server(*args)
     try:
         yield port
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
+        assert proc.wait(10) == 128 + signal.SIGTERM
 
 
 def read_line(stream, timeout: float) -> str:

@@ -173,8 +173,10 @@ def test_kb_list_escapes_control_characters_in_paths(tmp_path):
     r = kb_run("list", "-i", out)
     assert r.exit_code == 0
     assert r.stdout == "evil\\x1b[2J\\x0dname.md\tlive\t\n"
-    r = kb_run("list", "-i", out, "--json")
+    r = kb_run("list", "-i", out, "--jsonl")
     assert '"path": "evil\\u001b[2J\\rname.md"' in r.stdout
+    r = kb_run("list", "-i", out, "--json")
+    assert '"path":"evil\\u001b[2J\\rname.md"' in r.stdout
 
 
 def test_build_json_report_lists_skips_with_their_reasons(tmp_path):

@@ -1,6 +1,7 @@
 """Several artifacts searched as one (runtime/collection.py): -i repeated and set files."""
 
 import json
+from pathlib import Path
 import shutil
 
 import numpy as np
@@ -83,11 +84,12 @@ def test_each_result_names_its_artifact_and_the_top_level_lists_them(split):
     r = run("search", "zfs replication backups", *[a for p in parts for a in ("-i", p)], "--json", "--no-stale-check", "-n", "10")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert d["schema_version"] == 2
+    assert d["schema_version"] == 3
     ids = [Index(p).artifact.id for p in parts]
-    assert [a["id"] for a in d["artifact"]] == ids and [a["path"] for a in d["artifact"]] == [str(p) for p in parts]
-    by_folder = dict(zip(("decisions", "incidents", "notes", "reference", "runbooks"), (ids[0], ids[1], ids[2], ids[2], ids[3])))
-    assert d["results"] and all(x["artifact"] == by_folder[x["path"].split("/")[0]] for x in d["results"])
+    assert [a["id"] for a in d["artifact"]] == ids and [a["path"] for a in d["artifact"]] == [a["name"] for a in d["artifact"]] == [str(p) for p in parts]
+    by_folder = dict(zip(("decisions", "incidents", "notes", "reference", "runbooks"), (0, 1, 2, 2, 3)))
+    assert d["results"] and all(x["artifact_id"] == ids[by_folder[x["path"].split("/")[0]]] for x in d["results"])
+    assert all(x["artifact"] == str(parts[by_folder[x["path"].split("/")[0]]]) for x in d["results"])
     assert len({x["artifact"] for x in d["results"]}) > 1
 
 
@@ -129,8 +131,9 @@ def test_set_file_round_trip_with_relative_paths(split, tmp_path):
     a = run("search", "zfs replication", "-i", moved / "all.kbset", "--json", "--no-stale-check")
     b = run("search", "zfs replication", *[x for p in parts for x in ("-i", p)], "--json", "--no-stale-check")
     assert a.exit_code == b.exit_code == 0
-    strip = lambda d: [(x["path"], x["chunk_id"], x["artifact"], x["score"]) for x in d["results"]]  # noqa: E731
+    strip = lambda d: [(x["path"], x["chunk_id"], x["artifact_id"], x["score"]) for x in d["results"]]  # noqa: E731
     assert strip(json.loads(a.stdout)) == strip(json.loads(b.stdout))
+    assert {x["artifact"] for x in json.loads(a.stdout)["results"]} <= {p.name for p in parts}  # named as the set file names them
 
 
 def test_a_missing_member_is_one_line_and_exit_3(split, tmp_path):
@@ -206,23 +209,63 @@ def test_the_same_artifact_twice_is_refused(split):
 
 def test_list_and_info_take_several_artifacts(split):
     _, parts = split
-    r = run("list", *[a for p in parts for a in ("-i", p)], "--json", "--all-statuses")
+    r = run("list", *[a for p in parts for a in ("-i", p)], "--jsonl", "--all-statuses")
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert len(rows) == 17 and {x["artifact"] for x in rows} == {Index(p).artifact.id for p in parts}
+    d = json.loads(run("list", *[a for p in parts for a in ("-i", p)], "--json", "--all-statuses").stdout)
+    assert d["items"] == rows and [a["name"] for a in d["artifact"]] == [str(p) for p in parts]
+    assert len(rows) == 17 and {x["artifact_id"] for x in rows} == {Index(p).artifact.id for p in parts} and {x["artifact"] for x in rows} == {str(p) for p in parts}
     r = run("info", "-i", parts[0], "-i", parts[1], "--json")
     assert r.exit_code == 0 and [a["artifact"] for a in json.loads(r.stdout)["artifacts"]] == [str(parts[0]), str(parts[1])]
 
 
-def test_get_and_status_read_one_artifact(split):
+def test_get_reads_a_set_from_the_member_that_holds_the_target_or_the_one_named(split):
     _, parts = split
-    for cmd in (("get", "0"), ("status",)):
-        r = run(*cmd, "-i", parts[0], "-i", parts[1])
-        assert r.exit_code == 2
-        assert r.stderr == f"kb: error: this command reads one artifact; give -i one .kb file (a member of the set), not {parts[0]} {parts[1]}\n"
+    several = [a for p in parts for a in ("-i", p)]
+    r = run("get", "runbooks/disk-full.md:1:2", *several, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["lines"] == [1, 2] and d["artifact"] == {"id": Index(parts[3]).artifact.id, "name": str(parts[3]), "path": str(parts[3])}
+    r = run("get", "0", *several)  # a chunk id is in every member
+    assert r.exit_code == 2
+    assert r.stderr == f"kb: error: chunk ids count within each artifact of the set: name one with member (kb get --member NAME): {', '.join(map(str, parts))} (a search result's artifact)\n"
+    r = run("get", "0", *several, "--member", str(parts[1]), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["document"]["path"].startswith("incidents/")
+    r = run("get", "0", *several, "--member", "nope.kb")
+    assert r.exit_code == 2 and r.stderr == f"kb: error: no artifact 'nope.kb' in this set; its artifacts: {', '.join(map(str, parts))}\n"
+    r = run("get", "runbooks/disk-full.md", "decisions/nope.md", *several)
+    assert r.exit_code == 2 and r.stderr.startswith("kb: error: no artifact of the set (")
 
 
-def test_the_servers_service_searches_a_set_and_refuses_get_on_it(split):
+def test_status_takes_a_set_and_a_member(split):
+    _, parts = split
+    r = run("status", *[a for p in parts for a in ("-i", p)], "--json")
+    d = json.loads(r.stdout)
+    assert [a["artifact"]["name"] for a in d["artifacts"]] == [str(p) for p in parts] and d["fresh"] is True
+    assert r.exit_code == 0
+    r = run("status", *[a for p in parts for a in ("-i", p)])
+    assert r.stdout.splitlines()[0] == f"{parts[0]}: corpus root {parts[0].parent / 'corpus0'}: up to date"
+    r = run("status", *[a for p in parts for a in ("-i", p)], "--member", Index(parts[2]).artifact.id, "--json")
+    assert "artifacts" not in json.loads(r.stdout) and "root" in json.loads(r.stdout)
+    r = run("status", *[a for p in parts for a in ("-i", p)], "--member", "nope")
+    assert r.exit_code == 2 and r.stderr.startswith("kb: error: no artifact 'nope' in ")
+
+
+def test_files_output_of_a_set_gives_paths_that_open_or_name_the_member(split):
+    from kb.runtime.output import render_files
+    from kb.runtime.results import Response
+
+    _, parts = split
+    r = run("search", "zfs replication backups", *[a for p in parts for a in ("-i", p)], "--format", "files", "--no-stale-check")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert len(lines) > 1 and all(Path(line).is_file() for line in lines)  # each under its member's corpus root
+    d = json.loads(run("search", "zfs replication backups", *[a for p in parts for a in ("-i", p)], "--json", "--no-stale-check").stdout)
+    fake = Response(None, tuple(type("R", (), {"artifact": x["artifact"], "path": x["path"]}) for x in d["results"]), (), {}, False, {})
+    assert render_files(fake, {str(p): None for p in parts}).splitlines()[0] == f"{d['results'][0]['artifact']}:{d['results'][0]['path']}"
+
+
+def test_the_servers_service_searches_a_set_and_gets_from_its_members(split):
     from kb.runtime.requests import RequestError, parse_get, parse_search
     from kb.runtime.service import Service
 
@@ -230,11 +273,14 @@ def test_the_servers_service_searches_a_set_and_refuses_get_on_it(split):
     with open_paths([str(p) for p in parts]) as coll:
         svc = Service(coll, stale_check=False).warm()
         d = svc.search(parse_search({"query": "zfs replication", "top_k": 5}))
-        assert d["schema_version"] == 2 and [a["id"] for a in d["artifact"]] == [m.artifact.id for m in coll.members]
-        assert d["results"] and all(r["artifact"] in {m.artifact.id for m in coll.members} for r in d["results"])
+        assert d["schema_version"] == 3 and [a["id"] for a in d["artifact"]] == [m.artifact.id for m in coll.members]
+        assert d["results"] and all(r["artifact_id"] in {m.artifact.id for m in coll.members} for r in d["results"])
         assert len(svc.info()["artifacts"]) == 4 and len(svc.status()["artifacts"]) == 4
-        with pytest.raises(RequestError, match="get reads one artifact"):
+        with pytest.raises(RequestError, match="chunk ids count within each artifact of the set"):
             svc.get(parse_get({"chunk_id": 0}))
+        first = d["results"][0]
+        got = svc.get(parse_get({"chunk_id": first["chunk_id"], "member": first["artifact"]}))
+        assert got["chunk"]["path"] == first["path"] and got["artifact"]["id"] == first["artifact_id"]
 
 
 def test_a_set_weighs_its_legs_by_the_querys_length_as_one_artifact_does(split):

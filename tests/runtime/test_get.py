@@ -238,6 +238,17 @@ def test_mcp_multi_get_and_status(sample_artifact):
         _multi_get_and_status(c, sample_artifact)
 
 
+def test_mcp_status_names_paths_only_under_the_operators_corpus_root(sample_artifact):
+    cli = json.loads(run("status", "-i", sample_artifact, "--json").stdout)
+    with mcp_session("-i", sample_artifact, "--corpus-root", cli["root"]) as c:
+        status = c.call("status")["structuredContent"]
+    assert status == {"checked": True, **cli, "differences": {"changed": 0, "added": 0, "removed": 0}, "counts": status["counts"], "models": status["models"], "artifact": status["artifact"]}
+    with mcp_session("-i", sample_artifact, "--stale-check") as c:
+        status = c.call("status")["structuredContent"]
+    assert status["checked"] is True and status["fresh"] is True and status["differences"] == {"changed": 0, "added": 0, "removed": 0, "touched": 0}
+    assert not {"root", "changed", "added", "removed"} & set(status)
+
+
 def _multi_get_and_status(c, sample_artifact):
     args = dict(MANY, targets=MANY["targets"][:2])
     got = c.call("multi_get", args)
@@ -247,10 +258,9 @@ def _multi_get_and_status(c, sample_artifact):
     bad = c.call("multi_get", {"glob": "[x"})
     assert bad["content"][0]["text"] == "error (bad_value, field glob): glob '[x' has a [ that is never closed (to match [ itself, write [[])"
     assert c.call("multi_get", {})["content"][0]["text"] == "error (missing_field, field targets): give targets or glob (got neither)"
-    assert c.call("multi_get", {"chunk_id": 1})["content"][0]["text"].startswith("error (unknown_field, field chunk_id): unknown field 'chunk_id'; known: context, glob, max_bytes, max_chunks, targets")
-    status = c.call("status")["structuredContent"]
-    cli = json.loads(run("status", "-i", sample_artifact, "--json").stdout)
+    assert c.call("multi_get", {"chunk_id": 1})["content"][0]["text"].startswith("error (unknown_field, field chunk_id): unknown field 'chunk_id'; known: context, glob, max_bytes, max_chunks, member, targets")
+    status = c.call("status")["structuredContent"]  # the stale check is off unless the operator turns it on
     info = json.loads(run("info", "-i", sample_artifact, "--json").stdout)
-    assert status == {**cli, "counts": info["counts"], "models": info["models"], "artifact": status["artifact"]}
-    assert status["fresh"] is True and status["counts"]["documents"] == 17
+    assert status == {"checked": False, "fresh": None, "reason": "this server does not compare the artifact with its corpus (kb serve/mcp --stale-check turns it on)", "counts": info["counts"], "models": info["models"], "artifact": status["artifact"]}
+    assert status["counts"]["documents"] == 17
     assert c.call("status", {"x": 1})["content"][0]["text"] == "error (unknown_field, field x): status takes no arguments, got 'x'"

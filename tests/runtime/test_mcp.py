@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from kb.runtime.cli import main as kb
 
 from corpora import GOLDEN, REPO, SERVE_CLI
+from kb.runtime.requests import GET_FIELDS, SEARCH_FIELDS
 from servers import Client, mcp_session
 
 GOLD = GOLDEN / "tiny-v1.kb"
@@ -50,12 +51,12 @@ def test_tools_list_documents_every_input(client):
     assert set(tools) == {"search", "get", "multi_get", "info", "status"}
     s = tools["search"]["inputSchema"]
     assert s["type"] == "object" and s["additionalProperties"] is False
-    assert set(s["properties"]) == {"query", "rewrites", "entities", "status", "all_statuses", "tag", "path", "top_k", "mode", "rerank", "full", "group"}
+    assert set(s["properties"]) == set(SEARCH_FIELDS) and {"min_score", "rrf_k", "explain"} <= set(s["properties"])  # what HTTP /search takes
     assert all(p["description"] for p in s["properties"].values())
     assert s["properties"]["rewrites"]["type"] == "array" and s["properties"]["mode"]["enum"] == ["hybrid", "bm25", "vector"]
     assert "natural language" in s["properties"]["query"]["description"]
-    assert set(tools["get"]["inputSchema"]["properties"]) == {"chunk_id", "doc_id", "path", "context", "max_chunks"}
-    assert set(tools["multi_get"]["inputSchema"]["properties"]) == {"targets", "glob", "max_bytes", "context", "max_chunks"}
+    assert set(tools["get"]["inputSchema"]["properties"]) == set(GET_FIELDS)  # what HTTP /get takes
+    assert set(tools["multi_get"]["inputSchema"]["properties"]) == {"targets", "glob", "max_bytes", "context", "max_chunks", "member"}
     assert tools["info"]["inputSchema"]["properties"] == tools["status"]["inputSchema"]["properties"] == {}
     assert all(t["annotations"]["readOnlyHint"] for t in tools.values())
 
@@ -88,6 +89,42 @@ def test_get_a_chunk_with_neighbours_and_a_document(client):
     assert doc["document"]["title"] == "Backups" and [c["section"] for c in doc["chunks"]] == ["Backups", "Backups > Restore"]
 
 
+def test_get_takes_what_kb_get_takes(sample_artifact):
+    def cli(*args):
+        r = CliRunner().invoke(kb, ["get", *args, "-i", str(sample_artifact), "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    with mcp_session("-i", sample_artifact, "--no-stale-check") as c:
+        for target in ("runbooks/disk-full.md:2:3", "runbooks/disk-full.md:56", "runbooks/disk-full.md"):
+            r = c.call("get", {"path": target})
+            assert r["isError"] is False and r["structuredContent"] == cli(target)
+        assert c.call("get", {"path": "runbooks/disk-full.md:2:3"})["structuredContent"]["lines"] == [2, 4]
+        many = c.call("get", {"targets": ["3", "runbooks/disk-full.md:1:1"], "context": 0})["structuredContent"]
+        assert many == cli("3", "runbooks/disk-full.md:1:1", "-C", "0") and [i["target"] for i in many["items"]] == ["3", "runbooks/disk-full.md:1:1"]
+
+
+def test_search_takes_min_score_and_the_knobs_http_takes(client):
+    every = client.call("search", {"query": "backup", "all_statuses": True, "top_k": 10})["structuredContent"]["results"]
+    floor = 0.5
+    kept = client.call("search", {"query": "backup", "all_statuses": True, "top_k": 10, "min_score": floor})["structuredContent"]["results"]
+    assert kept == [r for r in every if r["confidence"] >= floor] and 0 < len(kept) < len(every)
+    assert client.call("search", {"query": "backup", "rrf_k": 60, "explain": True})["isError"] is False
+
+
+def test_ctrl_c_exits_130():
+    import signal
+
+    c = Client("-i", GOLD, "--no-stale-check")
+    c.request("ping")
+    c.proc.send_signal(signal.SIGINT)
+    assert c.proc.wait(10) == 130
+    c = Client("-i", GOLD, "--no-stale-check")
+    c.request("ping")
+    c.proc.send_signal(signal.SIGTERM)
+    assert c.proc.wait(10) == 143
+
+
 def test_info_is_kb_info_json(client):
     r = CliRunner().invoke(kb, ["info", "-i", str(GOLD), "--json"])
     assert client.call("info")["structuredContent"] == json.loads(r.stdout)
@@ -96,15 +133,15 @@ def test_info_is_kb_info_json(client):
 @pytest.mark.parametrize(
     "tool, arguments, text",
     [
-        ("search", {"query": "backup", "colour": "red"}, "error (unknown_field, field colour): unknown field 'colour'; known: all_statuses, entities, full, group, mode, path, query, rerank, rewrites, status, tag, top_k"),
-        ("search", {"query": "backup", "explain": True}, "error (unknown_field, field explain): unknown field 'explain'; known: all_statuses, entities, full, group, mode, path, query, rerank, rewrites, status, tag, top_k"),
+        ("search", {"query": "backup", "colour": "red"}, f"error (unknown_field, field colour): unknown field 'colour'; known: {', '.join(sorted(SEARCH_FIELDS))}"),
+        ("search", {"query": "backup", "min_score": 2}, "error (bad_value, field min_score): min_score must be within 0..1, got 2"),
         ("search", {"query": "backup", "top_k": "3"}, 'error (bad_type, field top_k): top_k must be an integer, got string "3"'),
         ("search", {"query": "backup", "rewrites": "other words"}, 'error (bad_type, field rewrites): rewrites must be an array of strings, got string "other words"'),
         ("search", {"query": "backup", "status": ["draft"]}, "error (bad_value): unknown status 'draft'; this artifact has: live-doctrine, live, derived, historical, superseded"),
         ("search", {}, "error (missing_field, field query): give a query (or rewrites or entities)"),
         ("get", {"chunk_id": 99}, "error (not_found, field chunk_id): no chunk 99; this artifact has chunk ids 0..9"),
         ("get", {"doc_id": "nope"}, "error (not_found, field doc_id): no document with doc_id 'nope'"),
-        ("get", {}, "error (missing_field, field chunk_id): give exactly one of chunk_id, doc_id or path (got none)"),
+        ("get", {}, "error (missing_field, field chunk_id): give exactly one of chunk_id, doc_id or path, or targets or a glob (got none)"),
         ("info", {"verbose": True}, "error (unknown_field, field verbose): info takes no arguments, got 'verbose'"),
     ],
 )

@@ -33,6 +33,36 @@ def test_the_packed_reranker_is_listed_by_kb_info(reranked_artifact):
     d = json.loads(CliRunner().invoke(kb, ["info", "-i", str(out), "--json"]).stdout)
     assert d["models"]["reranker"]["kind"] == "cross-encoder"
     assert "model.rerank" in {s["name"] for s in d["sections"]}
+    packed = {m["role"]: m for m in d["packed_models"]}
+    assert set(packed) == {"embedder", "reranker"} and packed["reranker"]["section"] == "model.rerank"
+    assert packed["reranker"]["bytes"] == next(s["bytes"] for s in d["sections"] if s["name"] == "model.rerank")
+    text = CliRunner().invoke(kb, ["info", "-i", str(out)]).stdout.splitlines()
+    assert text[text.index(next(x for x in text if x.startswith("packed models: "))) + 2] == f"  reranker: {packed['reranker']['name']}, {packed['reranker']['bytes']:,} bytes (model.rerank)"
+
+
+def test_a_default_build_packs_a_reranker_only_when_its_search_reranks(tmp_path):
+    from dataclasses import replace
+
+    from kb.builder.build import rerank_choice
+    from kb.builder.config import BuildConfig, load_config
+
+    assert rerank_choice(BuildConfig()) == "none"
+    assert rerank_choice(BuildConfig(search={"rerank": True})) == "default"
+    assert rerank_choice(BuildConfig(search={"rerank": True}, embedding_model="none")) == "none"  # nothing hybrid to rerank
+    assert rerank_choice(BuildConfig(reranker="default", embedding_model="none")) == "default"  # asked for
+    assert rerank_choice(BuildConfig(search={"rerank": True}, reranker="none")) == "none"
+    toml = tmp_path / "kb.toml"
+    toml.write_text('[embedding]\nreranker = "default"\n')
+    assert rerank_choice(load_config(toml)) == "default"
+    assert rerank_choice(replace(load_config(toml), reranker="none")) == "none"  # --no-reranker over kb.toml
+
+
+def test_rerank_on_an_artifact_without_a_reranker_is_one_notice_and_exit_0(tiny_artifact):
+    r = CliRunner().invoke(kb, ["search", "backup snapshot", "-i", str(tiny_artifact), "--rerank", "--no-stale-check"])
+    assert r.exit_code == 0 and r.stdout
+    assert r.stderr == "kb: note: no reranker in this artifact (kb-build packs one with --reranker default, or [search] rerank = true in kb.toml); results are in fused order\n"
+    d = json.loads(CliRunner().invoke(kb, ["info", "-i", str(tiny_artifact), "--json"]).stdout)
+    assert [m["role"] for m in d["packed_models"]] == ["embedder"]
 
 
 def test_rerank_is_off_by_default_and_on_with_rerank(reranked_artifact):

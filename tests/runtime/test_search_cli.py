@@ -31,11 +31,11 @@ def search_json(*args):
 def test_json_output_has_the_versioned_contract():
     d = search_json("restore the snapshot", "-i", GOLD)
     assert set(d) >= {"schema_version", "query", "rewrites", "entities", "artifact", "results", "tag_contexts", "notices", "filters", "mode"}
-    assert d["schema_version"] == 2 and d["query"] == "restore the snapshot"
-    assert set(d["artifact"]) == {"id", "path"} and len(d["artifact"]["id"]) == 16
+    assert d["schema_version"] == 3 and d["query"] == "restore the snapshot"
+    assert set(d["artifact"]) == {"id", "name", "path"} and len(d["artifact"]["id"]) == 16 and d["artifact"]["name"] == str(GOLD)
     r = d["results"][0]
-    assert set(r) == {"rank", "score", "score_kind", "confidence", "path", "section", "lines", "status", "tags", "path_contexts", "chunk_id", "doc_id", "title", "artifact", "snippet"}
-    assert r["artifact"] == d["artifact"]["id"]
+    assert set(r) == {"rank", "score", "score_kind", "confidence", "path", "section", "lines", "status", "tags", "path_contexts", "chunk_id", "doc_id", "title", "artifact", "artifact_id", "snippet"}
+    assert r["artifact"] == d["artifact"]["name"] and r["artifact_id"] == d["artifact"]["id"]
     assert 0.0 <= r["confidence"] <= 1.0
     assert (r["rank"], r["path"], r["section"], r["score_kind"]) == (1, "backups.md", "Backups > Restore", "rrf")
     assert d["tag_contexts"] == {"ops": "Operations runbooks", "storage": "Disks, pools and backups"}
@@ -327,6 +327,62 @@ def test_every_command_has_help_and_appears_in_the_readme():
         assert cmd.help and cmd.help.strip(), name
         assert f"kb {name}" in readme, name
     assert "kb-build" in readme
+
+
+def _all_commands():
+    """(name, command) of kb, each subcommand (kb set's too) and kb-build."""
+    import click
+    from kb.builder.cli import main as kb_build
+
+    out, todo = [("kb-build", kb_build)], [("kb", kb)]
+    while todo:
+        name, cmd = todo.pop()
+        out.append((name, cmd))
+        if isinstance(cmd, click.Group):
+            todo.extend((f"{name} {n}", c) for n, c in cmd.commands.items())
+    return out
+
+
+@pytest.mark.parametrize("name, cmd", _all_commands(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_commands_help_ends_with_two_to_four_examples(name, cmd):
+    from kb.builder.cli import main as kb_build
+
+    root = kb_build if name == "kb-build" else kb
+    r = CliRunner().invoke(root, [*name.split()[1:], "--help"])
+    assert r.exit_code == 0, r.output
+    tail = r.stdout.rstrip("\n").split("\n\nExamples:\n")
+    assert len(tail) == 2, name
+    examples = tail[1].splitlines()
+    assert 2 <= len(examples) <= 4 and all(line.startswith("  ") for line in examples), examples
+
+
+def test_search_help_keeps_the_tuning_knobs_for_help_all():
+    short = run("search", "--help").stdout
+    full = run("search", "--help-all").stdout
+    assert "--rerank-weight" not in short and "--rrf-k" not in short and "--rerank / --no-rerank" in short
+    assert "12 tuning options (fusion and rerank) are listed by --help-all." in short
+    assert "Tuning options (fusion and rerank; each defaults to the artifact's kb.toml [search]):" in full and "--rerank-weight" in full and "--rrf-k" in full
+    assert len(short.splitlines()) < len(full.splitlines()) - 40
+    assert "--help-all" in run("bench", "--help").stdout
+
+
+def test_json_is_one_object_and_jsonl_one_line_per_record_for_every_command():
+    d = json.loads(run("list", "-i", GOLD, "--all-statuses", "--json").stdout)
+    lines = [json.loads(x) for x in run("list", "-i", GOLD, "--all-statuses", "--jsonl").stdout.splitlines()]
+    assert d["items"] == lines and len(lines) > 1 and d["artifact"]["id"] == Index(GOLD).artifact.id
+    assert run("list", "-i", GOLD, "--json", "--jsonl").exit_code == 2
+    for args in (("list", "-i", GOLD, "--all-statuses"), ("info", "-i", GOLD), ("status", "-i", GOLD), ("get", "3", "-i", GOLD), ("search", "backup", "-i", GOLD, "--mode", "bm25")):
+        out = run(*args, "--json").stdout
+        assert len(out.splitlines()) == 1 and isinstance(json.loads(out), dict), args
+
+
+def test_the_readme_and_bench_help_document_the_fixture_format():
+    from corpora import REPO
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    help_ = " ".join(run("bench", "--help").stdout.split())
+    for text in (readme, help_):
+        assert '{"queries": [' in text and '"relevant": ["runbooks/restore.md"]' in text and "an empty list makes a negative query" in text
 
 
 def test_the_defaults_the_readme_shows_in_its_usage_are_the_commands_defaults():

@@ -22,7 +22,7 @@ from kb.runtime.search import Searcher
 from kb.runtime.serve import make_server
 
 from corpora import GOLDEN, REPO, SERVE_CLI
-from servers import call, serving
+from servers import call, serving, start_server
 
 GOLD = GOLDEN / "tiny-v1.kb"
 
@@ -143,7 +143,7 @@ def error_of(port, method, path, body=None, headers=None):
         (b"\xff\xfe", "bad_json", None, "the body is not UTF-8 (invalid start byte at byte 0)"),
         (b"[" * 30000 + b"]" * 30000, "bad_json", None, "the body nests too deeply"),
         (b'["backup"]', "bad_type", None, "the request must be a JSON object, got array"),
-        ({"query": "backup", "colour": "red", "size": 1}, "unknown_field", "colour", "unknown fields 'colour', 'size'; known: adaptive_fusion, all_statuses, blend, budget_ms, entities, explain, full, group, literal, low_confidence_floor, mode, path, query, rank1_bonus, rank23_bonus, rerank, rerank_passage_tokens, rerank_top, rerank_weight, rewrite_weight, rewrites, rrf_k, semantic_weight, status, tag, tag_weight, top_k"),
+        ({"query": "backup", "colour": "red", "size": 1}, "unknown_field", "colour", "unknown fields 'colour', 'size'; known: adaptive_fusion, all_statuses, blend, budget_ms, entities, explain, full, group, literal, low_confidence_floor, min_score, mode, path, query, rank1_bonus, rank23_bonus, rerank, rerank_passage_tokens, rerank_top, rerank_weight, rewrite_weight, rewrites, rrf_k, semantic_weight, status, tag, tag_weight, top_k"),
         ({"query": 42}, "bad_type", "query", "query must be a string, got integer 42"),
         ({"query": "backup", "top_k": "5"}, "bad_type", "top_k", 'top_k must be an integer, got string "5"'),
         ({"query": "backup", "top_k": 2.5}, "bad_type", "top_k", "top_k must be an integer, got number 2.5"),
@@ -390,7 +390,7 @@ def test_the_stale_index_notice_is_added_and_rechecked_after_its_ttl(tmp_path):
     out = tmp_path / "t.kb"
     build_hash(corpus, out)
     with Index(out) as ix:
-        svc = Service(ix, stale_ttl=3600).warm()
+        svc = Service(ix, stale_check=True, corpus_root=str(corpus), stale_ttl=3600).warm()
         req = parse_search({"query": "backup"})
         assert [n["kind"] for n in svc.search(req)["notices"]] == []
         (corpus / "new.md").write_text("# New\n")
@@ -398,6 +398,30 @@ def test_the_stale_index_notice_is_added_and_rechecked_after_its_ttl(tmp_path):
         svc.stale_ttl = 0
         stale = [n for n in svc.search(req)["notices"] if n["kind"] == "stale_index"]
         assert stale[0]["files"] == ["added new.md"]
+
+
+def test_ctrl_c_exits_130_and_sigterm_143_as_readme_says():
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        proc, port = start_server("-i", GOLD, "--no-stale-check")
+        assert call(port, "GET", "/health")[0] == 200
+        proc.send_signal(sig)
+        assert proc.wait(10) == 128 + sig
+        assert proc.stderr.read().decode().count("\n") <= 1  # no traceback
+
+
+def test_a_crafted_artifact_naming_root_slash_makes_no_walk_and_leaks_no_path(tmp_path, tiny_artifact):
+    from corpora import crafted_root_artifact
+
+    crafted = crafted_root_artifact(tiny_artifact, tmp_path / "crafted.kb")
+    with serving("-i", crafted) as port:  # the stale check is off: nothing walked, nothing reported
+        status, _, d = call(port, "GET", "/search?q=backup")
+        assert status == 200 and [n for n in d["notices"] if n["kind"] == "stale_index"] == []
+    with serving("-i", crafted, "--stale-check") as port:  # on, by the operator: counts, bounded
+        status, _, d = call(port, "GET", "/search?q=backup")
+        notice = next(n for n in d["notices"] if n["kind"] == "stale_index")
+        assert status == 200 and "files" not in notice and len(notice["message"]) < 300 and "etc" not in notice["message"]
 
 
 @pytest.mark.parametrize("twice", ["Host", "Content-Length", "Origin"])
