@@ -21,7 +21,10 @@ from .clikit import compute_option, device_option, index_option, open_index
 _stale = click.option("--no-stale-check", is_flag=True, help="Skip comparing the manifest with the corpus on disk (otherwise rechecked at most every 30 s).")
 
 
-def _open_service(index_path, device, compute_type, stale_check, prog):
+_mmap = click.option("--mmap", "use_mmap", is_flag=True, help="Map the artifact files instead of reading them into memory, for artifacts larger than memory (a set of big shards). Then replace a file only by rename: one changed in place can crash the server (SIGBUS).")
+
+
+def _open_service(index_path, device, compute_type, stale_check, prog, private=True):
     """The warmed Service, reloaded when its artifact files change (runtime/service.py
     ``Reloading``); a model that does not load fails as it would for ``kb search``."""
     from .clikit import resolve_index
@@ -29,19 +32,19 @@ def _open_service(index_path, device, compute_type, stale_check, prog):
     from .service import Reloading, file_state
 
     before = {p: file_state(p) for p in resolve_index(index_path)}
-    svc = _load_service(index_path, device, compute_type, stale_check)
-    return Reloading(svc, lambda: _load_service(index_path, device, compute_type, stale_check), [*before, *(str(m.path) for m in members_of(svc.ix))],
+    svc = _load_service(index_path, device, compute_type, stale_check, private)
+    return Reloading(svc, lambda: _load_service(index_path, device, compute_type, stale_check, private), [*before, *(str(m.path) for m in members_of(svc.ix))],
                      log=lambda line: click.echo(f"kb {prog}: {line}", err=True), before=before)
 
 
-def _load_service(index_path, device, compute_type, stale_check):
+def _load_service(index_path, device, compute_type, stale_check, private=True):
     from .index import members_of
     from .search import Searcher
     from .service import Service
 
-    ix = open_index(index_path, private=True)
+    ix = open_index(index_path, private=private)
     try:
-        for m in members_of(ix):
+        for m in members_of(ix) if private else ():  # read whole anyway: check it whole
             m.artifact.verify()
         svc = Service(ix, Searcher(ix, device, compute_type), stale_check=stale_check)
         try:
@@ -67,15 +70,16 @@ def _load_service(index_path, device, compute_type, stale_check):
 @click.option("--max-body", type=click.IntRange(1024, 16 * 1024 * 1024), default=64 * 1024, show_default=True, help="Largest request body in bytes; more gets 413.")
 @click.option("--access-log", is_flag=True, help="Log one line per request to stderr.")
 @_stale
+@_mmap
 @device_option
 @compute_option
 @debug_option
-def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_wait, timeout_s, request_deadline, max_connections, max_body, access_log, no_stale_check, device, compute_type):
+def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_wait, timeout_s, request_deadline, max_connections, max_body, access_log, no_stale_check, use_mmap, device, compute_type):
     """Serve search over HTTP: GET|POST /search, /get; GET /info, /health (JSON)."""
     from .serve import LOOPBACK, host_port, make_server
     from .serve import serve as serve_forever
 
-    svc = _open_service(index_path, device, compute_type, not no_stale_check, "serve")
+    svc = _open_service(index_path, device, compute_type, not no_stale_check, "serve", private=not use_mmap)
     try:
         try:
             server = make_server(svc, host, port, max_body=max_body, max_concurrent=max_concurrent, timeout=timeout_s, queue_wait=queue_wait, max_queue=max_queue, deadline=request_deadline, max_connections=max_connections, extra_hosts=allow_host, access_log=access_log)
@@ -93,15 +97,16 @@ def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_w
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @index_option
 @_stale
+@_mmap
 @device_option
 @compute_option
 @debug_option
-def mcp(index_path, no_stale_check, device, compute_type):
+def mcp(index_path, no_stale_check, use_mmap, device, compute_type):
     """Serve search to an MCP client over stdio (tools: search, get, multi_get, info, status)."""
     from .mcp_server import protect_stdout, run_stdio
 
     out = protect_stdout()  # before anything loads: only protocol messages may reach stdout
-    svc = _open_service(index_path, device, compute_type, not no_stale_check, "mcp")
+    svc = _open_service(index_path, device, compute_type, not no_stale_check, "mcp", private=not use_mmap)
     click.echo(f"kb mcp: serving {_named(svc)} on stdio", err=True)
     try:
         run_stdio(svc, out_stream=out)
