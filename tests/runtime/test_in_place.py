@@ -105,3 +105,17 @@ def test_kb_mcp_survives_truncate_in_place_and_picks_up_a_rename(tmp_path):
         shutil.copyfile(OLD, tmp)
         os.replace(tmp, served)
         assert wait_for(lambda: c.call("search", {"query": "backup"})["structuredContent"]["artifact"]["id"] == artifact_id(OLD))
+
+
+def test_kb_serve_mmap_maps_the_file_and_still_picks_up_a_rename(tmp_path):
+    """--mmap: for artifacts larger than memory; only a rename is safe then (README)."""
+    served = tmp_path / "served.kb"
+    shutil.copyfile(NEW, served)
+    serving_id = lambda port: call(port, "GET", "/health")[2]["artifact"]["id"]  # noqa: E731
+    with serving("-i", served, "--no-stale-check", "--mmap") as port:
+        assert serving_id(port) == artifact_id(NEW)
+        tmp = tmp_path / "next.kb"
+        shutil.copyfile(OLD, tmp)
+        os.replace(tmp, served)
+        assert wait_for(lambda: serving_id(port) == artifact_id(OLD))
+        assert call(port, "POST", "/search", {"query": "backup"})[0] == 200
