@@ -25,11 +25,15 @@ from pathlib import Path
 from kb.common.errors import ConfigError
 from kb.common.options import SearchOptions
 from kb.common.settings import from_table, setting
+from kb.formats.artifact import open_regular
 from kb.formats.bm25 import BM25Params
+from kb.formats.meta import MAX_TAG_CHARS
 
 from .chunk import ChunkOptions
 
 __all__ = ["BuildConfig", "ConfigError", "load_config"]
+
+MAX_CONFIG_BYTES = 1 << 20  # a kb.toml larger than this is refused before it is parsed
 
 
 @dataclass(frozen=True)
@@ -121,11 +125,17 @@ def load_config(path: Path | None) -> BuildConfig:
     if path is None:
         return BuildConfig()
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        with open_regular(path) as f:  # a FIFO or /dev/zero is refused, not read forever
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES:,} bytes; a kb.toml holds settings, not data")
+        data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as e:
         raise ConfigError(f"{path}: malformed kb.toml: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed kb.toml: arrays or tables nested too deeply") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
     known = ("tags", "contexts", *SECTIONS)
@@ -138,6 +148,8 @@ def load_config(path: Path | None) -> BuildConfig:
     for k, v in tags.items():
         if not isinstance(v, str):
             raise ConfigError(f'{path}: [tags] {k}: must be a one-line description (a string), e.g. ops = "Runbooks"')
+        if len(v) > MAX_TAG_CHARS:
+            raise ConfigError(f"{path}: [tags] {k}: the description is {len(v):,} characters long; the most is {MAX_TAG_CHARS} (every result with the tag carries it)")
     contexts = _path_contexts(data.get("contexts", {}), f"{path}: [contexts]")
     t = {name: from_table(cls, data.get(name, {}), f"{path}: [{name}]") for name, cls in SECTIONS.items()}
     from .embedders import EMBEDDERS

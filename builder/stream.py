@@ -30,7 +30,7 @@ import numpy as np
 
 from kb.formats import layout as L
 from kb.formats import records as R
-from kb.formats.artifact import FileRange, Scratch
+from kb.formats.artifact import FileRange, Scratch, within_zstd_ratio
 from kb.formats.text_codec import text_writer, train_dictionary
 
 WINDOW_BYTES = 32 << 20  # stored document bytes per window: bounds the chunking and analysis working set
@@ -178,7 +178,7 @@ def spill_frames(batches, cctx, out: Scratch, threads: int = 1) -> tuple:
     for raw in batches:
         packed = cctx.multi_compress_to_buffer(raw, threads=threads) if threads > 1 and raw else [cctx.compress(b) for b in raw]
         for i in range(len(raw)):
-            frame = packed[i]
+            frame = within_zstd_ratio(packed[i], len(raw[i]))
             write(frame)
             offsets.append(offsets[-1] + len(frame))
     out.file.flush()

@@ -10,20 +10,24 @@ blocks of ``BLOCK_ROWS``, never loaded whole: a million 384-dimensional float32 
 Every check that can fail is a usage error (exit 2) that names the file, before the heavy stages:
 the file is not a 2-D float32/float16 ``.npy``, its width is not the model's, its row count is
 not the number of records, or a row holds NaN, an infinity or only zeros (a cosine needs a
-finite direction).
+finite direction). Any other row is normalized in float64 (``take``), so a row of tiny or huge
+values gets its direction.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from kb.formats.artifact import NotRegularFile, open_regular
 from kb.models.convert import sha256_file
 from kb.common.errors import UsageError
+from kb.common.usage import printable
 
 from .chunk import Chunk
 from .ingest import Document, SourceFile
@@ -50,10 +54,13 @@ class GivenVectors:
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (record numbers) as unit-length float32 vectors, in that order. (Stored
-        unit length, a float16 index cannot overflow; the cosine is the same.)"""
-        v = np.asarray(self.array[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+        unit length, a float16 index cannot overflow; the cosine is the same.) Normalized in
+        float64, whose range holds the norm of any finite float32 row: a row of 3e38s (a float32
+        norm overflows to inf) or of subnormals like 1e-45 (its float32 norm underflows to 0)
+        gets its direction, not zeros or NaN."""
+        v = np.asarray(self.array[np.asarray(rows, dtype=np.int64)], dtype=np.float64)
         self.release()
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
     def release(self) -> None:
         """Drop the pages read so far from this process's resident set (they stay in the page
@@ -67,16 +74,22 @@ def open_vectors(path: Path) -> GivenVectors:
     """Map ``path`` and check it is a 2-D float32 or float16 array; a UsageError otherwise."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO is refused, not waited on
             magic = f.read(len(NPY_MAGIC))
         if magic != NPY_MAGIC:
             raise UsageError(f"{path}: not a .npy file; --vectors takes one array saved by numpy.save")
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        with np.errstate(all="ignore"), warnings.catch_warnings():  # a forged shape's size overflows, a Python 2 header: numpy's
+            warnings.simplefilter("ignore")  # warnings would be more lines on stderr; its errors say what is wrong
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file (--vectors)") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a folder; --vectors names a .npy file") from None
-    except (ValueError, OSError, EOFError) as e:
+    except NotRegularFile:
+        raise UsageError(f"{path}: not a regular file (a FIFO, socket or device); --vectors names a .npy file") from None
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - numpy's header parser, fed a hostile header, raises assorted errors (ValueError, OverflowError, tokenize's TokenError...)
         raise UsageError(f"{path}: not a readable .npy array ({_first_line(e)})") from None
     if array.dtype.name not in DTYPES:
         raise UsageError(f"{path}: {array.dtype.name} vectors; give {' or '.join(DTYPES)}")
@@ -85,9 +98,11 @@ def open_vectors(path: Path) -> GivenVectors:
     return GivenVectors(path, array)
 
 
-def _first_line(e: Exception) -> str:
+def _first_line(e: Exception, most: int = 200) -> str:
+    """numpy's reason, as one short line (its message may quote a whole hostile header)."""
     msg = str(e).strip()
-    return msg.splitlines()[0] if msg else type(e).__name__
+    line = printable(msg.splitlines()[0]) if msg else type(e).__name__
+    return line if len(line) <= most else line[: most - 1] + "…"
 
 
 def check_dim(given: GivenVectors, model: str, dim: int) -> None:

@@ -143,9 +143,9 @@ def check(s: Setting, value, request: bool = False):
             raise Invalid("bad_type", f"must be an array of strings; it holds {json_type(bad)} {shown(bad)}")
         raise Invalid("bad_type", f"must be {'a boolean (true or false)' if k is bool else s.type_word()}, got {json_type(value)} {shown(value)}")
     if k is float:
-        value = float(value)
+        value = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf  # float() raises on an int past its range
         if not math.isfinite(value):
-            raise Invalid("bad_value", "must be a finite number" + ("" if request else f", got {shown(value)}"))
+            raise Invalid("bad_value", "must be a finite number" + ("" if request else f", got {shown(given)}"))
     if k is tuple:
         value = tuple(value)
         if s.one_or_many and not value:
@@ -158,7 +158,8 @@ def check(s: Setting, value, request: bool = False):
     if s.choices and value not in s.choices:
         raise Invalid("bad_value", f"must be one of {', '.join(s.choices)}, got {shown(given)}")
     if (s.minimum is not None and value < s.minimum) or (s.maximum is not None and value > s.maximum):
-        raise Invalid("bad_value", f"must be within {s.range_text()}, got {_num(value) if request else shown(given)}")
+        bound = f"within {s.range_text()}" if s.minimum is not None and s.maximum is not None else f"at least {_num(s.minimum)}" if s.minimum is not None else f"at most {_num(s.maximum)}"
+        raise Invalid("bad_value", f"must be {bound}, got {_num(value) if request else shown(given)}")
     return value
 
 

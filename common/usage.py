@@ -1,7 +1,8 @@
 """The CLIs' shared edges: click's usage errors as one line on stderr, like every other kb error,
 ``--debug``, and the line an error becomes (kb.common.errors gives its exit code).
 
-click prints a usage block, a "Try --help" line and then the error. kb and kb-build print
+click prints a usage block, a "Try --help" line and then the error. kb and kb-build refuse an
+argument that is not UTF-8 the same way, and print
 ``PROG: error: MESSAGE (see 'COMMAND --help')`` and exit 2: the commands' ``parse_args`` (and
 the kb group's ``invoke``, where subcommands are resolved and parsed) turn any
 ``click.UsageError`` into a ``UsageLine``, whose ``show`` is that one line.
@@ -18,7 +19,7 @@ class UsageLine(click.UsageError):
         self.prog, self.command = prog, command
 
     def show(self, file=None) -> None:
-        click.echo(f"{self.prog}: error: {self.message} (see '{self.command} --help')", err=True)
+        click.echo(f"{self.prog}: error: {printable(self.message)} (see '{self.command} --help')", err=True)  # it may quote an argument
 
 
 def one_line(e: click.UsageError, ctx: click.Context) -> UsageLine:
@@ -42,6 +43,9 @@ class OneLineUsage:
 
     def parse_args(self, ctx, args):
         try:
+            for a in args:  # bytes that are not UTF-8 reach argv as surrogate escapes, which no text, path or JSON can carry
+                if isinstance(a, str) and not a.isascii() and any(0xDC80 <= ord(c) <= 0xDCFF for c in a):
+                    raise click.UsageError(f"argument {not_utf8(a)} is not valid UTF-8; give arguments in UTF-8", ctx)
             return super().parse_args(ctx, args)
         except click.UsageError as e:
             raise one_line(e, ctx) from None
@@ -119,11 +123,13 @@ def error_line(prog: str, e: BaseException, context: str = "") -> tuple[str, int
     """The one stderr line and the exit status for an error that reached a CLI's boundary: a
     KbError's own message and code; anything else is unexpected (exit 1) and says how to see more.
     ``context`` goes before the message ("build failed, OUT left as it was: ")."""
-    from .errors import KbError, exit_code
+    from .errors import EXIT_USAGE, KbError, exit_code
 
-    if isinstance(e, KbError):
-        return f"{prog}: error: {context}{e}", exit_code(e)
-    return f"{prog}: error: {context}{e.__class__.__name__}: {e} (rerun with --debug for the traceback)", exit_code(e)
+    if isinstance(e, KbError):  # one line whatever it quotes (a path given with a line break)
+        return f"{prog}: error: {context}{printable(e)}", exit_code(e)
+    if isinstance(e, UnicodeEncodeError) and isinstance(e.object, str) and "surrogates" in e.reason:  # bytes that were not UTF-8 (in argv)
+        return f"{prog}: error: {context}{not_utf8(e.object[max(0, e.start - 20) : e.end + 20])} is not valid UTF-8; give text, names and paths in UTF-8", EXIT_USAGE
+    return f"{prog}: error: {context}{e.__class__.__name__}: {printable(e)} (rerun with --debug for the traceback)", exit_code(e)
 
 
 EXIT_PIPE = 128 + 13  # 141: what a shell reports for a process ended by SIGPIPE
@@ -186,6 +192,12 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]}
+
+
+def not_utf8(s: str) -> str:
+    """``s`` quoted, with each byte that was not UTF-8 (a surrogate escape: Python's way of
+    passing them in argv and file names) written as \\xNN."""
+    return "'" + printable("".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in s)) + "'"
 
 
 def printable(s: str) -> str:

@@ -60,6 +60,18 @@ CODEC_ZSTD = 1
 # compress 2-10x; the bound keeps a forged size from allocating gigabytes before decoding fails.
 MAX_ZSTD_RATIO = 1000
 CODECS = {CODEC_RAW: "raw", CODEC_ZSTD: "zstd"}
+SKIPPABLE_FRAME = struct.Struct("<II")  # zstd's skippable frame: magic 0x184D2A50, then the payload's length
+
+
+def within_zstd_ratio(frame: bytes, decoded: int) -> bytes:
+    """``frame`` (zstd, ``decoded`` bytes when decoded) as the reader accepts it: a frame that
+    compresses past MAX_ZSTD_RATIO (a run of one byte does) is followed by a skippable frame of
+    zeros, long enough to bring it within the bound; every zstd decoder skips it. So the writer
+    never writes what its own reader calls corrupt, and the bound stays."""
+    if decoded <= MAX_ZSTD_RATIO * max(len(frame), 1024):
+        return frame
+    pad = max(0, -(-decoded // MAX_ZSTD_RATIO) - len(frame) - SKIPPABLE_FRAME.size)
+    return bytes(frame) + SKIPPABLE_FRAME.pack(0x184D2A50, pad) + bytes(pad)
 
 assert ENTRY.size == ENTRY_SIZE
 assert FOOTER.size == FOOTER_SIZE
@@ -292,13 +304,20 @@ def write_artifact(path: str | os.PathLike, sections: list[SectionData], version
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
+    return replace_atomically(path, serialize(sections, version))
+
+
+def replace_atomically(path: Path, parts: Iterable[bytes]) -> int:
+    """Write ``parts`` to a new temporary beside ``path`` (created exclusively under a random
+    name, so it never follows a link planted there), fsync, rename over ``path``, fsync the
+    folder; a failure removes the temporary and leaves ``path`` as it was. Returns the size."""
     fd, tmp = _create_temp(path)
     lock_fd = os.dup(fd)  # an exclusive lock held until the rename, or until this process dies:
     size = 0  # it tells remove_stale_temporaries in another build that this temporary is in use
     try:
         _lock(lock_fd)
         with os.fdopen(fd, "wb") as f:
-            for part in serialize(sections, version):
+            for part in parts:
                 f.write(part)
                 size += len(part)
             f.flush()
@@ -347,11 +366,13 @@ class Scratch:
             raise
 
     def close(self) -> None:
-        self.file.close()
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            self.file.close()  # flushes: on a full disk this raises, and the file goes all the same
+        finally:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
 
     def __enter__(self) -> "Scratch":
         return self
@@ -433,7 +454,7 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
 def looks_like_artifact(path: str | os.PathLike) -> bool:
     """Whether the file at ``path`` starts with the artifact magic (a kb artifact, maybe damaged)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return f.read(len(MAGIC)) == MAGIC
     except OSError:
         return False
@@ -448,6 +469,52 @@ def sorted_unique(a):
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
+class NotRegularFile(OSError):
+    """A path that names a FIFO, a socket or a device, where a file is expected."""
+
+    def __init__(self):
+        super().__init__(0, "not a regular file (a FIFO, socket or device)")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def open_regular(path, mode: str = "rb"):
+    """``open(path, mode)`` for a regular file only: a FIFO or a device is refused (OSError
+    with a strerror) before it is opened, so a read can neither block forever nor never end.
+    The open itself is non-blocking, for a path swapped for a FIFO after the check."""
+    st = os.stat(path)  # FileNotFoundError as open's
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile()
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile()
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _private_copy(f, size: int, path) -> mmap.mmap:
+    """The file's ``size`` bytes in anonymous memory; a file that shrinks while it is read is
+    refused (it is being changed: the caller tries again later)."""
+    m = mmap.mmap(-1, size)
+    view, done = memoryview(m), 0
+    try:
+        while done < size:
+            n = f.readinto(view[done:])
+            if not n:
+                raise CorruptArtifact(f"{path}: corrupt or truncated artifact: it changed while being read ({done:,} of {size:,} bytes)")
+            done += n
+    finally:
+        view.release()
+    return m
+
+
 class Artifact:
     """A validated, memory-mapped artifact. Sections are memoryview slices of the map.
 
@@ -455,10 +522,13 @@ class Artifact:
     with view=True keeps no reference to the buffer).
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, private: bool = False):
+        """``private``: read the file into memory of this process's own instead of mapping it,
+        so a file changed in place later (``cp``, ``truncate``) cannot fault a reader (kb serve
+        and kb mcp; README, "Artifacts that change while kb serve or kb mcp runs"): a mapped page of a truncated file raises SIGBUS."""
         self.path = Path(path)
         try:
-            f = open(self.path, "rb")
+            f = open_regular(self.path)
         except FileNotFoundError:
             raise ArtifactError(f"{self.path}: no such artifact; build one with kb-build or pass -i PATH") from None
         except IsADirectoryError:
@@ -469,7 +539,7 @@ class Artifact:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 raise NotAnArtifact(f"{self.path}: empty file, not a kb artifact")
-            self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._mmap = _private_copy(f, size, self.path) if private else mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._buf = memoryview(self._mmap)
         self.size = size
         self._checked: set[str] = set()

@@ -28,6 +28,8 @@ from typing import NamedTuple
 
 from kb.common.errors import ArtifactError
 
+from .artifact import open_regular
+
 SET_VERSION = 1
 MAX_SET_BYTES = 1 << 20  # a set file larger than this is refused before it is parsed
 MAX_MEMBERS = 256  # artifacts in one set
@@ -53,7 +55,7 @@ def is_set_file(path) -> bool:
     """Whether the file at ``path`` is a set file: its first non-blank byte is ``{`` (an artifact
     starts with its magic)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return f.read(64).lstrip().startswith(SET_SNIFF)
     except OSError:
         return False

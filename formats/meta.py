@@ -19,6 +19,7 @@ U32 = 1 << 32
 MAX_PATH_CONTEXTS = 1000  # prefixes
 MAX_CONTEXT_PREFIX_CHARS = 1024  # characters of one prefix
 MAX_CONTEXT_CHARS = 300  # characters of one description (one line)
+MAX_TAG_CHARS = 300  # characters of one [tags] description, printed with every result that has the tag (kb-build's limit)
 
 
 class ShapeError(ValueError):

@@ -22,7 +22,7 @@ import msgpack
 
 from kb.common.errors import ModelError
 
-from .artifact import CODEC_ZSTD, CorruptArtifact, SectionData
+from .artifact import CODEC_ZSTD, CorruptArtifact, SectionData, within_zstd_ratio
 from .layout import MANIFEST, BlobTable, pack_blobs
 
 ZSTD_LEVEL = 10
@@ -312,7 +312,7 @@ def manifest_section(m: Manifest) -> SectionData:
             "file_types": list(m.file_types),
         }
     )
-    return SectionData(MANIFEST, zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw), CODEC_ZSTD, len(raw))
+    return SectionData(MANIFEST, within_zstd_ratio(zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw), len(raw)), CODEC_ZSTD, len(raw))
 
 
 def unpack_manifest(buf) -> Manifest:

@@ -4,7 +4,8 @@ Each item of those blob tables is one zstd frame that declares its decoded size,
 ZSTD_LEVEL with the ``text.dict`` dictionary (empty: plain zstd). The writer trains the
 dictionary on a sample of the records; the reader refuses a frame whose declared size is more
 than MAX_ZSTD_RATIO times its own (or 1 KiB) before decoding it, so a forged size cannot
-allocate gigabytes.
+allocate gigabytes; the writer pads a frame that compresses better than that
+(formats/artifact.py ``within_zstd_ratio``), so the two agree.
 """
 
 from __future__ import annotations

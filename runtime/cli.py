@@ -360,14 +360,15 @@ def set_():
 @set_.command(name="create", examples=("kb set create all.kbset shards/*.kb", "kb info -i all.kbset --verify"))
 @click.argument("out", metavar="OUT.kbset", type=click.Path(dir_okay=False))
 @click.argument("artifacts", nargs=-1, required=True, metavar="ARTIFACT...")
+@click.option("--force", is_flag=True, help="Replace OUT even if it is not a set file (by default only a set file is replaced; never one of the ARTIFACTs).")
 @debug_option
-def set_create(out, artifacts):
+def set_create(out, artifacts, force):
     """Write OUT.kbset listing the ARTIFACTs (paths relative to it) with their ids, sizes and
     sha256. They are opened and checked as a set first: they must share their embedding model."""
     from .clikit import resolve_index
     from .collection import create_set
 
-    members = create_set(out, resolve_index(artifacts))
+    members = create_set(out, resolve_index(artifacts), force)
     click.echo(f"kb set: wrote {out}: {len(members)} artifact{'' if len(members) == 1 else 's'}", err=True)
 
 

@@ -30,23 +30,24 @@ def resolve_index(paths) -> list[str]:
     return chosen
 
 
-def open_index(paths, several: bool = True):
+def open_index(paths, several: bool = True, private: bool = False):
     """The Index of one artifact, or (``several``) a set's Collection for several -i or a set
-    file (runtime/collection.py, imported only then)."""
+    file (runtime/collection.py, imported only then). ``private``: each artifact read into memory
+    (formats/artifact.py ``Artifact``), for the servers."""
     from kb.formats.kbset import is_set_file
 
     chosen = resolve_index(paths)
     if len(chosen) == 1 and not is_set_file(chosen[0]):
         from .index import Index
 
-        return Index(chosen[0])
+        return Index(chosen[0], private)
     if not several:
         from kb.common.errors import UsageError
 
         raise UsageError(f"this command reads one artifact; give -i one .kb file (a member of the set), not {' '.join(chosen)}")
     from .collection import open_paths
 
-    return open_paths(chosen)
+    return open_paths(chosen, private)
 
 
 class Group(OneLineUsage, Helpful, click.Group):

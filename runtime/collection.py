@@ -30,9 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.common.errors import ArtifactError, UnsupportedVersion, UsageError
+from kb.common.errors import ArtifactError, KbError, UnsupportedVersion, UsageError
 from kb.formats import layout as L
 from kb.formats.bm25 import IMPACT_LEVELS, idf_scalar, quantize_impacts, recover_tf, tf_component, tf_step
+from kb.formats.artifact import open_regular
 from kb.formats.kbset import Member, SetFileError, is_set_file, pack_set, unpack_set
 
 from . import filters, legs
@@ -195,15 +196,15 @@ def _model_name(ix: Index) -> str:
 # --- opening -----------------------------------------------------------------------------------
 
 
-def open_paths(paths: list[str]):
+def open_paths(paths: list[str], private: bool = False):
     """One Index for one artifact; a Collection for several, or for a set file (whose members may
     be given beside other artifacts). The same artifact twice is a usage error."""
     if len(paths) == 1 and not is_set_file(paths[0]):
-        return Index(paths[0])
+        return Index(paths[0], private)
     members: list[Index] = []
     try:
         for p in paths:
-            members += open_set(p) if is_set_file(p) else [Index(p)]
+            members += open_set(p, private) if is_set_file(p) else [Index(p, private)]
         seen: dict[str, str] = {}
         for m in members:
             if m.artifact.id in seen:
@@ -222,7 +223,7 @@ def read_set(path: str) -> list[Member]:
     from kb.formats.kbset import MAX_SET_BYTES
 
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read(MAX_SET_BYTES + 1)
     except OSError as e:
         raise ArtifactError(f"{path}: cannot read the set file: {e.strerror}") from None
@@ -233,19 +234,22 @@ def member_path(set_path: str, m: Member) -> Path:
     return Path(set_path).parent / m.path
 
 
-def open_set(path: str) -> list[Index]:
+def open_set(path: str, private: bool = False) -> list[Index]:
     """The member Indexes of a set file, each checked against what the set recorded: present,
     the same length and the same content id (formats/kbset.py says why that is the check)."""
     out: list[Index] = []
     try:
         for m in read_set(path):
             p = member_path(path, m)
-            if not p.is_file():
+            try:
+                size = p.stat().st_size if p.is_file() else None
+            except OSError as e:  # a name too long, a loop of links: the set file is damaged
+                raise SetFileError(f"{path}: member {m.path[:80]!r} cannot be read: {e.strerror}") from None
+            if size is None:
                 raise SetFileError(f"{path}: member {m.path} (id {m.id}) is missing; put it back or recreate the set with kb set create")
-            size = p.stat().st_size
             if size != m.bytes:
                 raise SetFileError(f"{path}: member {m.path} changed: {size:,} bytes, the set recorded {m.bytes:,}; recreate the set with kb set create")
-            ix = Index(p)
+            ix = Index(p, private)
             ix.name = m.path  # results name it as the set file does
             out.append(ix)
             if ix.artifact.id != m.id:
@@ -257,11 +261,14 @@ def open_set(path: str) -> list[Index]:
         raise
 
 
-def create_set(out: str, artifacts: list[str]) -> list[Member]:
+def create_set(out: str, artifacts: list[str], force: bool = False) -> list[Member]:
     """Write a set file at ``out`` listing ``artifacts`` (opened and checked as a set first), with
-    each one's full sha256; paths relative to ``out``'s folder."""
+    each one's full sha256; paths relative to ``out``'s folder. An existing ``out`` is replaced
+    only when it is a set file (or ``force``), never when it is one of ``artifacts``."""
+    from kb.formats.artifact import replace_atomically
     from kb.models.convert import sha256_file
 
+    _check_set_output(out, artifacts, force)
     opened = open_paths(list(artifacts))
     coll = opened if isinstance(opened, Collection) else Collection([opened], str(opened.path))
     try:
@@ -272,10 +279,24 @@ def create_set(out: str, artifacts: list[str]) -> list[Member]:
             members.append(Member(rel, ix.artifact.id, ix.artifact.size, sha256_file(ix.path)))
     finally:
         coll.close()
-    tmp = Path(f"{out}.tmp")
-    tmp.write_bytes(pack_set(members))
-    os.replace(tmp, out)  # a reader never sees half a set file
+    try:
+        replace_atomically(Path(out), [pack_set(members)])  # a reader never sees half a set file
+    except OSError as e:
+        raise KbError(f"cannot write {out}: {e.strerror or e}") from None
     return members
+
+
+def _check_set_output(out: str, artifacts: list[str], force: bool) -> None:
+    if not os.path.lexists(out):
+        return
+    if os.path.exists(out) and any(os.path.samefile(out, a) for a in artifacts):
+        raise UsageError(f"{out} is one of the set's own artifacts; kb set create will not replace it: give another OUT")
+    if force:
+        return
+    try:
+        read_set(out)
+    except ArtifactError:
+        raise UsageError(f"{out} exists and is not a kb set file; kb set create will not replace it (pass --force to)") from None
 
 
 def verify_set(path: str) -> list[dict]:

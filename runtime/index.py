@@ -84,7 +84,7 @@ def _matrix_view(view, image) -> np.ndarray | None:
 
 
 class Index:
-    def __init__(self, path):
+    def __init__(self, path, private: bool = False):
         import threading
         from collections import OrderedDict
 
@@ -94,7 +94,7 @@ class Index:
         self._term_columns: dict[str, np.ndarray] = {}  # u32-per-term sections, viewed in place
         self.leg_cache: dict = {}  # per-leg memo of decoded data (runtime/bm25.py keeps impacts here)
         self._block_cache: OrderedDict = OrderedDict()
-        self.artifact = Artifact(path)
+        self.artifact = Artifact(path, private)
         self.path = self.artifact.path
         self.name = str(path)  # what results call it (``artifact``): the path given, or a set file's entry (runtime/collection.py)
         try:

@@ -12,13 +12,14 @@ Endpoints (JSON in, JSON out):
 - ``GET /info``: ``kb info --json``. ``GET /health``: liveness and the artifact id.
 
 Errors are ``{"error": {"code", "message", "field"?}}`` with 400 (bad JSON, wrong type, unknown
-field, bad value, a single get record over ``max_bytes``), 403 (foreign Host or Origin), 404 (unknown path or chunk/document), 405 (wrong
+field, bad value, a single get record over ``max_bytes``, a header given twice), 403 (foreign Host or Origin), 404 (unknown path or chunk/document), 405 (wrong
 method), 413 (body over the limit), 415 (not JSON), 503 (all search
 slots busy), 504 (the request ran past the per-request timeout).
 
 Safety: it listens on loopback by default, and answers only requests whose Host (and Origin, when
 a browser sends one) names this server, so a web page cannot reach it through DNS rebinding or a
-cross-site form. At most ``max_concurrent`` searches run at once, each on a worker thread that the
+cross-site form; a header that counts once (``SINGLE_HEADERS``: Host, Origin, the body's
+length and encoding) given twice is 400, as a proxy in front may have read the other. At most ``max_concurrent`` searches run at once, each on a worker thread that the
 request thread waits on for at most ``timeout`` seconds; a search that overruns keeps its slot
 until it really ends, so the bound holds. Up to ``max_queue`` more wait ``queue_wait`` seconds
 for a slot before 503. A request's head and body must arrive within ``deadline`` seconds of its
@@ -55,6 +56,7 @@ MAX_QUEUE = 64  # requests waiting for a search slot; past this a request gets 5
 QUEUE_WAIT_S = 2.0  # how long a queued request waits for a free search slot before 503
 REQUEST_TIMEOUT_S = 30.0
 MAX_QUERY_FIELDS = 256  # query parameters of one GET
+SINGLE_HEADERS = ("Host", "Origin", "Content-Length", "Transfer-Encoding", "Content-Type")  # given twice: 400 (RFC 9110, 9112)
 IDLE_TIMEOUT_S = 15.0  # an idle keep-alive connection is closed after this long without a request
 REQUEST_DEADLINE_S = 10.0  # from a request's first byte, its head and body must arrive within this
 WRITE_TIMEOUT_S = 10.0  # a client that does not read its response for this long is dropped
@@ -319,6 +321,9 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self):
         self._busy()
         self._body_read = False
+        twice = next((h for h in SINGLE_HEADERS if len(self.headers.get_all(h) or ()) > 1), None)
+        if twice:  # which one counts would be a guess another server or proxy may guess otherwise
+            return self._error(400, "bad_request", f"several {twice} headers; a request has at most one", close=True)
         refused = self._refuse_foreign()
         if refused:
             return self._error(403, "forbidden", refused, close=True)

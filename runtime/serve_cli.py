@@ -26,17 +26,35 @@ def _stale(fn):
     return fn
 
 
-def _open_service(index_path, device, compute_type, stale_check, corpus_root):
-    """The warmed Service; a model that does not load fails as it would for ``kb search``."""
+_mmap = click.option("--mmap", "use_mmap", is_flag=True, help="Map the artifact files instead of reading them into memory, for artifacts larger than memory (a set of big shards). Then replace a file only by rename: one changed in place can crash the server (SIGBUS).")
+
+
+def _open_service(index_path, device, compute_type, stale_check, corpus_root, prog, private=True):
+    """The warmed Service, reloaded when its artifact files change (runtime/service.py
+    ``Reloading``); a model that does not load fails as it would for ``kb search``."""
+    from .clikit import resolve_index
+    from .index import members_of
+    from .service import Reloading, file_state
+
+    before = {p: file_state(p) for p in resolve_index(index_path)}
+    load = lambda: _load_service(index_path, device, compute_type, stale_check, corpus_root, private)  # noqa: E731
+    svc = load()
+    return Reloading(svc, load, [*before, *(str(m.path) for m in members_of(svc.ix))], log=lambda line: click.echo(f"kb {prog}: {line}", err=True), before=before)
+
+
+def _load_service(index_path, device, compute_type, stale_check, corpus_root, private=True):
     from kb.common.errors import UsageError
 
+    from .index import members_of
     from .search import Searcher
     from .service import Service
 
-    ix = open_index(index_path)
+    ix = open_index(index_path, private=private)
     try:
         if corpus_root is not None and hasattr(ix, "members"):
             raise UsageError("--corpus-root names the corpus of one artifact; a set's members each have their own (use --stale-check for counts)")
+        for m in members_of(ix) if private else ():  # read whole anyway: check it whole
+            m.artifact.verify()
         svc = Service(ix, Searcher(ix, device, compute_type), stale_check=stale_check, corpus_root=corpus_root)
         try:
             return svc.warm()
@@ -61,15 +79,16 @@ def _open_service(index_path, device, compute_type, stale_check, corpus_root):
 @click.option("--max-body", type=click.IntRange(1024, 16 * 1024 * 1024), default=64 * 1024, show_default=True, help="Largest request body in bytes; more gets 413.")
 @click.option("--access-log", is_flag=True, help="Log one line per request to stderr.")
 @_stale
+@_mmap
 @device_option
 @compute_option
 @debug_option
-def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_wait, timeout_s, request_deadline, max_connections, max_body, access_log, stale_check, corpus_root, device, compute_type):
+def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_wait, timeout_s, request_deadline, max_connections, max_body, access_log, stale_check, corpus_root, use_mmap, device, compute_type):
     """Serve search over HTTP: GET|POST /search, /get; GET /info, /health (JSON)."""
     from .serve import LOOPBACK, host_port, make_server
     from .serve import serve as serve_forever
 
-    svc = _open_service(index_path, device, compute_type, stale_check, corpus_root)
+    svc = _open_service(index_path, device, compute_type, stale_check, corpus_root, "serve", private=not use_mmap)
     try:
         try:
             server = make_server(svc, host, port, max_body=max_body, max_concurrent=max_concurrent, timeout=timeout_s, queue_wait=queue_wait, max_queue=max_queue, deadline=request_deadline, max_connections=max_connections, extra_hosts=allow_host, access_log=access_log)
@@ -81,28 +100,29 @@ def serve(index_path, host, port, allow_host, max_concurrent, max_queue, queue_w
         click.echo(f"kb serve: artifact {_named(svc)}, {svc.ix.n_chunks} chunks; Ctrl-C stops", err=True)
         serve_forever(server)
     finally:
-        svc.ix.close()
+        svc.close()
 
 
 @click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]}, examples=("kb mcp -i sample.kb", "kb mcp -i team.kb --corpus-root ~/docs   (report the files that changed since the build)", """{"mcpServers": {"kb": {"command": "kb", "args": ["mcp", "-i", "/path/to/sample.kb"]}}}   (a client's config)"""))
 @index_option
 @_stale
+@_mmap
 @device_option
 @compute_option
 @debug_option
-def mcp(index_path, stale_check, corpus_root, device, compute_type):
+def mcp(index_path, stale_check, corpus_root, use_mmap, device, compute_type):
     """Serve search to an MCP client over stdio (tools: search, get, multi_get, info, status)."""
     from .mcp_server import protect_stdout, run_stdio
 
     out = protect_stdout()  # before anything loads: only protocol messages may reach stdout
-    svc = _open_service(index_path, device, compute_type, stale_check, corpus_root)
+    svc = _open_service(index_path, device, compute_type, stale_check, corpus_root, "mcp", private=not use_mmap)
     click.echo(f"kb mcp: serving {_named(svc)} on stdio", err=True)
     try:
         run_stdio(svc, out_stream=out)  # stdin's end: exit 0; Ctrl-C, SIGTERM: 128 + N (the kb group's boundary)
     except BrokenPipeError:
         pass
     finally:
-        svc.ix.close()
+        svc.close()
 
 
 def _named(svc) -> str:

@@ -18,6 +18,7 @@ Thread safety:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import re
@@ -29,6 +30,7 @@ from kb.common.options import DEFAULT_DOC_CHUNKS, MAX_GLOB_MATCHES, resolve, sto
 from .requests import GetRequest, RequestError, SearchRequest
 from .search import Query
 
+RELOAD_POLL_S = 1.0  # how often kb serve and kb mcp stat their artifact files for a change
 PATH_CUTOFF = 0.7  # difflib similarity of a path suggested for an unknown one ('nope.md' and 'notes/glossary.md' are 0.5)
 CHUNK_KEY = re.compile(r"[0-9a-f]{16}")  # a chunk_key as results show it (formats/layout.py chunk_key)
 LINE_RANGES = (re.compile(r"(.+):(\d{1,12}):(\d{1,12})"), re.compile(r"(.+):(\d{1,12})"))  # PATH:FROM:COUNT, then PATH:FROM
@@ -350,6 +352,71 @@ class Service:
 
     def health(self) -> dict:
         return {"status": "ok", "artifact": self.artifact, "chunks": self.ix.n_chunks, "documents": self.ix.n_docs}
+
+
+def file_state(path) -> tuple | None:
+    """What a change of the file at ``path`` changes: (device, inode, size, mtime); None if absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class Reloading:
+    """kb serve's and kb mcp's Service over artifact files that may change while they run
+    (README, "Artifacts that change while kb serve or kb mcp runs"). ``open_service()`` reads each artifact into the process's own memory
+    (formats/artifact.py ``Artifact(private=True)``) and verifies every checksum, so a file
+    overwritten or truncated in place never faults a request. A watcher thread stats ``paths``
+    every ``poll_s``; once they changed and then stayed the same for one more poll, it opens them
+    again and switches to the new Service. Until then, and while the files are not a whole
+    artifact (``log`` says why, once per change), requests are answered from the old bytes.
+    Attributes are the current Service's; a request keeps the one it started with."""
+
+    def __init__(self, svc: Service, open_service, paths, log, before: dict | None = None, poll_s: float = RELOAD_POLL_S):
+        """``svc``: the first Service, opened by ``open_service``; ``before``: the state of some
+        of ``paths`` taken before it was opened (a change during that open is then not missed)."""
+        self._svc, self._open, self._log = svc, open_service, log
+        self._paths = list(dict.fromkeys(str(p) for p in paths))
+        self._state = [(before or {}).get(p, file_state(p)) for p in self._paths]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(poll_s,), name="kb-reload", daemon=True)
+        self._thread.start()
+
+    def __getattr__(self, name):
+        return getattr(self._svc, name)
+
+    def _states(self) -> list:
+        return [file_state(p) for p in self._paths]
+
+    def _watch(self, poll_s: float) -> None:
+        seen = self._state
+        while not self._stop.wait(poll_s):
+            now = self._states()
+            if now != self._state and now == seen:
+                self.reload(now)
+            seen = now
+
+    def reload(self, state: list) -> None:
+        """Open the files again; switch when they are a whole artifact that did not change while read."""
+        try:
+            svc = self._open()
+        except Exception as e:  # noqa: BLE001 - the watcher outlives any file it is shown
+            self._state = state  # not again until the files change again
+            from kb.common.usage import printable
+
+            self._log(printable(f"{' + '.join(self._paths)} changed but is not a usable artifact ({e}); still answering from the previous one"))
+            return
+        if self._states() != state:  # changed while it was read: the next polls try again
+            svc.ix.close()
+            return
+        self._svc, self._state = svc, state  # the old one is freed with the last request that holds it
+        self._log(f"reloaded {' + '.join(self._paths)}: {svc.ix.n_chunks} chunks")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._svc.ix.close()
 
 
 # --- get: a chunk with its neighbours, or a whole document -----------------------------------

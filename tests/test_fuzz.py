@@ -75,3 +75,47 @@ def test_the_long_runner_counts_inputs_and_findings(tmp_path):
     summary = run.fuzz("parsers", 40, None, seed=1, hang_s=10.0, out=tmp_path / "parsers.json")
     assert (summary["inputs"], summary["findings"], summary["hangs"], summary["crashes"]) == (40, 0, 0, 0)
     assert sum(summary["by_kind"].values()) == 40 and (tmp_path / "parsers.json").is_file()
+
+
+# --- what an operator hands kb (issue 50): tests/fuzz/operator_targets.py -------------------------
+@pytest.mark.parametrize("target", ["sets", "npy", "toml", "argv", "inplace"])
+def test_each_operator_target_runs_its_inputs_without_a_finding(tmp_path, target):
+    """A short run of each (the long runs: bench/RESULTS.md, "Fuzz"): forked workers, so a
+    SIGBUS of the in-place target would be counted as a crash."""
+    from fuzz import run
+
+    summary = run.fuzz(target, 300, None, seed=7, hang_s=10.0, out=tmp_path / f"{target}.json")
+    assert (summary["inputs"], summary["findings"], summary["hangs"], summary["crashes"]) == (300, 0, 0, 0), summary["first_findings"]
+
+
+def test_the_fuzzers_operator_findings_stay_fixed(tmp_path):
+    """Round two's findings: numpy's tokenizer error on a header, a set member whose name is too
+    long for the OS, a usage error quoting an argument with a line break (two lines)."""
+    from click.testing import CliRunner
+
+    from fuzz import operator_targets as O
+    from kb.runtime.cli import main as kb
+
+    npy = O.NpyVectors(tmp_path)
+    assert npy(O._npy_header("'<f4'", "False", "(4, 64") + bytes(1024)) == "exit 2"  # an unclosed parenthesis: TokenError
+    sets = O.SetFiles(tmp_path)
+    doc = {"kb_set": 1, "artifacts": [{"path": "a" * 5000, "id": "0" * 16, "bytes": 1, "sha256": "0" * 64}]}
+    assert sets(__import__("json").dumps(doc).encode()) == "exit 3"
+    r = CliRunner().invoke(kb, ["info", "backup", "\r\n"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "\\x0d\\x0a" in r.stderr
+
+
+def test_an_error_quoting_a_line_break_is_one_line_and_a_python_2_npy_header_warns_nothing(tmp_path):
+    """Found by the argv target (``-i $'\\r\\n'``) and the npy target (numpy's UserWarning on a
+    header of Python 2's form, a second stderr line)."""
+    from click.testing import CliRunner
+
+    from fuzz import operator_targets as O
+    from kb.runtime.cli import main as kb
+
+    r = CliRunner().invoke(kb, ["list", "-i", "\r\n"])
+    assert (r.exit_code, r.stderr) == (3, "kb: error: no artifact at \\x0d\\x0a (from -i); build one with kb-build or pass -i PATH\n")
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (4L, 64L), }"  # a Python 2 long
+    header += b" " * ((64 - (len(header) + 11) % 64) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(4 * 64 * 4)
+    assert O.NpyVectors(tmp_path)(npy) == "exit 2"  # all zeros: refused, without a warning

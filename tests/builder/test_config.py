@@ -49,6 +49,9 @@ from corpora import TINY
         ('[contexts]\n"' + "p" * 1025 + '" = "x"\n', "[contexts] '" + "p" * 59 + "…': the prefix is 1025 characters long; the most is 1024"),
         ("[contexts]\n" + "".join(f'"d{i}/" = "x"\n' for i in range(1001)), "[contexts] holds 1001 prefixes; the most is 1000"),
         ("contexts = 3\n", '[contexts] must be a table of path prefixes, e.g. "runbooks/" = "Lab runbooks"'),
+        ('[tags]\nops = "' + "x" * 301 + '"\n', "[tags] ops: the description is 301 characters long; the most is 300 (every result with the tag carries it)"),
+        ("a = " + "[" * 5000 + "]" * 5000 + "\n", "malformed kb.toml: arrays or tables nested too deeply"),
+        ("# " + "x" * (1 << 20) + "\n", "larger than 1,048,576 bytes; a kb.toml holds settings, not data"),
     ],
 )
 def test_a_bad_kb_toml_fails_the_build_with_one_line_naming_the_key(tmp_path, toml, message):
@@ -193,3 +196,47 @@ def test_model_search_defaults_sit_under_the_artifacts_own_search_table_and_the_
     for model, values in MODEL_DEFAULTS.items():
         for key, value in values.items():
             assert f"built with `{model}` searches with `{key}` {value:g}" in readme
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_kb_toml_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, kind):
+    """Issue 50 G: ``--config FIFO`` blocked forever and ``--config /dev/zero`` read until memory ran out."""
+    import os
+
+    cfg = tmp_path / "kb.toml"
+    if kind == "fifo":
+        os.mkfifo(cfg)
+    else:
+        cfg = "/dev/zero"
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(tmp_path / "x.kb"), "--config", str(cfg), "--embedder", "none"])
+    assert (r.exit_code, r.stderr) == (2, f"kb-build: error: {cfg}: cannot read: not a regular file (a FIFO, socket or device)\n")
+
+
+def test_a_tag_description_of_300_characters_that_compresses_1000_times_builds_an_artifact_its_reader_opens(tmp_path):
+    """Issue 50 H: a description that compressed more than MAX_ZSTD_RATIO times made kb-build write
+    a manifest its own reader called corrupt; the writer now pads such a frame (and so for text)."""
+    from kb.formats.artifact import MAX_ZSTD_RATIO
+    from kb.runtime.index import Index
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "kb.toml").write_text('[tags]\nops = "' + "a" * 300 + '"\n')
+    (corpus / "run.md").write_text("---\ntags: [ops]\n---\n# Run\n\n" + "z" * 3_000_000 + "\n")  # one document that compresses ~10,000 times
+    out = tmp_path / "x.kb"
+    r = CliRunner().invoke(kb_build, [str(corpus), "-o", str(out), "--embedder", "none"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(__import__("kb.runtime.cli", fromlist=["main"]).main, ["info", "-i", str(out), "--verify"])
+    assert r.exit_code == 0, r.output
+    with Index(out) as ix:
+        assert ix.meta.tag_descriptions["ops"] == "a" * 300
+        assert len(ix.source_lines(0)) == 6 and ix.source_lines(0)[-1] == "z" * 3_000_000
+        s = ix.artifact.sections["manifest"]
+        assert s.raw_length <= MAX_ZSTD_RATIO * max(s.length, 1024)
+
+
+def test_an_integer_past_a_floats_range_is_not_a_finite_number(tmp_path):
+    """Found by the toml fuzz target: float() raised OverflowError on a 400-digit integer."""
+    cfg = tmp_path / "kb.toml"
+    cfg.write_text("[search]\nsemantic_weight = 1" + "0" * 400 + "\n")
+    r = CliRunner().invoke(kb_build, [str(TINY), "-o", str(tmp_path / "x.kb"), "--config", str(cfg), "--embedder", "none"])
+    assert r.exit_code == 2 and r.stderr.startswith(f"kb-build: error: {cfg}: [search] semantic_weight: must be a finite number, got 1000") and r.stderr.count("\n") == 1

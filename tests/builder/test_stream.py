@@ -157,3 +157,33 @@ def test_the_graph_stage_reports_its_progress_and_leaves_no_spill(tmp_path):
     graph = [a for a in heard if a[0] == "graph"]
     assert graph and graph[-1] == ("graph", rep.chunks, rep.chunks)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.kb"]
+
+
+FULL_DISK_BUILD = """
+import sys
+sys.path.insert(0, {tests!r})
+import fakes
+fakes.register()
+from kb.builder.cli import main
+main(sys.argv[1:], prog_name="kb-build")
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and EFBIG as on Linux")
+@pytest.mark.parametrize("limit_kib", [20, 50, 200])
+def test_a_build_that_fills_the_disk_leaves_no_temporary_and_the_old_artifact(tmp_path, limit_kib):
+    """Issue 50 E: ``ulimit -f 50`` (a write past it fails with EFBIG, as ENOSPC on a full disk);
+    Scratch.close raised on its flush before it unlinked."""
+    import resource
+    import shutil
+
+    from corpora import GOLDEN
+
+    out = tmp_path / "out.kb"
+    shutil.copyfile(GOLDEN / "tiny-v3.kb", out)
+    code = FULL_DISK_BUILD.format(tests=str(Path(__file__).resolve().parent.parent))
+    limit = limit_kib * 1024
+    r = subprocess.run([sys.executable, "-c", code, "--embedder", "hash", "--no-reranker", "-o", str(out), str(SAMPLE)], capture_output=True, text=True,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert (r.returncode, r.stderr) == (1, f"kb-build: error: build failed, {out} left as it was: [Errno 27] File too large\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.kb"] and out.read_bytes() == (GOLDEN / "tiny-v3.kb").read_bytes()

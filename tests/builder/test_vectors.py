@@ -230,3 +230,46 @@ def test_kb_build_records_whether_every_document_is_one_chunk_and_the_search_tak
             del ix.meta.bm25["one_chunk_per_document"]
             ix.leg_cache.clear()
             assert bm25.one_chunk_per_document(ix) is single
+
+
+@pytest.mark.parametrize("scale", [1e-45, 1e-40, 3e38, 3.4e38])
+def test_rows_of_subnormal_or_huge_values_keep_their_direction(tmp_path, scale):
+    """Issue 50 D: a float32 norm underflows to 0 for subnormal rows (every vector search then
+    exited 3) and overflows to inf for rows of 3e38 (every vector zero, score 0, confidence 0.99)."""
+    jsonl = write_corpus(tmp_path)
+    unit = fakes.HashEmbedder().embed([r["text"] for r in RECORDS]).astype(np.float64)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    rows = (np.sign(unit) * scale).astype(np.float32)  # every value +-scale (or 0): the direction of the signs
+    npy = tmp_path / "v.npy"
+    np.save(npy, rows)
+    r, out = run(tmp_path, "--jsonl", jsonl, "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 0, r.output
+    want = np.sign(unit) / np.linalg.norm(np.sign(unit), axis=1, keepdims=True)
+    with Index(out) as ix:
+        row_of = {rec["id"]: i for i, rec in enumerate(RECORDS)}
+        got = ix.vectors_of(np.arange(ix.n_chunks))
+        np.testing.assert_allclose(got, want[[row_of[ix.chunk(c).doc_id] for c in range(ix.n_chunks)]], atol=2e-3)
+        hits = Searcher(ix).search(Query("river delta sediment and silt", mode="vector", top_k=4, all_statuses=True)).results
+    assert len(hits) == 4 and hits[0].score > 0.3 and hits[0].doc_id == "d"
+
+
+@pytest.mark.parametrize("shape", ["(-20, 384)", "(9223372036854775807, 384)", "(2**63, 384)", "((1,),)", "(" * 3000 + ")" * 3000])
+def test_an_npy_header_with_a_hostile_shape_is_one_line_and_exit_2(tmp_path, shape):
+    """Issue 50 F: shape (-20, 384) raised OverflowError out of numpy (a traceback)."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }" % shape
+    header += " " * ((64 - (len(header) + 11) % 64) % 64) + "\n"
+    npy = tmp_path / "v.npy"
+    npy.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + bytes(64))
+    r, _ = run(tmp_path, "--jsonl", write_corpus(tmp_path), "--vectors", npy, "--embedder", "hash")
+    assert r.exit_code == 2 and r.stderr.startswith(f"kb-build: error: {npy}: not a readable .npy array (") and r.stderr.count("\n") == 1
+    assert len(r.stderr) < 300 + len(str(npy))
+
+
+def test_vectors_from_a_fifo_are_refused_not_waited_for(tmp_path):
+    """Issue 50 G: ``--vectors fifo.npy`` blocked forever."""
+    import os
+
+    npy = tmp_path / "v.npy"
+    os.mkfifo(npy)
+    r, _ = run(tmp_path, "--jsonl", write_corpus(tmp_path), "--vectors", npy, "--embedder", "hash")
+    assert (r.exit_code, r.stderr) == (2, f"kb-build: error: {npy}: not a regular file (a FIFO, socket or device); --vectors names a .npy file\n")

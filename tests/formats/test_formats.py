@@ -244,3 +244,18 @@ def test_a_failed_write_leaves_the_old_artifact_untouched(tmp_path, monkeypatch)
         A.write_artifact(p, [A.SectionData("meta", b"new")])
     assert p.read_bytes() == before
     assert [x.name for x in tmp_path.iterdir()] == ["a.kb"]
+
+
+def test_a_frame_that_compresses_past_the_readers_ratio_is_padded_to_within_it():
+    """Issue 50 H: the writer's frames and the reader's bound agree (formats/artifact.py)."""
+    import zstandard
+
+    from kb.formats.artifact import MAX_ZSTD_RATIO, within_zstd_ratio
+    from kb.formats.text_codec import TextReader, text_writer
+
+    for raw in (b"a" * 5_000_000, b"ab" * 100, b""):
+        frame = within_zstd_ratio(text_writer(b"").compress(raw), len(raw))
+        assert len(raw) <= MAX_ZSTD_RATIO * max(len(frame), 1024)
+        assert TextReader(b"", "x.kb").decode(frame, "a block") == raw == zstandard.ZstdDecompressor().decompress(frame)
+    small = text_writer(b"").compress(b"ab" * 100)
+    assert within_zstd_ratio(small, 200) is small  # within the bound: the frame as it was

@@ -3,6 +3,7 @@
     python -m tests.fuzz.run --inputs 1000000 --target artifact   # the artifact reader
     python -m tests.fuzz.run --inputs 1000000 --target parsers    # every corpus parser, in turn
     python -m tests.fuzz.run --inputs 100000 --target http        # kb serve's request handling
+    python -m tests.fuzz.run --inputs 1000000 --target sets|npy|toml|argv|inplace   # tests/fuzz/operator_targets.py
     python -m tests.fuzz.run --minutes 20 --target artifact       # as many as fit
     python -m tests.fuzz.run --engine atheris --inputs 200000 --target parsers   # coverage-guided
 
@@ -70,7 +71,35 @@ def make_target(name: str, folder: Path):
             return "raw", T.generate_http(rng)
 
         return gen, (lambda label, data: T.json_body_input(data) if label == "json_body" else http(data))
-    raise SystemExit(f"unknown target {name!r}; targets: artifact, parsers, http")
+    if name in OPERATOR_TARGETS:
+        return operator_target(name, folder)
+    raise SystemExit(f"unknown target {name!r}; targets: {', '.join(TARGETS)}")
+
+
+OPERATOR_TARGETS = ("sets", "npy", "toml", "argv", "inplace")  # tests/fuzz/operator_targets.py (issue 50)
+TARGETS = ("artifact", "parsers", "http", *OPERATOR_TARGETS)
+
+
+def operator_target(name: str, folder: Path):
+    from . import operator_targets as O
+
+    if name == "sets":
+        seeds = O.build_set_seeds(folder)
+        gen, run = (lambda rng: ("set", O.generate_set_file(rng, seeds))), O.SetFiles(folder)
+    elif name == "npy":
+        gen, run = (lambda rng: ("npy", O.generate_npy(rng))), O.NpyVectors(folder)
+    elif name == "toml":
+        gen, run = (lambda rng: ("toml", O.generate_toml(rng))), O.KbToml(folder)
+    elif name == "argv":
+        seed = T.build_seed_artifacts(folder)[0]
+        (folder / "argv.kb").write_bytes(seed)
+        gen, run = (lambda rng: ("argv", O.generate_argv(rng))), O.CommandLine(folder / "argv.kb")
+    else:
+        seeds = T.build_seed_artifacts(folder)
+        gen, run = (lambda rng: ("inplace", O.generate_in_place(rng, seeds))), O.InPlace(folder, seeds)
+    for i in range(3):  # here, before any fork: every lazy import is done once
+        run(*gen(random.Random(i))[1:])
+    return gen, (lambda label, data: run(data))
 
 
 def rng_for(target: str, seed: int, i: int) -> random.Random:
@@ -249,7 +278,7 @@ def replay(target: str, seed: int, index: int) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", choices=("artifact", "parsers", "http"), default="artifact")
+    ap.add_argument("--target", choices=TARGETS, default="artifact")
     ap.add_argument("--inputs", type=int, help="inputs to run (default: 100000 unless --minutes)")
     ap.add_argument("--minutes", type=float, help="stop after this long")
     ap.add_argument("--seed", type=int, default=0)

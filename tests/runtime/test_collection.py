@@ -297,3 +297,40 @@ def test_a_set_weighs_its_legs_by_the_querys_length_as_one_artifact_does(split):
                 legs = Searcher(ix).search(Query(q, top_k=1, all_statuses=True, explain=True), fixed).results[0].explain.legs
                 for name, part in legs.items():
                     assert abs(part["rrf"] - (share if name == "vector" else 1 - share) / (10 + part["rank"])) < 1e-6, (q, name)
+
+
+# --- kb set create writes safely (issue 50 B) ----------------------------------------------------
+def test_set_create_never_follows_a_link_planted_beside_out(split, tmp_path):
+    _, parts = split
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    for name in ("s.kbset.tmp", ".s.kbset.tmp"):
+        (tmp_path / name).symlink_to(victim)
+    r = run("set", "create", tmp_path / "s.kbset", parts[0], parts[1])
+    assert r.exit_code == 0, r.output
+    assert victim.read_text() == "keep me" and json.loads((tmp_path / "s.kbset").read_text())["kb_set"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".s.kbset.tmp", "s.kbset", "s.kbset.tmp", "victim.txt"]  # no temporary left
+
+
+def test_set_create_replaces_a_set_file_but_not_another_file_unless_forced(split, tmp_path):
+    _, parts = split
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n")
+    r = run("set", "create", notes, parts[0], parts[1])
+    assert (r.exit_code, r.stderr) == (2, f"kb: error: {notes} exists and is not a kb set file; kb set create will not replace it (pass --force to)\n")
+    assert notes.read_text() == "# my notes\n"
+    assert run("set", "create", notes, parts[0], parts[1], "--force").exit_code == 0
+    assert json.loads(notes.read_text())["kb_set"] == 1
+    assert run("set", "create", notes, parts[0]).exit_code == 0  # now a set file: replaced without --force
+    assert len(json.loads(notes.read_text())["artifacts"]) == 1
+
+
+def test_set_create_refuses_to_overwrite_one_of_its_own_members(split, tmp_path):
+    _, parts = split
+    a = tmp_path / "a.kb"
+    shutil.copy(parts[0], a)
+    before = a.read_bytes()
+    for extra in ((), ("--force",)):
+        r = run("set", "create", a, a, parts[1], *extra)
+        assert (r.exit_code, r.stderr) == (2, f"kb: error: {a} is one of the set's own artifacts; kb set create will not replace it: give another OUT\n")
+    assert a.read_bytes() == before

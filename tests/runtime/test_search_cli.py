@@ -405,3 +405,36 @@ def test_the_defaults_the_readme_shows_in_its_usage_are_the_commands_defaults():
             checked += 1
     assert checked >= 3  # --host, --port, -k
     assert f"`--rerank-top` ({SETTINGS['rerank_top'].default})" in readme
+
+
+# --- hostile arguments and files (issue 50 F, G) -------------------------------------------------
+@pytest.mark.parametrize("args, shown", [
+    (["search", "\udcff disk"], "'\\xff disk'"),
+    (["get", "\udcffx"], "'\\xffx'"),
+    (["search", "disk", "--path", "\udcff"], "'\\xff'"),
+    (["search", "disk", "--tag", "a\udcfe\udcff"], "'a\\xfe\\xff'"),
+    (["search", "disk", "-i", "\udcff.kb"], "'\\xff.kb'"),
+])
+def test_arguments_that_are_not_utf8_are_one_line_and_exit_2(args, shown):
+    """Bytes that are not UTF-8 reach Python's argv as surrogate escapes; kb names them as bytes."""
+    r = run(*args, "-i", GOLD)
+    assert (r.exit_code, r.stderr) == (2, f"kb: error: argument {shown} is not valid UTF-8; give arguments in UTF-8 (see 'kb --help')\n")
+
+
+@pytest.mark.parametrize("command", [["search", "q"], ["info"], ["list"], ["get", "0"], ["status"]])
+def test_an_artifact_path_that_is_a_fifo_is_refused_not_waited_on(tmp_path, command):
+    """Issue 50 G: ``mkfifo f; kb search q -i f`` blocked forever."""
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    r = run(*command, "-i", fifo)
+    assert (r.exit_code, r.stderr) == (3, f"kb: error: {fifo}: cannot open: not a regular file (a FIFO, socket or device)\n")
+
+
+def test_kb_build_refuses_an_argument_that_is_not_utf8_and_text_that_is_not_becomes_one_line_anywhere():
+    from kb.builder.cli import main as kb_build
+    from kb.common.usage import error_line
+
+    r = CliRunner().invoke(kb_build, ["\udcffcorpus", "-o", "x.kb"])
+    assert (r.exit_code, r.stderr) == (2, "kb-build: error: argument '\\xffcorpus' is not valid UTF-8; give arguments in UTF-8 (see 'kb-build --help')\n")
+    e = UnicodeEncodeError("utf-8", "name \udcff.md", 5, 6, "surrogates not allowed")
+    assert error_line("kb", e) == ("kb: error: 'name \\xff.md' is not valid UTF-8; give text, names and paths in UTF-8", 2)

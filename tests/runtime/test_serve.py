@@ -423,3 +423,20 @@ def test_a_crafted_artifact_naming_root_slash_makes_no_walk_and_leaks_no_path(tm
         notice = next(n for n in d["notices"] if n["kind"] == "stale_index")
         assert status == 200 and "files" not in notice and len(notice["message"]) < 300 and "etc" not in notice["message"]
 
+
+@pytest.mark.parametrize("twice", ["Host", "Content-Length", "Origin"])
+def test_a_header_that_counts_once_given_twice_is_400(server, twice):
+    """Issue 50: duplicate Host headers were accepted (the first won); a proxy may read the other."""
+    values = {"Host": f"127.0.0.1:{server}", "Content-Length": "19", "Origin": f"http://127.0.0.1:{server}"}
+    head = "".join(f"{k}: {v}\r\n" for k, v in values.items()) + f"{twice}: {values[twice] if twice != 'Host' else 'evil.example'}\r\n"
+    s = socket.create_connection(("127.0.0.1", server), timeout=10)
+    s.sendall((f"POST /search HTTP/1.1\r\n{head}Content-Type: application/json\r\n\r\n" + '{"query": "backup"}').encode())
+    reply = recv_until_closed(s)
+    assert reply.startswith("HTTP/1.1 400 ") and f'"several {twice} headers; a request has at most one"' in reply
+
+
+def test_a_bound_given_alone_is_named_as_one():
+    from kb.runtime.requests import RequestError, parse_get
+
+    with pytest.raises(RequestError, match=r"^chunk_id must be at least 0, got -1$"):
+        parse_get({"chunk_id": -1})
