@@ -7,6 +7,7 @@ import os
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kb.runtime.index import Index
@@ -119,3 +120,10 @@ def test_kb_serve_mmap_maps_the_file_and_still_picks_up_a_rename(tmp_path):
         os.replace(tmp, served)
         assert wait_for(lambda: serving_id(port) == artifact_id(OLD))
         assert call(port, "POST", "/search", {"query": "backup"})[0] == 200
+
+
+def test_the_readme_safety_section_states_the_in_place_contract():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    safety = readme.split("\n## Safety\n", 1)[1].split("\n## ", 1)[0]
+    for promise in ("never crashes them", "answered from the old bytes", "picked up the same way, without a restart", "With `--mmap`", "replace artifacts by rename"):
+        assert promise in " ".join(safety.split()), promise
