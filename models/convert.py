@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..common import cache_root
 from ..common.errors import ModelError
 
 __all__ = ["CONVERTER_VERSION", "HF_FILES", "cache_root", "convert_bert", "read_model_folder"]
@@ -37,15 +38,6 @@ __all__ = ["CONVERTER_VERSION", "HF_FILES", "cache_root", "convert_bert", "read_
 CONVERTER_VERSION = 1
 
 HF_FILES = ("model.safetensors", "config.json", "tokenizer.json")  # what an HF BERT folder needs
-
-
-def cache_root(cache_dir: Path | str | None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("KB_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "kb"
 
 
 def sha256_file(path: Path) -> str:

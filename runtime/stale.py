@@ -204,9 +204,9 @@ def stale_notices(ix, reports=None, paths: bool = True) -> list[Notice]:
 
 # --- the one-shot search's cache of its last check ---------------------------------------------
 def cache_dir() -> str:
-    from kb.models.convert import cache_root
+    from kb.common import cache_root
 
-    return os.path.join(cache_root(None), "stale")
+    return os.path.join(cache_root(), "stale")
 
 
 def _cache_file(ix) -> str:
