@@ -279,7 +279,7 @@ def list_(index_path, statuses, all_statuses, tags, path, by_chunk, as_json, as_
             if several:
                 row["artifact"], row["artifact_id"] = member.name, member.artifact.id
             if by_chunk:
-                row.update(chunk_id=r.chunk_id, section=r.section, lines=list(r.lines))
+                row.update(chunk_id=r.chunk_id, chunk_key=r.chunk_key, section=r.section, lines=list(r.lines))
             if as_json:
                 items.append(row)
                 continue

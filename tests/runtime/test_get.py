@@ -264,3 +264,10 @@ def _multi_get_and_status(c, sample_artifact):
     assert status == {"checked": False, "fresh": None, "reason": "this server does not compare the artifact with its corpus (kb serve/mcp --stale-check turns it on)", "counts": info["counts"], "models": info["models"], "artifact": status["artifact"]}
     assert status["counts"]["documents"] == 17
     assert c.call("status", {"x": 1})["content"][0]["text"] == "error (unknown_field, field x): status takes no arguments, got 'x'"
+
+
+def test_kb_list_chunks_json_names_each_chunks_key_which_kb_get_takes(sample_artifact):
+    items = json.loads(run("list", "-i", sample_artifact, "--chunks", "--all-statuses", "--json").stdout)["items"]
+    assert len({i["chunk_key"] for i in items}) == len(items) and all(len(i["chunk_key"]) == 16 for i in items)
+    got = get_json(items[3]["chunk_key"], "-i", str(sample_artifact))
+    assert got["chunk"]["chunk_id"] == items[3]["chunk_id"]
