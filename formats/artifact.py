@@ -311,7 +311,7 @@ def replace_atomically(path: Path, parts: Iterable[bytes]) -> int:
     """Write ``parts`` to a new temporary beside ``path`` (created exclusively under a random
     name, so it never follows a link planted there), fsync, rename over ``path``, fsync the
     folder; a failure removes the temporary and leaves ``path`` as it was. Returns the size."""
-    fd, tmp = _create_temp(path)
+    fd, tmp = create_temp(path)
     lock_fd = os.dup(fd)  # an exclusive lock held until the rename, or until this process dies:
     size = 0  # it tells remove_stale_temporaries in another build that this temporary is in use
     try:
@@ -356,7 +356,7 @@ class Scratch:
     def __init__(self, target: str | os.PathLike):
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.path = _create_temp(target, os.O_RDWR)
+        fd, self.path = create_temp(target, os.O_RDWR)
         try:
             _lock(fd)
             self.file = os.fdopen(fd, "w+b")
@@ -381,7 +381,7 @@ class Scratch:
         self.close()
 
 
-def _create_temp(path: Path, access: int = os.O_WRONLY) -> tuple[int, str]:
+def create_temp(path: Path, access: int = os.O_WRONLY) -> tuple[int, str]:
     """A new file ``.NAME.XXXXXXXX.tmp`` beside ``path``, created exclusively with mode 0666 less
     the umask. (tempfile.mkstemp would make it 0600, and reading the umask means setting it.)"""
     import secrets  # the runtime never writes: keep the import off the query path
@@ -397,7 +397,7 @@ def _create_temp(path: Path, access: int = os.O_WRONLY) -> tuple[int, str]:
 
 def _temporary_pattern(path: Path):
     """What ``write_artifact``'s temporaries for ``path`` are called: ``.NAME.XXXXXXXX.tmp``, where
-    XXXXXXXX is eight random characters (hex from _create_temp; tempfile.mkstemp's alphabet
+    XXXXXXXX is eight random characters (hex from create_temp; tempfile.mkstemp's alphabet
     from kb before 2026-11-30)."""
     import re
 

@@ -237,16 +237,31 @@ def cached_report(ix) -> dict:
         pass
     started = time.time()
     rep, watched = check(ix.manifest(), SEARCH_HASH_BYTES)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"at": started, "root": rep["root"], "watched": watched, "report": rep}, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    _store(path, {"at": started, "root": rep["root"], "watched": watched, "report": rep})
     _prune(os.path.dirname(path))
     return rep
+
+
+def _store(path: str, entry: dict) -> None:
+    """Write a cache entry through an exclusive, randomly named temporary beside it (never a link
+    planted in the cache folder), renamed into place; one that cannot be written is dropped."""
+    from pathlib import Path
+
+    from kb.formats.artifact import create_temp
+
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = create_temp(Path(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(entry, f)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def forget(ix) -> None:
