@@ -13,7 +13,7 @@ whatever the language; zh, ja and ko have neither stemmer nor stopwords.
 A query has no language: each query word is stemmed by every language of the artifact and keeps
 its distinct forms (``query_terms``).
 
-``kb-unicode-3`` (since 2026-12-06) first joins a word that marks letters inside it with square
+``kb-unicode-3`` first joins a word that marks letters inside it with square
 brackets, as command references mark a menu's accelerator key (``E[x]tract``, ``[c]reate``): a
 bracketed run of one to three letters followed by a word character loses its brackets
 (``_unmark``), so the word is indexed and searched as written without them (``extract``,
@@ -64,9 +64,8 @@ CJK_RANGES = (
     "\U00020000-\U0003134f"  # Han extensions B..G
 )
 # CJK_RANGES as sorted edges [first, last + 1, ...]: a code point is CJK when an odd number of
-# edges lie at or below it. ``has_cjk`` starts with these rather than the pattern: its ~47,000
-# BMP code points make re.compile take 4-7 ms, which a one-shot search paid whenever a result
-# held a non-ASCII character (16 of the 40 Hugo fixture queries).
+# edges lie at or below it. ``has_cjk`` starts with these because compiling the pattern costs
+# milliseconds a one-shot search should not pay (``SCANS_BEFORE_PATTERN``).
 _CJK_EDGES = tuple(e for a, b in re.findall("(.)-(.)", CJK_RANGES) for e in (ord(a), ord(b) + 1))
 _WORD = re.compile(r"\w+")
 # ASCII text, as UTF-8 bytes: A-Z lowercased, every non-word character a space, bytes >= 0x80
@@ -112,7 +111,7 @@ def stemmer_library() -> str:
     return f"PyStemmer {version('PyStemmer')}"
 
 
-class _AnalyzerFields(NamedTuple):  # not a frozen dataclass: ~0.7 ms of a one-shot kb's start to create (bench/startup_records.py)
+class _AnalyzerFields(NamedTuple):  # not a frozen dataclass: start-up cost (bench/startup_records.py)
     languages: tuple[str, ...] = ()
     stopwords: tuple[tuple[str, tuple[str, ...]], ...] = ()
     cjk_bigrams: bool = True
@@ -363,8 +362,7 @@ class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for it
             return {}
         Stemmer = _stemmer_module()
 
-        # no cache (0): the builder stems each distinct word once, and PyStemmer's default cache of
-        # 10,000 words made that 4x slower on SciFact's 36k words; a query's few words cost ~1 us each
+        # no cache (0): the builder stems each distinct word once, where PyStemmer's default cache slows it down
         return {lang: Stemmer.Stemmer(name, 0) for lang, name in names.items() if name is not None}
 
 

@@ -95,8 +95,7 @@ def labelled(path):
         raise CorruptArtifact(f"{path}: {e}") from None
 
 
-# NamedTuples and a plain class, not frozen dataclasses: every one-shot kb creates them at import,
-# and a frozen dataclass costs ~0.7 ms to create, a NamedTuple ~0.15 (bench/startup_records.py).
+# NamedTuples and a plain class, not frozen dataclasses: start-up cost (bench/startup_records.py).
 class Section(NamedTuple):
     """One entry of the section table."""
 

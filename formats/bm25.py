@@ -16,11 +16,10 @@ the document's tf' and len' summed over its chunks and avglen' over documents:
 
     final(q,c) = score(q,c) + document_weight * score(q, doc(c))
 
-(0.25: Hugo +0.021, SciFact +0.005, Cranfield and CISI -0.002 nDCG@10; bench/notes/2026-12-01-lexical-bm25.md).
-Chunks are scored, but N and df count documents (format 2: ``terms.doc_df``): a document cut
-into many chunks is one document to idf, as it is to bm25s or Lucene over whole documents; on
-the dev sets that is worth +0.01..0.02 nDCG@10 (bench/notes/2026-12-01-lexical-bm25.md). Stopword terms
-count in no length. Format 1 artifacts: N and df over chunks, distinct query terms.
+(0.25 and the choices below: bench/notes/2026-12-01-lexical-bm25.md). Chunks are scored, but N
+and df count documents (format 2: ``terms.doc_df``): a document cut into many chunks is one
+document to idf, as it is to bm25s or Lucene over whole documents. Stopword terms count in no
+length. Format 1 artifacts: N and df over chunks, distinct query terms.
 
 With the title, section and document weights 0 this is plain Lucene BM25 over the body.
 

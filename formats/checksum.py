@@ -1,12 +1,11 @@
 """CRC-32 of artifact bytes (the zlib and gzip CRC), computed fast where it pays.
 
 Every byte a search reads is checked against a crc32 first (formats/artifact.py, the query
-model's row groups, the graph's pages). zlib's crc32 sums about 2 GB/s on the 2-core VM kb is
-measured on. kb's compiled crc32 (formats/_crc32.c) fold with carry-less multiplies where the
-CPU has PCLMULQDQ, at about 9 GB/s, and sum many ranges of a buffer in one call
-(``crc32_many``: a one-shot walk of a 1M graph checks some 13,000 pages). Where they are not
-built, or the CPU lacks the instruction, zlib sums: the reference the tests hold them against
-(tests/formats/test_checksum.py).
+model's row groups, the graph's pages). kb's compiled crc32 (formats/_crc32.c) fold with
+carry-less multiplies where the CPU has PCLMULQDQ, several times faster than zlib, and sum many
+ranges of a buffer in one call (``crc32_many``: a walk of a large graph checks thousands of
+pages). Where they are not built, or the CPU lacks the instruction, zlib sums: the reference the
+tests hold them against (tests/formats/test_checksum.py).
 """
 
 from __future__ import annotations

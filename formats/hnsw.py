@@ -5,8 +5,8 @@ usearch restores a saved index as a view and then trusts it: a neighbour slot pa
 the graph, or a node level larger than its tape, makes a search read out of bounds and kill the
 process. A crc32 only proves the bytes are the ones the table names, and anyone who edits a
 file can forge it. So, as safetensors does with its header, every size, offset and slot is checked
-here first (in numpy, about 2 ms per 10,000 chunks: it reads the whole graph, so kb checks it in a
-background thread while a search starts, runtime/index.py). The layout, all little-endian:
+here first (in numpy; it reads the whole graph, so kb checks it in a background thread while a
+search starts, runtime/index.py). The layout, all little-endian:
 
     matrix:  rows(u32) cols(u32)  rows x cols bytes     (cols = bytes per vector)
     head:    "usearch"(7) major(u16) minor(u16) patch(u16) metric(u8) scalar(u8) key(u8)
@@ -44,8 +44,7 @@ class BadIndex(ValueError):
     """The bytes are not a usearch index this reader can trust; the message says why."""
 
 
-# Records as NamedTuples and plain classes, not frozen dataclasses: a hybrid one-shot search imports
-# this module, and a frozen dataclass costs ~0.7 ms of start-up to create (a NamedTuple ~0.13).
+# NamedTuples and plain classes, not frozen dataclasses: start-up cost (bench/startup_records.py).
 class HnswImage(NamedTuple):
     """What ``check_hnsw`` learned: the vector matrix at the start of the image (``rows`` x
     ``cols`` bytes from byte ``MATRIX_START``), its scalar kind and dimensions, the graph's start,

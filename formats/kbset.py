@@ -42,7 +42,7 @@ class SetFileError(ArtifactError):
     """A set file that cannot be used: malformed, too large, or a member missing or changed (exit 3)."""
 
 
-class Member(NamedTuple):  # not a frozen dataclass: ~0.7 ms of a one-shot kb's start to create (bench/startup_records.py)
+class Member(NamedTuple):  # not a frozen dataclass: start-up cost (bench/startup_records.py)
     """One artifact of a set, as the set file records it."""
 
     path: str  # relative to the set file's folder, POSIX separators

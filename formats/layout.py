@@ -124,8 +124,7 @@ class BlobTable:
     """Read side of ``pack_blobs`` over a memoryview; validates before trusting offsets. The head
     (count, first and last offset) is checked at once; each item's own two offsets when the item
     is taken (verified by ``check`` where given, in order, inside the data), so opening a table of
-    a million paths costs what reading one costs (checking the whole offsets array first took
-    5.4 ms at a million documents, bench/notes/2026-12-02-scale-million.md)."""
+    a million paths costs what reading one costs (bench/notes/2026-12-02-scale-million.md)."""
 
     def __init__(self, buf: memoryview | bytes, what: str = "blob table", check=None):
         """``check(start, stop)``, when given, verifies bytes of ``buf`` before they are read

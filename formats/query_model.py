@@ -96,7 +96,7 @@ CT2_VERSION = 6
 _CT2_DTYPES = ("float32", "int8", "int16", "int32", "float16", "bfloat16")
 
 
-class CT2Variable(NamedTuple):  # NamedTuples, not dataclasses: a hybrid one-shot search imports this module, and a frozen dataclass costs ~0.7 ms to create
+class CT2Variable(NamedTuple):  # NamedTuples, not dataclasses: start-up cost (bench/startup_records.py)
     name: str
     dtype: str  # one of _CT2_DTYPES
     shape: tuple[int, ...]

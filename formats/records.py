@@ -9,8 +9,7 @@
 The builder writes these sections only through the pack side and the runtime reads them only
 through the unpack side; nothing else knows a record's layout. SPEC.md describes every field.
 Unpacking validates types before anything is trusted: a malformed record is CorruptArtifact.
-The types are NamedTuples, not frozen dataclasses: every one-shot kb creates them at import, and a
-frozen dataclass costs ~0.7 ms to create, a NamedTuple ~0.15 (bench/startup_records.py).
+The types are NamedTuples, not frozen dataclasses: start-up cost (bench/startup_records.py).
 """
 
 from __future__ import annotations
