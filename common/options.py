@@ -7,13 +7,8 @@ artifact as given); kb's ``search`` flags, the HTTP and MCP request fields and t
 descriptions, and README.md's table are all derived from it. At query time the options are
 resolved once: these defaults, then the artifact's ``[search]``, then the request's overrides.
 
-Why the defaults are what they are: bench/notes/ (*-fusion-grid, *-lexical-bm25, *-reranker). The
-seeds' RRF k = 60 with qmd's top-rank bonus (+0.05 / +0.02) left hybrid below its dense leg on
-the Hugo fixture and CISI. With the stemmed BM25 leg of format 2, k = 20 left hybrid below the
-dense leg on Hugo (0.672 vs 0.686) and k = 10 put it above both legs on all four English dev sets
-(Hugo 0.713, Cranfield 0.408, CISI 0.447: bench/notes/2026-12-01-lexical-bm25.md).
-The shipped cross-encoder did not improve nDCG@10 on the sets it did not train on, so rerank is
-off unless asked for.
+Why the defaults are what they are: bench/notes/ (*-fusion-grid, *-lexical-bm25, *-reranker;
+rerank is off because the shipped cross-encoder did not improve nDCG@10 on unseen sets).
 """
 
 from __future__ import annotations
@@ -139,10 +134,8 @@ GET_INPUTS = settings_of(GetRequest)
 
 # Defaults that differ by embedding model (the artifact's embedder, meta.embedder.name), under the
 # artifact's own [search] table. multilingual-e5-small's cosines sit high and close together
-# (bench/dense_noise.py; runtime/fusion.py COSINE_ANCHORS), and its dense leg earns less of the fusion: semantic_weight
-# 0.5 against 0.7 lifts hybrid nDCG@10 on Hugo 0.513 -> 0.574, CMRC2018 0.952 -> 0.966 and
-# JSQuAD 0.850 -> 0.889 (first 300 dev queries; bench/notes/*-e5-multilingual.md); MiniLM keeps
-# SearchOptions' defaults.
+# (runtime/fusion.py COSINE_ANCHORS), and its dense leg earns less of the fusion: semantic_weight
+# 0.5 (bench/notes/2026-11-30-e5-multilingual.md). MiniLM keeps SearchOptions' defaults.
 MODEL_DEFAULTS: dict[str, dict] = {
     "multilingual-e5-small": {"semantic_weight": 0.5},
 }
