@@ -323,8 +323,7 @@ class QueryEncoder:
         if not 0 < n <= self.max_tokens:
             raise ModelError(f"a query of {n} tokens, the model reads 1 to {self.max_tokens}")
         # The query's embedding rows before the helpers start: the main thread's first steps
-        # beside a starting helper wait on the GIL (the first pass 1-1.5 ms faster this way,
-        # bench/notes/2026-12-05-one-shot-ratios.md).
+        # beside a starting helper wait on the GIL (bench/notes/2026-12-05-one-shot-ratios.md).
         x = m.rows("embed.word", ids).astype(_F) * (_F(1) / m.rows("embed.word.scale", ids))[:, None]
         if len(self._prepared) < len(self._linears):
             for _ in range(_helper_threads() - self._helping):

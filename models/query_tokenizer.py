@@ -23,7 +23,7 @@ their effect is a few lines of Python; step 3 replicates the library's WordPiece
 (its Viterbi search, ties and unknown pieces included); step 1 replicates its added vocabulary.
 tests/models/test_query_encoder.py compares all of it with the library under
 hypothesis-generated text. ``tokenizers`` is imported only when a segment needs the library's
-pipeline: an English query never pays for the import (4-10 ms, bench/notes/2026-12-05-one-shot-ratios.md).
+pipeline: an English query never pays for the import (bench/notes/2026-12-05-one-shot-ratios.md).
 """
 
 from __future__ import annotations
