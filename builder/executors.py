@@ -7,8 +7,8 @@ the batches are cut by builder/build.py, the same way for every executor, and me
 the same order, so the artifact does not depend on the executor.
 
 The batches matter for the bytes: CTranslate2's output for a text depends on what it is padded
-with (on a 2-core VM, 2026-11-30, MiniLM int8 vectors of one text differ by up to 0.007 between
-a batch of 64 and two of 32; the number of threads changes nothing). A Ray worker therefore
+with (MiniLM int8 vectors of one text differ by up to 0.007 between a batch of 64 and two of 32;
+the number of threads changes nothing). A Ray worker therefore
 embeds exactly the batches the local build embeds, one Ray Data row per batch, never a batch
 Ray recomposed.
 

@@ -9,11 +9,10 @@ compares: at a million chunks most of that walk's time is first touches of pages
 graph, renamed) so that near vectors get near slots, and the walk reads fewer pages.
 
 The adds themselves are faster in that order too: each new node's neighbours were added just
-before it, so the graph's search for them stays in memory already read (at a million vectors of
-bench/scale.py's corpus, 2.5 times faster). Added in that order alone, the graph is worse: its
-early nodes, all of one cluster, get no long links (recall@10 at ef 1024 fell from 0.9885 to
-0.977 at a million). ``add_order``'s ``mixed`` therefore adds a seeded random ``RANDOM_FIRST``
-of the vectors first, then the rest leaf by leaf (bench/notes/2026-12-02-scale-million.md).
+before it, so the graph's search for them stays in memory already read. Added in that order
+alone, the graph is worse: its early nodes, all of one cluster, get no long links, and recall
+falls. ``add_order``'s ``mixed`` therefore adds a seeded random ``RANDOM_FIRST`` of the vectors
+first, then the rest leaf by leaf (figures: bench/notes/2026-12-02-scale-million.md).
 
 The order: a two-level spherical k-means of the vectors, K clusters and K clusters within each
 (K about the fourth root of the count, so a leaf holds about its square root), 8 Lloyd

@@ -3,8 +3,8 @@
 Every occurrence of a term in a chunk becomes one (term, chunk, field) triple; sorting them groups
 them by (term, chunk), and summing each run's field weights gives tf' (``chunk_postings``). The
 in-memory reference (tests/builder/test_postings.py ``build_postings``) does that once for the whole corpus: several
-int64 arrays of all occurrences at its peak, about 10 KB per chunk of the scale bench (3.1 GB of a
-3.9 GB build at 300,000 chunks, bench/notes/2026-11-30-postings-spill.md). ``PostingsSpill`` does it per block
+int64 arrays of all occurrences at its peak, most of a large build's memory
+(bench/notes/2026-11-30-postings-spill.md). ``PostingsSpill`` does it per block
 of whole documents of at most ``BLOCK_OCCURRENCES`` occurrences, as each window of the build
 arrives, and spills each block's postings to a scratch file; ``finish`` merges the blocks by term.
 
