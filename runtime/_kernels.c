@@ -13,9 +13,7 @@
 /* cosines_f16(q, rows, out, n, k): out[i] = cosine of q (float32, k) with row i of rows (n x k
    float16, the vectors as an artifact stores them), summed in float32: dot / sqrt(|row|^2 |q|^2).
    A zero row gives NaN (0 / 0), a row that is not finite NaN or infinity: the caller decides
-   (runtime/cosines.py). Where the CPU has AVX2 and F16C only: ``f16_kernel()`` says which. The
-   dense leg's scan and kb's graph walk used numkong's cdist for this, whose import alone costs a
-   one-shot search 3-5 ms. */
+   (runtime/cosines.py). Where the CPU has AVX2 and F16C only: ``f16_kernel()`` says which. */
 
 #ifdef KB_X86_AVX2
 CPU_HAS(have_f16c, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))

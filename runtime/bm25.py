@@ -217,7 +217,7 @@ def top_bm25(ix, terms: list[str], k: int, allowed: np.ndarray | None = None) ->
     None for all); ties broken by chunk id. Where a chunk's score is its own sum (no document
     part to add), kb's compiled ``acc_top`` picks them from the sums in one pass, as ``top_k``
     over ``bm25_scores`` would, bit for bit: at a million chunks a long query matches over half
-    of them, and their mask, ids, scores and partition took 10 ms of its 30."""
+    of them (bench/notes/2026-12-02-scale-million.md)."""
     from .cosines import kernels
 
     kern = kernels()

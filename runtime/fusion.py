@@ -22,8 +22,7 @@ import math
 from typing import NamedTuple
 
 
-# NamedTuples, not frozen dataclasses: every one-shot kb creates them at import, and a frozen
-# dataclass costs ~0.7 ms to create, a NamedTuple ~0.15 (bench/startup_records.py).
+# NamedTuples, not frozen dataclasses: start-up cost (bench/startup_records.py).
 class LegHit(NamedTuple):
     chunk: int
     rank: int  # 1-based
@@ -102,22 +101,17 @@ def rank_bonus(best_rank: int, p: FusionParams) -> float:
     return 0.0
 
 
-# Query-adaptive fusion, both ways (measured on the dev sets, bench/notes/2026-12-02-fusion-gap.md):
+# Query-adaptive fusion, both ways (figures, and what was tried instead:
+# bench/notes/2026-12-02-fusion-gap.md and 2026-12-02-confidence-model.md):
 # - a dense leg's weight is scaled by how strongly its best hit matches (its top cosine), so a
 #   weak dense leg (a top cosine near what unrelated text gets, as for the one-word query
-#   `where`) does not bury an exact lexical match: scaling between cosines 0.2 and 0.4 lifted the
-#   Hugo fixture +0.05 nDCG@10 and cost no set anything;
+#   `where`) does not bury an exact lexical match;
 # - a BM25 leg's weight grows with how far its winner stands above the runner-up (the relative
 #   gap (s1 - s2) / s1, in [0, 1]): weight * (1 + gap / GAP_SCALE). A lexical winner that clearly
-#   beats every other chunk is a strong signal a dense leg should not outvote (JSQuAD: hybrid
-#   0.915 -> 0.933 against BM25's 0.929; every English set gained 0.002-0.010). The gap is a
+#   beats every other chunk is a strong signal a dense leg should not outvote. The gap is a
 #   ratio of one query's own scores, so it means the same for any corpus and language; GAP_SCALE
-#   sits in the middle of the flat range 0.2-0.3 the dev sets gave. A lone hit (one chunk holds
-#   the query's terms: the page that names an identifier) has no runner-up, so it leads by all of
-#   it (before 2026-12-02 it got no lead at all, and `HUGO_NUMWORKERMULTIPLIER`'s one page
-#   ranked second, under a page that does not name it).
-# Scaling the BM25 leg *down* by its top score over its ceiling was tried and cost CISI and
-# Cranfield 0.004-0.005 (their long queries never come near the ceiling).
+#   sits in the middle of the flat range the dev sets gave. A lone hit (one chunk holds the
+#   query's terms: the page that names an identifier) has no runner-up, so it leads by all of it.
 COS_WEAK = 0.2  # a dense leg whose top cosine is at most this keeps STRENGTH_FLOOR of its weight
 COS_STRONG = 0.4  # ... at least this, all of it (all-MiniLM-L6-v2: unrelated text scores 0.0-0.25)
 STRENGTH_FLOOR = 0.1  # the least share of its weight a dense leg keeps

@@ -27,7 +27,7 @@ import numpy as np
 from kb.formats.hnsw import GraphLayout
 
 
-class Matches(NamedTuple):  # NamedTuples: a frozen dataclass costs ~0.7 ms of a one-shot search's start to create
+class Matches(NamedTuple):  # not a frozen dataclass: start-up cost (bench/startup_records.py)
     """What usearch's ``Index.search`` returns, as the dense leg reads it."""
 
     keys: np.ndarray  # u64 chunk ids, nearest first

@@ -37,7 +37,7 @@ class QuerySyntaxError(UsageError):
     """A query string that does not parse (exit 2)."""
 
 
-class ParsedQuery(NamedTuple):  # not a frozen dataclass: ~0.7 ms of a one-shot kb's start to create (bench/startup_records.py)
+class ParsedQuery(NamedTuple):  # not a frozen dataclass: start-up cost (bench/startup_records.py)
     text: str  # the words that rank, in order (phrase and scoped words included, exclusions not)
     phrases: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()  # terms or phrases

@@ -14,8 +14,7 @@ from .fusion import Fused
 SCHEMA_VERSION = 3  # of the JSON a search returns (runtime/output.py); 2: each result names its artifact, and the top-level artifact is a list for a set; 3: a result's artifact is its name, artifact_id its id
 
 
-# NamedTuples, not frozen dataclasses: every one-shot kb creates these classes at import, and a
-# frozen dataclass costs ~0.7 ms to create, a NamedTuple ~0.15 (bench/startup_records.py).
+# NamedTuples, not frozen dataclasses: start-up cost (bench/startup_records.py).
 class RerankScore(NamedTuple):
     logit: float
     probability: float

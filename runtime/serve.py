@@ -19,14 +19,11 @@ slots busy), 504 (the request ran past the per-request timeout).
 Safety: it listens on loopback by default, and answers only requests whose Host (and Origin, when
 a browser sends one) names this server, so a web page cannot reach it through DNS rebinding or a
 cross-site form; a header that counts once (``SINGLE_HEADERS``: Host, Origin, the body's
-length and encoding) given twice is 400, as a proxy in front may have read the other. At most ``max_concurrent`` searches run at once, each on a worker thread that the
-request thread waits on for at most ``timeout`` seconds; a search that overruns keeps its slot
-until it really ends, so the bound holds. Up to ``max_queue`` more wait ``queue_wait`` seconds
-for a slot before 503. A request's head and body must arrive within ``deadline`` seconds of its
-first byte (not per read, so trickling does not keep a connection); keep-alive connections close
-after ``IDLE_TIMEOUT_S`` without a request; the listen backlog is BACKLOG; and past
-``max_connections`` the connection that has been sending its request the longest is closed to
-make room (KbHTTPServer).
+length and encoding) given twice is 400, as a proxy in front may have read the other. The limits
+on searches, queue, request time and connections are the constants below, the flags of
+``kb serve`` (README, "kb serve limits") and KbHTTPServer; a search that overruns its timeout
+keeps its slot until it really ends, so the bound holds, and a request's deadline runs from its
+first byte (not per read, so trickling does not keep a connection).
 """
 
 from __future__ import annotations

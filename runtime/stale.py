@@ -13,8 +13,8 @@ never opened; a file whose real path is outside the root is never hashed (it is 
 its time moved). The servers (``kb serve``, ``kb mcp``) check only when their operator asks
 (runtime/service.py), and name paths only under a root the operator gave.
 
-A one-shot ``kb search`` cannot afford the full check on a large corpus (about 65-180 ms for
-10,000 files on a busy 2-core machine, more than the search: bench/stale_check.py), so it keeps
+A one-shot ``kb search`` cannot afford the full check on a large corpus (more than the search
+itself: bench/notes/2026-12-06-stale-check.md), so it keeps
 the last check's report in a small cache file ($KB_CACHE_DIR/stale/ARTIFACT_ID.json) with the
 modification times of the folders it walked: a search within RECHECK_S seconds of that check,
 while none of those folders changed (a file added, removed or renamed, which an editor's atomic
@@ -114,8 +114,8 @@ def _stopped() -> str:
 def _added(manifest, root: str, known: dict, rep: dict, watched: dict, budget: _Budget) -> bool:
     """Walk the root for files the build would index that the manifest does not list; False when
     the budget ran out. Plain strings and ``os`` calls, not pathlib: a one-shot ``kb search`` may
-    run this over every source file, and pathlib's parsing cost more than the stats (about 50 ms
-    of 93 for the 992 files of the Hugo docs, bench/notes/2026-12-05-one-shot-ratios.md)."""
+    run this over every source file, and pathlib's parsing cost more than the stats
+    (bench/notes/2026-12-05-one-shot-ratios.md)."""
     skipped = {p for p, _ in manifest.skipped}
     types = set(manifest.file_types)
     include, exclude = manifest.include, manifest.exclude
