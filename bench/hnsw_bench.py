@@ -35,7 +35,7 @@ def main(argv=None):
 
     ix = Index(a.artifact)
     keys = np.arange(ix.n_chunks, dtype=np.uint64)
-    vecs = np.asarray(ix.vectors.get(keys), dtype=np.float32)
+    vecs = np.asarray(ix.dense.vectors.get(keys), dtype=np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     if a.queries.suffix == ".jsonl":
         texts = [json.loads(x)["text"] for x in a.queries.read_text().splitlines() if x.strip()][: a.limit]

@@ -398,7 +398,7 @@ def query_phase(art: Path, queries_file: Path, expansion: int = 0) -> dict:
     texts, qvecs = [str(t) for t in z["texts"]], z["vectors"]
     ix = Index(art)
     if expansion:
-        ix.vectors.expansion_search = expansion
+        ix.dense.vectors.expansion_search = expansion
     s = Searcher(ix)
     real = s.embedder
     cache = {t: v for t, v in zip(texts, qvecs)}
@@ -433,7 +433,7 @@ def query_phase(art: Path, queries_file: Path, expansion: int = 0) -> dict:
     res["filter_kept"] = int(allowed.sum())
     for strategy in ("exact", "hnsw"):
         fn = legs.exact_top if strategy == "exact" else legs.hnsw_top
-        lat = timed(lambda t: fn(ix, cache[t], legs_depth(s), allowed))
+        lat = timed(lambda t: fn(ix.dense, cache[t], legs_depth(s), allowed))
         res[f"filtered_dense_{strategy}_p50_ms"] = float(np.percentile(lat, 50))
     lat = timed(lambda t: real.embed_query(t), repeat=1)
     res["query_embedding_p50_ms"] = float(np.percentile(lat, 50))
@@ -460,7 +460,7 @@ def exact_top10(ix, qvecs: np.ndarray) -> np.ndarray:
     best_ids = np.zeros((len(q), 10), np.int64)
     for lo in range(0, n, BLOCK):
         ids = np.arange(lo, min(n, lo + BLOCK))
-        v = ix.vectors_of(ids)
+        v = ix.dense.vectors_of(ids)
         v /= np.linalg.norm(v, axis=1, keepdims=True)
         sims = q @ v.T
         cand = np.concatenate([best, sims], axis=1)
@@ -478,7 +478,7 @@ def dense_hits(ix, qvecs: np.ndarray, exact: np.ndarray, depth: int = 50) -> tup
     allowed = np.ones(ix.n_chunks, dtype=bool)
     hits, top, t = [], [], time.perf_counter()
     for i, qv in enumerate(qvecs):
-        ids, sims = top_vector(ix, qv, depth, allowed)
+        ids, sims = top_vector(ix.dense, qv, depth, allowed)
         hits.append(len(set(exact[i].tolist()) & set(ids[:10].tolist())))
         top.append(float(sims[0]) if len(sims) else 0.0)
     return np.array(hits), np.array(top), (time.perf_counter() - t) * 1000 / len(qvecs)
@@ -495,7 +495,7 @@ def recall_study(art: Path, queries_file: Path, efs: list[int], groups: int = 5)
         exact = exact_top10(ix, qvecs)
         found, top_cos, res = {}, None, {"chunks": ix.n_chunks, "queries": len(qvecs), "by_ef": {}}
         for ef in efs:
-            ix.vectors.expansion_search = ef
+            ix.dense.vectors.expansion_search = ef
             found[ef], first, ms = dense_hits(ix, qvecs, exact)
             if top_cos is None:
                 top_cos = first
@@ -513,18 +513,18 @@ def recall(art: Path, qvecs: np.ndarray, depth: int, expansion: int | None = Non
     per_query = 10 * len(qvecs)
     with Index(art) as ix:
         if expansion:
-            ix.vectors.expansion_search = expansion
+            ix.dense.vectors.expansion_search = expansion
         best_ids = exact_top10(ix, qvecs)
         leg = dense_hits(ix, qvecs, best_ids, depth)[0]
-        plain = sum(len(set(best_ids[i].tolist()) & set(np.asarray(ix.vectors.search(qv, 10).keys).tolist())) for i, qv in enumerate(qvecs))
-        res = {"recall_at_10": float(leg.sum()) / per_query, "hnsw_recall_at_10": plain / per_query, "expansion_search": ix.vectors.expansion_search}
-        searched = ix.vectors.expansion_search
+        plain = sum(len(set(best_ids[i].tolist()) & set(np.asarray(ix.dense.vectors.search(qv, 10).keys).tolist())) for i, qv in enumerate(qvecs))
+        res = {"recall_at_10": float(leg.sum()) / per_query, "hnsw_recall_at_10": plain / per_query, "expansion_search": ix.dense.vectors.expansion_search}
+        searched = ix.dense.vectors.expansion_search
         by_ef = {}
         for ef in EF_STUDY:  # the dense leg's recall and latency by the search's expansion
-            ix.vectors.expansion_search = ef
+            ix.dense.vectors.expansion_search = ef
             hits, _, ms = dense_hits(ix, qvecs, best_ids, depth)
             by_ef[ef] = {"recall_at_10": float(hits.sum()) / per_query, "ms": ms}
-        ix.vectors.expansion_search = searched
+        ix.dense.vectors.expansion_search = searched
         res["recall_by_ef"] = by_ef
     with Index(art) as ix:  # a one-shot search's dense leg: kb's checked walk of the same graph
         ix.dense.walks = True

@@ -585,13 +585,11 @@ def chunk_and_analyze(docs, doc_langs, job: ShardJob, analyzer, executor, second
     cuts = shards.bounds([len(d.text) for d in docs], jobs or executor.workers())
     start = time.perf_counter()
     chunked = {"chunk": 0.0}
-    chunker = job.chunker()
 
     def shard(lo: int, hi: int):  # for a forking executor: runs here (shard 0) or in a fork
         if lo == 0:  # this process: it reports progress and returns its rows as they are
-            return chunk_shard(docs[:hi], doc_langs[:hi], chunker, analyzer, lambda i: progress("chunk", i + 1, len(docs)), chunked, start)
-        rows, fields = chunk_shard(docs[lo:hi], doc_langs[lo:hi], chunker, analyzer)
-        return pack_rows(rows, lo), fields
+            return job.chunk(docs[:hi], doc_langs[:hi], analyzer, lambda i: progress("chunk", i + 1, len(docs)), chunked, start)
+        return job.run(docs[lo:hi], doc_langs[lo:hi], lo, analyzer)
 
     try:
         parts = executor.map_shards(shard, cuts, docs, doc_langs, job)
@@ -620,28 +618,25 @@ class ShardJob:
     languages: tuple[str, ...]
     whole: bool = False
 
-    def chunker(self) -> Callable[[Document], list[Chunk]]:
-        """The function that cuts one document into its chunks."""
-        return whole_chunk if self.whole else functools.partial(chunk_document, count=self.count, opts=self.chunking)
+    def chunk(self, docs, doc_langs, analyzer: Analyzer, chunked=None, seconds: dict | None = None, start: float = 0.0) -> tuple[list[ChunkRow], Fields]:
+        """Chunk and analyze ``docs`` (whole documents, numbered from 0 here). ``chunked(i)`` is
+        called after document i; ``seconds["chunk"]``, when given, gets the chunking time since ``start``."""
+        chunker = whole_chunk if self.whole else functools.partial(chunk_document, count=self.count, opts=self.chunking)
+        rows = []
+        for i, d in enumerate(docs):
+            rows.extend(ChunkRow(i, c) for c in chunker(d))
+            if chunked is not None:
+                chunked(i)
+        if seconds is not None:
+            seconds["chunk"] = time.perf_counter() - start
+        return rows, analyze(docs, rows, analyzer, doc_langs)
 
-    def run(self, docs, doc_langs, first: int) -> tuple[list[tuple], Fields]:
-        """Chunk and analyze ``docs`` (documents ``first``, ``first + 1``, ... of the window)."""
-        rows, fields = chunk_shard(docs, doc_langs, self.chunker(), Analyzer.for_languages(self.languages).prepare())
+    def run(self, docs, doc_langs, first: int, analyzer: Analyzer | None = None) -> tuple[list[tuple], Fields]:
+        """``chunk`` for a shard that runs elsewhere (a fork, a Ray task: documents ``first``,
+        ``first + 1``, ... of the window), its rows packed to travel back; the analyzer is rebuilt
+        where none is at hand (a Ray task)."""
+        rows, fields = self.chunk(docs, doc_langs, Analyzer.for_languages(self.languages).prepare() if analyzer is None else analyzer)
         return pack_rows(rows, first), fields
-
-
-def chunk_shard(docs, doc_langs, chunker, analyzer, chunked=None, seconds: dict | None = None, start: float = 0.0) -> tuple[list[ChunkRow], Fields]:
-    """Chunk and analyze ``docs`` (whole documents, numbered from 0 here) with ``chunker`` (one
-    document -> its chunks). ``chunked(i)`` is called after document i; ``seconds["chunk"]``,
-    when given, gets the chunking time since ``start``."""
-    rows = []
-    for i, d in enumerate(docs):
-        rows.extend(ChunkRow(i, c) for c in chunker(d))
-        if chunked is not None:
-            chunked(i)
-    if seconds is not None:
-        seconds["chunk"] = time.perf_counter() - start
-    return rows, analyze(docs, rows, analyzer, doc_langs)
 
 
 def pack_rows(rows: list[ChunkRow], first: int) -> list[tuple]:

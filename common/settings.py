@@ -7,8 +7,9 @@
 (a NamedTuple for a record that a one-shot ``kb`` creates at import, a frozen dataclass elsewhere).
 
 Everything else is derived from that field: kb.toml validation (``from_table``), the click
-options, the HTTP/MCP request fields and their JSON Schema, and the README's tables. A value is
-checked by one validator wherever it comes from (``check``).
+options, the HTTP/MCP request fields and their JSON Schema, and the README's tables (which
+tests/builder/test_config.py makes from it and compares). A value is checked by one validator
+wherever it comes from (``check``).
 """
 
 from __future__ import annotations
@@ -179,28 +180,6 @@ def from_table(cls, table, where: str, **fixed):
         except ValueError as e:
             raise ConfigError(f"{where} {key}: {e}") from None
     return cls(**values, **fixed)
-
-
-def markdown_table(cls, flags: bool = False) -> str:
-    """The settings of ``cls`` as a markdown table (README.md holds these; a test compares)."""
-    head = ["key"] + (["flag"] if flags else []) + ["type", "range", "default", "what it does"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for s in settings_of(cls):
-        cells = [f"`{s.name}`"] + ([f"`{s.flag}`" if s.flag else ""] if flags else [])
-        default = "none" if s.default is None else _toml(s.default)
-        cells += [s.type_word(), s.range_text(), f"`{default}`", s.doc]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
-
-
-def _toml(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    if isinstance(v, tuple):
-        return "[" + ", ".join(f'"{x}"' for x in v) + "]"
-    return _num(v)
 
 
 def _num(x) -> str:

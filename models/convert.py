@@ -162,6 +162,15 @@ def _build_spec(cfg: dict, w: dict, vocab: list[str], unk_token: str, with_poole
     return spec
 
 
+def checked_quantization(quantization: str | None) -> str:
+    """The CTranslate2 weight type a conversion writes for ``quantization`` (None: float32)."""
+    quant = "float32" if quantization in (None, "float32") else str(quantization)
+    accepted = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+    if quant not in accepted:
+        raise ModelError(f"quantization {quantization!r} not supported; use one of {', '.join(accepted)} or None")
+    return quant
+
+
 def convert_bert(
     hf_dir: Path,
     quantization: str | None,
@@ -185,10 +194,7 @@ def convert_bert(
     for n in HF_FILES:
         if not (hf_dir / n).is_file():
             raise ModelError(f"{hf_dir / n} not found; a BERT folder needs {', '.join(HF_FILES)}")
-    quant = "float32" if quantization in (None, "float32") else str(quantization)
-    accepted = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-    if quant not in accepted:
-        raise ModelError(f"quantization {quantization!r} not supported; use one of {', '.join(accepted)} or None")
+    quant = checked_quantization(quantization)
 
     try:
         cfg = json.loads((hf_dir / "config.json").read_text(encoding="utf-8"))

@@ -162,23 +162,80 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def read_card(files: dict[str, bytes], int_fields: tuple[str, ...], what: str, remedy: str) -> dict:
-    """The kb_model.json of converted-model ``files``, checked: model.bin is there, and the card
-    parses with a ``name`` and integer ``int_fields``. ``what`` names the files in the error
-    ("model", "reranker"), ``remedy`` ends every message."""
-    if not files or "kb_model.json" not in files or "model.bin" not in files:
-        raise ModelError(f"{what} files incomplete (need kb_model.json and model.bin); {remedy}")
-    try:
-        meta = json.loads(bytes(files["kb_model.json"]).decode("utf-8"))
-        str(meta["name"])
-        for f in int_fields:
-            int(meta[f])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ModelError(f"kb_model.json is invalid ({e!r}); {remedy}") from None
-    return meta
+def one_line(e: Exception) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0][:200] if s else type(e).__name__
 
 
-class CT2Embedder:
+class CT2Model:
+    """The start-up the embedder and the cross-encoder share, in three steps their ``__init__``
+    runs in order (the cross-encoder reads its head between the first two): the card
+    (``_card``), the tokenizer (``_tokenizer``), the CTranslate2 encoder (``_open``; the warm-up
+    after it is each one's own forward). The errors' words: ``user`` needs the packages
+    ("embedder", "reranker"), ``what`` names the files ("model", "reranker"), ``subject`` the
+    model ("model", "cross-encoder"); ``remedy`` ends them."""
+
+    def _card(self, files: dict[str, bytes], kind: str, pooling: str, int_fields: tuple[str, ...], remedy: str, *,
+              user: str, what: str, subject: str) -> dict:
+        """kb_model.json, checked: ctranslate2 and tokenizers import, model.bin is there, the card
+        parses with a ``name`` and integer ``int_fields``, and its kind and pooling are these."""
+        try:
+            import ctranslate2  # noqa: F401
+            from tokenizers import Tokenizer  # noqa: F401
+        except ImportError as e:
+            raise ModelError(f"the {user} needs the {e.name} package; reinstall kb-search") from None
+        if not files or "kb_model.json" not in files or "model.bin" not in files:
+            raise ModelError(f"{what} files incomplete (need kb_model.json and model.bin); {remedy}")
+        try:
+            meta = json.loads(bytes(files["kb_model.json"]).decode("utf-8"))
+            str(meta["name"])
+            for f in int_fields:
+                int(meta[f])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ModelError(f"kb_model.json is invalid ({e!r}); {remedy}") from None
+        self.name: str = str(meta["name"])
+        if meta.get("kind", "embedder") != kind:
+            raise ModelError(f"model {self.name!r} is a {meta.get('kind', 'embedder')!r}, not {'an' if kind == 'embedder' else 'a'} {kind}")
+        if meta.get("pooling", pooling) != pooling:
+            raise ModelError(f"{subject} {self.name!r} uses {meta.get('pooling')!r} pooling, only {pooling} is supported")
+        self.meta, self._files, self.quantization, self._subject = meta, files, meta.get("quantization"), subject
+        return meta
+
+    def _tokenizer(self, files: dict[str, bytes], lacks: str = "", truncate: int | None = None):
+        """tokenizer.json without padding and truncation (or truncating at ``truncate``); ``lacks``
+        is the error when there is none."""
+        from tokenizers import Tokenizer
+
+        if "tokenizer.json" not in files:
+            raise ModelError(lacks)
+        try:
+            tok = Tokenizer.from_str(bytes(files["tokenizer.json"]).decode("utf-8"))
+            tok.no_padding()
+            tok.no_truncation()
+            if truncate is not None:
+                tok.enable_truncation(truncate)
+            return tok
+        except Exception as e:
+            raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {one_line(e)[:120]})") from None
+
+    def _open(self, label: str, device: str, compute_type: str, threads: int) -> None:
+        import ctranslate2
+
+        self._encoder = open_encoder(self._files, f"{label}:{self.name}:{self.quantization}", f"{self._subject} {self.name!r}", device, compute_type, threads)
+        self.device, self.compute_type = self._encoder.device, self._encoder.compute_type
+        self._cpu = ctranslate2.Device.cpu
+
+    def files(self) -> dict[str, bytes]:
+        """The model files this model was loaded from (what an artifact packs)."""
+        return self._files
+
+    @property
+    def threads(self) -> int:
+        """CTranslate2's intra-op threads (1 in a process forked after the model ran: ForkSafeEncoder)."""
+        return self._encoder.threads
+
+
+class CT2Embedder(CT2Model):
     """Sentence embedder: BERT encoder in CTranslate2 + masked mean pooling + L2 norm.
 
     files: {filename: bytes} of a converted model (see module docstring).
@@ -189,48 +246,20 @@ class CT2Embedder:
     """
 
     def __init__(self, files: dict[str, bytes], device: str = "auto", compute_type: str = "auto", threads: int = 0):
-        try:
-            import ctranslate2
-            from tokenizers import Tokenizer
-        except ImportError as e:
-            raise ModelError(f"the embedder needs the {e.name} package; reinstall kb-search") from None
-
-        meta = read_card(files, ("dim", "max_tokens"), "model", "rebuild the index with kb-build")
-        self.name: str = str(meta["name"])
+        remedy = "rebuild the index with kb-build"
+        meta = self._card(files, "embedder", "mean", ("dim", "max_tokens"), remedy, user="embedder", what="model", subject="model")
         self.dim: int = int(meta["dim"])
         self.max_tokens: int = int(meta["max_tokens"])
-        if meta.get("kind", "embedder") != "embedder":
-            raise ModelError(f"model {self.name!r} is a {meta.get('kind')!r}, not an embedder")
-        if meta.get("pooling", "mean") != "mean":
-            raise ModelError(f"model {self.name!r} uses {meta.get('pooling')!r} pooling, only mean is supported")
-        self.meta = meta
-        self._files = files
         self.normalize = bool(meta.get("normalize", True))
         # What the model was trained to see before a text (multilingual-e5: "query: " and
         # "passage: "); absent for models that need none (all-MiniLM-L6-v2).
         self.query_prefix = str(meta.get("query_prefix", ""))
         self.passage_prefix = str(meta.get("passage_prefix", ""))
-        self.quantization = meta.get("quantization")
-
-        if "tokenizer.json" not in files:
-            raise ModelError("model files lack tokenizer.json; rebuild the index with kb-build")
-        try:
-            tok_json = bytes(files["tokenizer.json"]).decode("utf-8")
-            # Two instances: one truncating at the model window (embed), one not
-            # (count_tokens). The shipped tokenizer.json pads and truncates at
-            # 128; turn both off before setting our own truncation.
-            self._tok = Tokenizer.from_str(tok_json)
-            self._tok.no_padding()
-            self._tok.no_truncation()
-            self._tok.enable_truncation(self.max_tokens)
-            self._tok_json = tok_json  # the untruncated counting tokenizer is built on first use:
-            self._count_tok = None  # only the builder counts tokens, and it costs ~12 ms of a one-shot query
-        except Exception as e:
-            raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {str(e)[:120]})") from None
-
-        self._encoder = open_encoder(files, f"kb-model:{self.name}:{self.quantization}", f"model {self.name!r}", device, compute_type, threads)
-        self.device, self.compute_type = self._encoder.device, self._encoder.compute_type
-        self._cpu = ctranslate2.Device.cpu
+        # Two tokenizers: this one truncating at the model window (embed), one not (count_tokens),
+        # built on first use: only the builder counts tokens, and it costs ~12 ms of a one-shot query.
+        self._tok = self._tokenizer(files, f"model files lack tokenizer.json; {remedy}", truncate=self.max_tokens)
+        self._count_tok = None
+        self._open("kb-model", device, compute_type, threads)
         # The first forward after loading is several times slower (allocations,
         # kernel selection): pay it here, not on the first query. A model whose config and
         # weights disagree fails here (CTranslate2 raises ValueError or RuntimeError).
@@ -259,11 +288,7 @@ class CT2Embedder:
         if not texts:
             return []
         if self._count_tok is None:
-            from tokenizers import Tokenizer
-
-            self._count_tok = Tokenizer.from_str(self._tok_json)
-            self._count_tok.no_padding()
-            self._count_tok.no_truncation()
+            self._count_tok = self._tokenizer(self._files)
         encs = self._count_tok.encode_batch(list(texts), add_special_tokens=False)
         return [len(e.ids) for e in encs]
 
@@ -299,18 +324,9 @@ class CT2Embedder:
             start = end
         return l2_normalize(result) if self.normalize else result
 
-    def files(self) -> dict[str, bytes]:
-        """The model files this embedder was loaded from (what an artifact packs)."""
-        return self._files
-
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query (with the model's query prefix) -> float32 (dim,)."""
         return self.embed([text], batch_size=1, prefix=self.query_prefix)[0]
-
-    @property
-    def threads(self) -> int:
-        """CTranslate2's intra-op threads (1 in a process forked after the model ran: ForkSafeEncoder)."""
-        return self._encoder.threads
 
     def __repr__(self) -> str:
         return f"CT2Embedder({self.name!r}, dim={self.dim}, device={self.device!r}, compute_type={self.compute_type!r}, threads={self.threads})"

@@ -96,7 +96,7 @@ class Collection:
         out = None
         for k in np.unique(which).tolist():
             rows = np.flatnonzero(which == k)
-            vecs = self.members[k].vectors_of(ids[rows] - self.offsets[k])
+            vecs = self.members[k].dense.vectors_of(ids[rows] - self.offsets[k])
             out = np.zeros((len(ids), vecs.shape[1]), dtype=np.float32) if out is None else out
             out[rows] = vecs
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
@@ -127,25 +127,25 @@ class Collection:
 
     @property
     def vectors(self):
-        return self.members[0].vectors  # its dimensions: the shared model's
+        return self.members[0].dense.vectors  # its dimensions: the shared model's
 
     @property
     def vector_dims(self) -> int:
-        return self.members[0].vector_dims  # the shared model's
+        return self.members[0].dense.vector_dims  # the shared model's
 
     def prefetch_vectors(self) -> None:
-        """Each member's vector index opened and checked in the background (Index.prefetch_vectors)."""
+        """Each member's vector index opened and checked in the background (DenseSpace.prefetch_vectors)."""
         for m in self.members:
-            m.prefetch_vectors()
+            m.dense.prefetch_vectors()
 
     @property
     def has_query_model(self) -> bool:
         """kb search's in-place query encoder reads the first member's (the model is shared)."""
-        return self.members[0].has_query_model
+        return self.members[0].dense.has_query_model
 
     @property
     def query_model(self):
-        return self.members[0].query_model
+        return self.members[0].dense.query_model
 
     @property
     def has_reranker(self) -> bool:
@@ -458,7 +458,7 @@ def vector_leg(coll: Collection, name: str, query_vector: np.ndarray, weight: fl
     """Each member's top ``depth`` by cosine, merged by cosine (ties by set chunk id)."""
     ids, sims = [], []
     for m, s in coll.slices():
-        i, c = legs.top_vector(m, query_vector, depth, allowed[s])
+        i, c = legs.top_vector(m.dense, query_vector, depth, allowed[s])
         ids.append(np.asarray(i, dtype=np.int64) + s.start)
         sims.append(np.asarray(c, dtype=np.float64))
     ids, sims = np.concatenate(ids), np.concatenate(sims)

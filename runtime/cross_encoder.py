@@ -28,7 +28,7 @@ import io
 
 import numpy as np
 
-from kb.models.encoders import ModelError, open_encoder, read_card
+from kb.models.encoders import CT2Model, ModelError, one_line
 
 __all__ = ["CT2CrossEncoder", "load_reranker", "load_reranker_path", "ModelError"]
 
@@ -36,12 +36,7 @@ __all__ = ["CT2CrossEncoder", "load_reranker", "load_reranker_path", "ModelError
 MAX_PAIR_TOKENS = 512
 
 
-def _one_line(e: Exception) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0][:200] if s else type(e).__name__
-
-
-class CT2CrossEncoder:
+class CT2CrossEncoder(CT2Model):
     """(query, passage) relevance scorer: BERT in CTranslate2 + classification head in numpy.
 
     files: {filename: bytes} of a converted cross-encoder (see module docstring).
@@ -60,37 +55,22 @@ class CT2CrossEncoder:
         threads: int = 0,
         max_tokens: int | None = None,
     ):
-        try:
-            import ctranslate2
-            from tokenizers import Tokenizer
-        except ImportError as e:
-            raise ModelError(f"the reranker needs the {e.name} package; reinstall kb-search") from None
-
-        meta = read_card(files, ("max_tokens",), "reranker", "convert the model with kb-build --reranker")
-        self.name: str = str(meta["name"])
-        meta_max = int(meta["max_tokens"])
-        if meta.get("kind") != "cross-encoder":
-            raise ModelError(f"model {self.name!r} is a {meta.get('kind', 'embedder')!r}, not a cross-encoder")
-        if meta.get("pooling", "cls") != "cls":
-            raise ModelError(f"cross-encoder {self.name!r} uses {meta.get('pooling')!r} pooling, only cls is supported")
-        self.meta = meta
-        self._files = files
-        self.quantization = meta.get("quantization")
-
-        limit = min(meta_max, MAX_PAIR_TOKENS)
+        remedy = "convert the model with kb-build --reranker"
+        meta = self._card(files, "cross-encoder", "cls", ("max_tokens",), remedy, user="reranker", what="reranker", subject="cross-encoder")
+        limit = min(int(meta["max_tokens"]), MAX_PAIR_TOKENS)
         self.max_tokens: int = limit if max_tokens is None else min(int(max_tokens), limit)
 
         # ---- classification head
         if "head.npz" not in files:
-            raise ModelError(f"cross-encoder {self.name!r} lacks head.npz; convert the model with kb-build --reranker")
+            raise ModelError(f"cross-encoder {self.name!r} lacks head.npz; {remedy}")
         try:
             with np.load(io.BytesIO(bytes(files["head.npz"])), allow_pickle=False) as z:
                 head = {k: np.asarray(z[k], dtype=np.float32) for k in z.files}
             cw, cb = head["classifier_weight"], head["classifier_bias"]
         except KeyError as e:
-            raise ModelError(f"head.npz of {self.name!r} lacks {e.args[0]!r}; convert the model with kb-build --reranker") from None
+            raise ModelError(f"head.npz of {self.name!r} lacks {e.args[0]!r}; {remedy}") from None
         except Exception as e:
-            raise ModelError(f"head.npz of {self.name!r} is invalid ({type(e).__name__}: {_one_line(e)})") from None
+            raise ModelError(f"head.npz of {self.name!r} is invalid ({type(e).__name__}: {one_line(e)})") from None
         if cw.ndim != 2 or cb.shape != (cw.shape[0],):
             raise ModelError(f"head.npz of {self.name!r} has classifier shapes {cw.shape} and {cb.shape}, expected (labels, hidden) and (labels,)")
         self.num_labels: int = int(cw.shape[0])
@@ -114,30 +94,21 @@ class CT2CrossEncoder:
             self._pool_w, self._pool_b = np.ascontiguousarray(pw.T), pb
 
         # ---- tokenizer: no padding, no truncation (we cut the passage ourselves)
-        if "tokenizer.json" not in files:
-            raise ModelError(f"cross-encoder {self.name!r} lacks tokenizer.json; convert the model with kb-build --reranker")
-        try:
-            self._tok = Tokenizer.from_str(bytes(files["tokenizer.json"]).decode("utf-8"))
-            self._tok.no_padding()
-            self._tok.no_truncation()
-            self._n_special = int(self._tok.num_special_tokens_to_add(True))
-        except Exception as e:
-            raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {_one_line(e)[:120]})") from None
+        self._tok = self._tokenizer(files, f"cross-encoder {self.name!r} lacks tokenizer.json; {remedy}")
+        self._n_special = int(self._tok.num_special_tokens_to_add(True))
         if self.max_tokens < self._n_special + 2:
             raise ModelError(f"max_tokens {self.max_tokens} is too small for a (query, passage) pair")
         # A query longer than half the window is cut to half: the passage keeps room.
         self._query_cap = (self.max_tokens - self._n_special) // 2
 
-        self._encoder = open_encoder(files, f"kb-reranker:{self.name}:{self.quantization}", f"cross-encoder {self.name!r}", device, compute_type, threads)
-        self.device, self.compute_type = self._encoder.device, self._encoder.compute_type
-        self._cpu = ctranslate2.Device.cpu
+        self._open("kb-reranker", device, compute_type, threads)
         # The first forward after loading is several times slower: pay it here.
         # It also tells whether CTranslate2 applies the pooler.
         ids, types = self._encode_pairs("warm up", ["warm up"], None)
         out = self._encoder.forward_batch(ids, token_type_ids=types)
         self._ct2_pooler = out.pooler_output is not None
         if not self._ct2_pooler and self._pool_w is None:
-            raise ModelError(f"cross-encoder {self.name!r} has no pooler (neither in model.bin nor head.npz); convert the model with kb-build --reranker")
+            raise ModelError(f"cross-encoder {self.name!r} has no pooler (neither in model.bin nor head.npz); {remedy}")
 
     # ------------------------------------------------------------------
 
@@ -205,15 +176,6 @@ class CT2CrossEncoder:
             idx = order[start:start + batch_size]
             result[idx] = self._forward([ids[i] for i in idx], [types[i] for i in idx])
         return result
-
-    def files(self) -> dict[str, bytes]:
-        """The model files this reranker was loaded from (what an artifact packs)."""
-        return self._files
-
-    @property
-    def threads(self) -> int:
-        """CTranslate2's intra-op threads (1 in a process forked after the model ran: ForkSafeEncoder)."""
-        return self._encoder.threads
 
     def __repr__(self) -> str:
         return (

@@ -589,30 +589,6 @@ class Index:
     def has_reranker(self) -> bool:
         return L.MODEL_RERANK in self.artifact.sections
 
-    # The main dense leg's accessors, as the Index's own (DenseSpace has their documentation).
-    vectors = property(lambda self: self.dense.vectors)
-    graph = property(lambda self: self.dense.graph)
-    scans_vectors = property(lambda self: self.dense.scans_vectors)
-    vector_matrix = property(lambda self: self.dense.vector_matrix)
-    vector_dims = property(lambda self: self.dense.vector_dims)
-    has_query_model = property(lambda self: self.dense.has_query_model)
-    query_model = property(lambda self: self.dense.query_model)
-
-    def vector_rows(self, ids: np.ndarray) -> np.ndarray:
-        return self.dense.vector_rows(ids)
-
-    def prefetch_vectors(self) -> None:
-        self.dense.prefetch_vectors()
-
-    def vectors_of(self, ids: np.ndarray) -> np.ndarray:
-        return self.dense.vectors_of(ids)
-
-    def cosines(self, ids: np.ndarray, qv: np.ndarray) -> np.ndarray:
-        return self.dense.cosines(ids, qv)
-
-    def check_vectors(self, ids: np.ndarray) -> None:
-        self.dense.check_vectors(ids)
-
     def model_files(self, name: str = L.MODEL_EMBED) -> dict[str, bytes]:
         """The files of a packed model (``model.embed`` or ``model.rerank``), copied out."""
         with labelled(self.path):

@@ -26,8 +26,8 @@ def bm25_leg(ix, name: str, text: str, weight: float, depth: int, allowed: np.nd
     return Leg(name, "bm25", weight, hits_of(ids, scores), ceiling, known, len(set(terms)))
 
 
-def vector_leg(ix, name: str, query_vector: np.ndarray, weight: float, depth: int, allowed: np.ndarray) -> Leg:
-    ids, sims = top_vector(ix, query_vector, depth, allowed)
+def vector_leg(space, name: str, query_vector: np.ndarray, weight: float, depth: int, allowed: np.ndarray) -> Leg:
+    ids, sims = top_vector(space, query_vector, depth, allowed)
     return leg_from_ranking(name, "cosine", weight, ids, sims)
 
 
@@ -64,9 +64,9 @@ def tag_key(s: str) -> str:
     return re.sub(r"[\s_\-]+", "-", s.strip().casefold())
 
 
-def top_vector(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def top_vector(space, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Top ``k`` chunks by cosine among ``allowed``: an exact scan of every allowed vector in an
-    artifact small enough (Index.scans_vectors: no graph to check, no usearch to load, which is
+    artifact small enough (DenseSpace.scans_vectors: no graph to check, no usearch to load, which is
     most of a one-shot search's dense cost there); otherwise by whichever strategy costs less for
     a subset of this size (``exact_is_cheaper``): an exact scan of the subset's vectors, or an HNSW search
     that over-fetches neighbours and keeps the allowed ones. Both are exact on the subset's
@@ -74,9 +74,9 @@ def top_vector(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndar
     n_allowed = int(allowed.sum())
     if n_allowed == 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    if ix.scans_vectors or exact_is_cheaper(n_allowed, ix.n_chunks, k):
-        return exact_top(ix, qv, k, allowed)
-    return hnsw_top(ix, qv, k, allowed, n_allowed)
+    if space.scans_vectors or exact_is_cheaper(n_allowed, space.n_chunks, k):
+        return exact_top(space, qv, k, allowed)
+    return hnsw_top(space, qv, k, allowed, n_allowed)
 
 
 # The two strategies' costs, measured by bench/scale.py (RESULTS.md, "scale") on 384-dimensional
@@ -102,12 +102,12 @@ def exact_is_cheaper(n_allowed: int, n: int, k: int) -> bool:
     return n_allowed * SCAN_ROW_US <= overfetch_count(n_allowed, n, k) * SEARCH_NEIGHBOUR_US
 
 
-def exact_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def exact_top(space, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Top ``k`` of ``allowed`` by exact cosine over their stored vectors (ties by chunk id)."""
     ids = np.flatnonzero(allowed)
     sims = np.empty(len(ids), dtype=np.float32)
     for lo in range(0, len(ids), SCAN_BLOCK):
-        sims[lo : lo + SCAN_BLOCK] = ix.cosines(ids[lo : lo + SCAN_BLOCK], qv)
+        sims[lo : lo + SCAN_BLOCK] = space.cosines(ids[lo : lo + SCAN_BLOCK], qv)
     if len(ids) > k:
         keep = np.argpartition(-sims, k - 1)[:k]
         tied = sims >= sims[keep].min()  # every chunk tied with the k-th, so ties go by chunk id
@@ -116,12 +116,12 @@ def exact_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarr
     return ids[order], sims[order].astype(np.float64)
 
 
-def hnsw_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray, n_allowed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def hnsw_top(space, qv: np.ndarray, k: int, allowed: np.ndarray, n_allowed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top ``k`` of ``allowed`` through the HNSW index: fetch enough neighbours that ``k`` of them
     are likely allowed, and widen the search until they are (or the index is exhausted)."""
-    index = ix.graph  # usearch, or for a one-shot search kb's checked walk (runtime/graph_walk.py)
+    index = space.graph  # usearch, or for a one-shot search kb's checked walk (runtime/graph_walk.py)
     n_allowed = int(allowed.sum()) if n_allowed is None else n_allowed
-    count = overfetch_count(n_allowed, ix.n_chunks, k)
+    count = overfetch_count(n_allowed, space.n_chunks, k)
     while True:
         m = index.search(qv, count)
         keys = np.asarray(m.keys, dtype=np.int64)
@@ -129,11 +129,11 @@ def hnsw_top(ix, qv: np.ndarray, k: int, allowed: np.ndarray, n_allowed: int | N
         if not np.isfinite(sims).all():  # a forged vector (NaN) gives NaN distances
             from kb.formats.artifact import CorruptArtifact
 
-            raise CorruptArtifact(f"{ix.path}: corrupt artifact: a stored vector is not finite")
+            raise CorruptArtifact(f"{space.path}: corrupt artifact: a stored vector is not finite")
         keep = allowed[keys]
-        if keep.sum() >= k or count >= ix.n_chunks:
+        if keep.sum() >= k or count >= space.n_chunks:
             keys, sims = keys[keep], sims[keep]
             order = np.lexsort((keys, -sims))[:k]
-            ix.check_vectors(keys[order])
+            space.check_vectors(keys[order])
             return keys[order], sims[order]
-        count = min(ix.n_chunks, count * 4)
+        count = min(space.n_chunks, count * 4)

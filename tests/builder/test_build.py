@@ -41,7 +41,7 @@ def test_sample_artifact_holds_chunks_tags_statuses_and_manifest(sample_artifact
         assert len(man.sources) == 17 and man.skipped == ()
         assert len(man.sources[0].sha256) == 64 and man.sources[0].size > 0
         assert man.file_types == (".json", ".markdown", ".md", ".toml", ".txt", ".yaml", ".yml")
-        assert len(ix.vectors) == ix.n_chunks
+        assert len(ix.dense.vectors) == ix.n_chunks
 
 
 def test_chunks_record_doc_section_lines_tags_and_status(sample_artifact):

@@ -108,10 +108,33 @@ def test_search_options_resolve_defaults_then_the_artifact_then_overrides():
     assert str(e.value) == "semantic_weight must be within 0..1, got 2"
 
 
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, tuple):
+        return "[" + ", ".join(f'"{x}"' for x in v) + "]"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def markdown_table(cls, flags: bool = False) -> str:
+    """The settings of ``cls`` as a markdown table, as README.md holds them."""
+    from kb.common.settings import settings_of
+
+    head = ["key"] + (["flag"] if flags else []) + ["type", "range", "default", "what it does"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in settings_of(cls):
+        cells = [f"`{s.name}`"] + ([f"`{s.flag}`" if s.flag else ""] if flags else [])
+        default = "none" if s.default is None else _toml(s.default)
+        cells += [s.type_word(), s.range_text(), f"`{default}`", s.doc]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def test_the_readme_tables_are_the_settings_declared_in_the_code():
     from kb.builder.chunk import ChunkOptions
     from kb.builder.config import AnalyzerOptions, EmbeddingOptions, StatusOptions, VectorOptions
-    from kb.common.settings import markdown_table
     from kb.formats.bm25 import BM25Params
 
     from corpora import REPO

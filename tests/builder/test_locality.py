@@ -97,7 +97,7 @@ def _build(tmp_path, name: str, **vectors):
 def _found(ix, x, want, queries: int = 20) -> int:
     """How many of the exact top 10 of ``queries`` queries the graph search finds."""
     everything = np.ones(ix.n_chunks, dtype=bool)
-    return sum(len(set(np.argsort(-(want @ q))[:10].tolist()) & set(hnsw_top(ix, q, 10, everything)[0].tolist())) for q in x[:queries])
+    return sum(len(set(np.argsort(-(want @ q))[:10].tolist()) & set(hnsw_top(ix.dense, q, 10, everything)[0].tolist())) for q in x[:queries])
 
 
 def test_a_clustered_build_finds_what_an_exact_scan_finds_and_writes_the_same_bytes_twice(tmp_path):
@@ -108,16 +108,16 @@ def test_a_clustered_build_finds_what_an_exact_scan_finds_and_writes_the_same_by
     outs = [_build(tmp_path, "v.kb", order="clusters", **as_added), _build(tmp_path, "plain.kb", order="chunks", **as_added)]
     assert outs[0].read_bytes() == first
     with Index(outs[0]) as ix, Index(outs[1]) as plain:
-        rows = ix.vector_rows(np.arange(n))
+        rows = ix.dense.vector_rows(np.arange(n))
         assert sorted(rows.tolist()) == list(range(n)) and not np.array_equal(rows, np.arange(n))
-        assert np.array_equal(plain.vector_rows(np.arange(n)), np.arange(n))
+        assert np.array_equal(plain.dense.vector_rows(np.arange(n)), np.arange(n))
         want = x[[int(ix.chunk(c).doc_id[1:]) for c in range(n)]]
-        assert np.allclose(ix.vectors_of(np.arange(n)), want, atol=2e-3)
-        assert np.array_equal(ix.vectors_of(np.arange(n)), plain.vectors_of(np.arange(n)))
+        assert np.allclose(ix.dense.vectors_of(np.arange(n)), want, atol=2e-3)
+        assert np.array_equal(ix.dense.vectors_of(np.arange(n)), plain.dense.vectors_of(np.arange(n)))
         everything = np.ones(n, dtype=bool)
         for q in x[:20]:
-            keys, sims = hnsw_top(ix, q, 10, everything)
-            plain_keys, plain_sims = hnsw_top(plain, q, 10, everything)
+            keys, sims = hnsw_top(ix.dense, q, 10, everything)
+            plain_keys, plain_sims = hnsw_top(plain.dense, q, 10, everything)
             assert np.array_equal(keys, plain_keys) and np.allclose(sims, plain_sims)  # the same graph, moved
         assert _found(ix, x, want) >= 190
 
@@ -140,6 +140,6 @@ def test_a_graph_added_in_mixed_order_over_int8_stores_the_vectors_at_dtype_and_
         image = check_hnsw(ix.artifact.section(ix.dense.section, paged=True), n, neighbours=True)
         assert image.scalar == SCALAR_KINDS[dtype]
         ids = np.arange(n)
-        assert np.array_equal(ix.vectors_of(ids), p.vectors_of(ids))
+        assert np.array_equal(ix.dense.vectors_of(ids), p.dense.vectors_of(ids))
         want = x[[int(ix.chunk(c).doc_id[1:]) for c in range(n)]]
         assert _found(ix, x, want) >= 190

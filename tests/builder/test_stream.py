@@ -141,7 +141,7 @@ def test_more_hnsw_threads_build_the_same_chunks_and_are_not_stored(tmp_path):
     with Index(tmp_path / "one.kb") as a, Index(tmp_path / "two.kb") as b:
         assert "threads" not in b.meta.vectors and a.meta.vectors == b.meta.vectors
         ids = np.arange(a.n_chunks)
-        np.testing.assert_array_equal(a.vectors_of(ids), b.vectors_of(ids))  # by key, whichever slot each got
+        np.testing.assert_array_equal(a.dense.vectors_of(ids), b.dense.vectors_of(ids))  # by key, whichever slot each got
 
 
 def test_the_graph_stage_reports_its_progress_and_leaves_no_spill(tmp_path):

@@ -65,7 +65,7 @@ def test_row_i_is_the_vector_of_record_i_and_each_record_is_one_chunk(tmp_path, 
             stored = ix.chunk(c)
             rec = RECORDS[row_of[stored.doc_id]]
             assert stored.text == rec["text"] and stored.title == rec["title"] and stored.section == ""
-            np.testing.assert_allclose(ix.vectors_of(np.array([c]))[0], given[row_of[stored.doc_id]], atol=2e-3)
+            np.testing.assert_allclose(ix.dense.vectors_of(np.array([c]))[0], given[row_of[stored.doc_id]], atol=2e-3)
         assert [ix.chunk(c).path for c in range(4)] == ["notes/a.md", "notes/b.md", "notes/c.md", "notes/d.md"]
         assert ix.chunk(0).lines == (1, 2) and ix.chunk(2).status == "derived" and ix.chunk(2).tags == ("sky",)
         assert "v.npy" in {s.path for s in ix.manifest().sources}
@@ -83,7 +83,7 @@ def test_a_skipped_record_keeps_its_row(tmp_path):
     with Index(out) as ix:
         d = next(c for c in range(ix.n_chunks) if ix.chunk(c).doc_id == "d")
         want = vectors_for(RECORDS)[3] / 3.0
-        np.testing.assert_allclose(ix.vectors_of(np.array([d]))[0], want, atol=2e-3)
+        np.testing.assert_allclose(ix.dense.vectors_of(np.array([d]))[0], want, atol=2e-3)
 
 
 def refused(tmp_path, args, message):
@@ -151,14 +151,14 @@ def test_a_graph_whose_nodes_are_not_in_key_order_still_gives_each_chunk_its_vec
     given = np.load(npy)
     given /= np.linalg.norm(given, axis=1, keepdims=True)
     with Index(out) as ix:
-        assert list(ix.vector_rows(np.arange(4))) == [3, 2, 1, 0]
+        assert list(ix.dense.vector_rows(np.arange(4))) == [3, 2, 1, 0]
         row_of = {rec["id"]: i for i, rec in enumerate(RECORDS)}
         ids = np.arange(ix.n_chunks)
         want = np.array([given[row_of[ix.chunk(c).doc_id]] for c in ids])
-        assert np.allclose(ix.vectors_of(ids), want, atol=2e-3)  # stored as f16
-        assert np.allclose(ix.cosines(ids, want[2]), want @ want[2], atol=2e-3)
+        assert np.allclose(ix.dense.vectors_of(ids), want, atol=2e-3)  # stored as f16
+        assert np.allclose(ix.dense.cosines(ids, want[2]), want @ want[2], atol=2e-3)
         # every row (computed over the matrix in place, then picked) or some (gathered): the same values
-        assert np.array_equal(ix.cosines(ids[[3, 1]], want[2]), ix.cosines(ids, want[2])[[3, 1]])
+        assert np.array_equal(ix.dense.cosines(ids[[3, 1]], want[2]), ix.dense.cosines(ids, want[2])[[3, 1]])
         hits = Searcher(ix).search(Query(RECORDS[0]["text"], mode="vector", top_k=1), None)
         assert hits.results[0].doc_id == "c"
 
@@ -247,7 +247,7 @@ def test_rows_of_subnormal_or_huge_values_keep_their_direction(tmp_path, scale):
     want = np.sign(unit) / np.linalg.norm(np.sign(unit), axis=1, keepdims=True)
     with Index(out) as ix:
         row_of = {rec["id"]: i for i, rec in enumerate(RECORDS)}
-        got = ix.vectors_of(np.arange(ix.n_chunks))
+        got = ix.dense.vectors_of(np.arange(ix.n_chunks))
         np.testing.assert_allclose(got, want[[row_of[ix.chunk(c).doc_id] for c in range(ix.n_chunks)]], atol=2e-3)
         hits = Searcher(ix).search(Query("river delta sediment and silt", mode="vector", top_k=4, all_statuses=True)).results
     assert len(hits) == 4 and hits[0].score > 0.3 and hits[0].doc_id == "d"

@@ -98,13 +98,13 @@ def test_a_vector_graph_with_a_forged_neighbour_slot_is_corrupt_not_a_crash(tmp_
     replace_section(p, L.VECTORS, bytes(v))
     from corpora import KB_CLI  # kb, able to load the hash stand-in this artifact was built with
 
-    # A small artifact's dense leg scans its vectors and never follows a slot (Index.scans_vectors):
+    # A small artifact's dense leg scans its vectors and never follows a slot (DenseSpace.scans_vectors):
     # the search answers. Past EXACT_SCAN_MAX chunks the graph goes to usearch, checked first.
     r = subprocess.run([*KB_CLI, "search", "backup", "-i", str(p), "--no-stale-check"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     code = (
         "import sys; sys.path.insert(0, 'tests'); import corpora; from kb.runtime import index;"
-        f"index.EXACT_SCAN_MAX = 0; ix = index.Index({str(p)!r}); ix.vectors"
+        f"index.EXACT_SCAN_MAX = 0; ix = index.Index({str(p)!r}); ix.dense.vectors"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 1 and r.stderr.strip().endswith(f"CorruptArtifact: {p}: corrupt artifact: vector index: a neighbour slot points outside the graph"), r.stderr

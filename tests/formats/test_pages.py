@@ -54,13 +54,13 @@ def test_a_writer_lists_page_checksums_of_large_sections_only(tmp_path):
 def test_a_paged_artifact_searches_and_verifies(paged):
     with Index(paged) as ix:
         assert A.PAGES in ix.artifact.sections
-        assert ix.vector_matrix is not None and ix.vector_matrix.dtype == np.float16
+        assert ix.dense.vector_matrix is not None and ix.dense.vector_matrix.dtype == np.float16
         from usearch.index import Index as UIndex
 
         ids = np.arange(ix.n_chunks)
         with_lookups = UIndex.restore(ix.artifact.section(L.VECTORS), view=True)  # usearch's own reading of the image
         got = np.asarray(with_lookups.get(ids.astype(np.uint64)), dtype=np.float32).reshape(len(ids), -1)
-        np.testing.assert_array_equal(ix.vectors_of(ids), got)
+        np.testing.assert_array_equal(ix.dense.vectors_of(ids), got)
     r = CliRunner().invoke(kb, ["search", "restore the backup", "-i", str(paged), "--json", "--no-stale-check"])
     assert r.exit_code == 0, r.output
     assert CliRunner().invoke(kb, ["info", "-i", str(paged), "--verify"]).exit_code == 0
@@ -88,20 +88,20 @@ def test_a_flipped_byte_in_the_vector_graph_is_caught_before_usearch_reads_it(pa
     flip(paged, L.VECTORS, n - 3)  # a neighbour slot of the last node
     with Index(paged) as ix:
         with pytest.raises(A.CorruptArtifact, match=r"crc mismatch in section 'vectors.hnsw' \(page \d+\)$"):
-            ix.vectors
+            ix.dense.vectors
 
 
 def test_a_flipped_byte_in_a_stored_vector_is_caught_when_it_is_read(paged):
     with Index(paged) as ix:
-        row = ix.vector_matrix.strides[0]
+        row = ix.dense.vector_matrix.strides[0]
         mid = 2 * A.PAGE // row + 1  # a row on a page neither the matrix head nor the graph shares
         graph_page = ix.dense._opened_vectors()[2].graph_start // A.PAGE
     assert 0 < (8 + mid * row) // A.PAGE < graph_page
     flip(paged, L.VECTORS, 8 + mid * row + 1)
     with Index(paged) as ix:
-        ix.vectors_of(np.array([0]))
+        ix.dense.vectors_of(np.array([0]))
         with pytest.raises(A.CorruptArtifact, match=rf"crc mismatch in section 'vectors.hnsw' \(page {(8 + mid * row) // A.PAGE}\)$"):
-            ix.vectors_of(np.array([mid]))
+            ix.dense.vectors_of(np.array([mid]))
 
 
 @pytest.mark.parametrize("compiled", [True, False])
@@ -117,7 +117,7 @@ def test_a_flipped_byte_in_a_stored_vector_is_caught_by_a_one_shot_walk_of_the_g
     if not compiled:
         monkeypatch.setattr(graph_walk, "_f16_kernels", lambda: None)
     with Index(paged) as ix:
-        row = ix.vector_matrix.strides[0]
+        row = ix.dense.vector_matrix.strides[0]
         mid = 2 * A.PAGE // row + 1
     flip(paged, L.VECTORS, 8 + mid * row + 1)
     with Index(paged) as ix:
@@ -158,7 +158,7 @@ def test_a_search_verifies_the_rows_its_scan_reads_on_the_prefetch_thread_and_re
         d = ix.dense
         d.prefetch_vectors()
         d._prefetch.join()
-        row, n = ix.vector_matrix.strides[0], ix.n_chunks
+        row, n = ix.dense.vector_matrix.strides[0], ix.n_chunks
         assert d.scans_vectors and ix.artifact._pages_ok[L.VECTORS][: (8 + n * row) // A.PAGE].all()
         mid = 2 * A.PAGE // row + 1
     flip(paged, L.VECTORS, 8 + mid * row + 1)

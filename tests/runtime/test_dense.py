@@ -18,7 +18,7 @@ from corpora import SAMPLE
 
 def test_both_dense_strategies_agree_with_a_brute_force_ranking(sample_artifact):
     with Index(sample_artifact) as ix:
-        vecs = ix.vectors_of(np.arange(ix.n_chunks))
+        vecs = ix.dense.vectors_of(np.arange(ix.n_chunks))
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         rng = np.random.default_rng(0)
         for _ in range(5):
@@ -26,8 +26,8 @@ def test_both_dense_strategies_agree_with_a_brute_force_ranking(sample_artifact)
             allowed = rng.random(ix.n_chunks) < 0.5
             sims = np.where(allowed, vecs @ q / np.linalg.norm(q), -np.inf)
             want = np.lexsort((np.arange(ix.n_chunks), -sims))[:5]
-            assert exact_top(ix, q, 5, allowed)[0].tolist() == want.tolist()
-            assert set(hnsw_top(ix, q, 5, allowed)[0].tolist()) == set(want.tolist())
+            assert exact_top(ix.dense, q, 5, allowed)[0].tolist() == want.tolist()
+            assert set(hnsw_top(ix.dense, q, 5, allowed)[0].tolist()) == set(want.tolist())
 
 
 def test_the_search_uses_the_expansion_the_build_was_configured_with(tmp_path):
@@ -40,7 +40,7 @@ def test_the_search_uses_the_expansion_the_build_was_configured_with(tmp_path):
     cfg = replace(cfg, embedding_model="hash", reranker="none", vectors=replace(cfg.vectors, expansion_search=211))
     build([SAMPLE], tmp_path / "e.kb", cfg)
     with Index(tmp_path / "e.kb") as ix:
-        assert ix.meta.vectors["expansion_search"] == 211 and ix.vectors.expansion_search == 211
+        assert ix.meta.vectors["expansion_search"] == 211 and ix.dense.vectors.expansion_search == 211
 
 
 def test_the_strategy_is_the_cheaper_one_for_the_subset_size():
@@ -60,16 +60,16 @@ def test_the_scan_and_the_graph_rank_a_small_artifact_alike(sample_artifact, mon
 
     art = sample_artifact
     with Index(art) as ix:
-        assert ix.scans_vectors
+        assert ix.dense.scans_vectors
         allowed = np.ones(ix.n_chunks, dtype=bool)
         rng = np.random.default_rng(3)
-        queries = [ix.vectors_of(np.array([c]))[0] + rng.normal(scale=0.05, size=ix.vector_dims).astype(np.float32) for c in range(0, ix.n_chunks, 7)]
-        scanned = [legs.top_vector(ix, q, 5, allowed) for q in queries]
+        queries = [ix.dense.vectors_of(np.array([c]))[0] + rng.normal(scale=0.05, size=ix.dense.vector_dims).astype(np.float32) for c in range(0, ix.n_chunks, 7)]
+        scanned = [legs.top_vector(ix.dense, q, 5, allowed) for q in queries]
     monkeypatch.setattr(index_mod, "EXACT_SCAN_MAX", 0)
     with Index(art) as ix:
-        assert not ix.scans_vectors
+        assert not ix.dense.scans_vectors
         for q, (ids, sims) in zip(queries, scanned):
-            hids, hsims = legs.top_vector(ix, q, 5, allowed)
+            hids, hsims = legs.top_vector(ix.dense, q, 5, allowed)
             assert list(hids) == list(ids)
             assert np.allclose(hsims, sims, atol=2e-3)
 

@@ -166,7 +166,7 @@ def _reversed_graph(ix) -> bytes:
     from usearch.index import Index as UIndex
 
     n = ix.n_chunks
-    vecs = ix.vectors_of(np.arange(n))
+    vecs = ix.dense.vectors_of(np.arange(n))
     u = UIndex(ndim=vecs.shape[1], metric="cos", dtype="f16", connectivity=16, expansion_add=128, expansion_search=64)
     u.add(np.arange(n, dtype=np.uint64)[::-1].copy(), vecs[::-1].copy(), threads=1)
     return bytes(u.save())

@@ -72,7 +72,7 @@ def test_a_build_with_given_vectors_packs_the_query_section_and_kb_search_uses_i
     rep = build([], out, cfg, jsonl=[jsonl], vectors=tmp_path / "v.npy")
     assert L.MODEL_QUERY in rep.section_bytes, rep.warnings
     with Index(out) as ix:
-        assert ix.has_query_model
+        assert ix.dense.has_query_model
     code, found, modules, err = _kb("search", texts[0], "-i", out, "--json", "--no-stale-check", "--mode", "vector", "--top-k", "1")
     assert code == 0, err
     assert found["results"][0]["doc_id"] == "r0"
@@ -121,7 +121,7 @@ def test_a_hybrid_search_uses_the_in_place_encoder_and_never_loads_ctranslate2(t
     assert code == 0 and out["results"]
     assert "kb.models.query_encoder" in modules and "kb.models._encoder" in modules  # its int8 products (models/_encoder.c)
     assert "ctranslate2" not in modules and "kb.models.encoders" not in modules and "torch" not in modules
-    assert "usearch" not in modules  # a small artifact's dense leg scans its vectors (Index.scans_vectors)
+    assert "usearch" not in modules  # a small artifact's dense leg scans its vectors (DenseSpace.scans_vectors)
     assert "tokenizers" not in modules  # printable ASCII is split into words in Python (models/query_tokenizer.py)
     assert "numkong" not in modules  # the scan's cosines: kb's kernel or numpy (runtime/cosines.py stored_cosines)
     code, out, modules, _ = _kb("search", "où est le disque partagé", "-i", tiny_model_artifact, "--json", "--no-stale-check")
