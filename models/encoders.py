@@ -167,6 +167,9 @@ def one_line(e: Exception) -> str:
     return s.splitlines()[0][:200] if s else type(e).__name__
 
 
+OPTIONAL_INTS = ("dim", "num_labels", "max_tokens")  # card fields that must be integers when present
+
+
 class CT2Model:
     """The start-up the embedder and the cross-encoder share, in three steps their ``__init__``
     runs in order (the cross-encoder reads its head between the first two): the card
@@ -178,7 +181,8 @@ class CT2Model:
     def _card(self, files: dict[str, bytes], kind: str, pooling: str, int_fields: tuple[str, ...], remedy: str, *,
               user: str, what: str, subject: str) -> dict:
         """kb_model.json, checked: ctranslate2 and tokenizers import, model.bin is there, the card
-        parses with a ``name`` and integer ``int_fields``, and its kind and pooling are these."""
+        parses with a ``name``, integer ``int_fields`` (and OPTIONAL_INTS where present), and its
+        kind and pooling are these."""
         try:
             import ctranslate2  # noqa: F401
             from tokenizers import Tokenizer  # noqa: F401
@@ -189,7 +193,7 @@ class CT2Model:
         try:
             meta = json.loads(bytes(files["kb_model.json"]).decode("utf-8"))
             str(meta["name"])
-            for f in int_fields:
+            for f in int_fields + tuple(f for f in OPTIONAL_INTS if f in meta):
                 int(meta[f])
         except (ValueError, KeyError, TypeError) as e:
             raise ModelError(f"kb_model.json is invalid ({e!r}); {remedy}") from None

@@ -206,6 +206,9 @@ def test_bad_files_raise(tiny1, tmp_path):
     assert _err(CT2CrossEncoder, {**files, "kb_model.json": b"{not json"}).startswith("kb_model.json is invalid (")
 
     meta = json.loads(files["kb_model.json"])
+    for field in ("dim", "num_labels"):  # optional, but integers where present: one line, no ValueError
+        bad = json.dumps({**meta, field: "wide"}).encode()
+        assert _err(CT2CrossEncoder, {**files, "kb_model.json": bad}).startswith("kb_model.json is invalid (ValueError(")
     emb_meta = json.dumps({**meta, "kind": "embedder"}).encode()
     assert _err(CT2CrossEncoder, {**files, "kb_model.json": emb_meta}) == "model 'tiny-ce' is a 'embedder', not a cross-encoder"
     no_kind = json.dumps({k: v for k, v in meta.items() if k != "kind"}).encode()
