@@ -9,7 +9,7 @@
 # with the page cache dropped before every run (needs root; skipped otherwise), and the first
 # run (unpack into an empty cache). Artifact: bench/out/hugo.kb if present, else the golden one.
 # Writes build/bench.md (table), build/bench-*.json (hyperfine exports) and build/oneshot.md
-# (interleaved one-shot medians, the ratios issue 20 asks for, and KB_PHASES breakdowns).
+# (interleaved one-shot medians, the ratios issue 20 asks for, and packaging/phases.py breakdowns).
 #
 # Environment: RUNS (warm runs per command, default 30), COLD_RUNS (default 5), COLD=0 to skip
 # the page-cache rows (dropping the page cache slows every other job on a shared machine).

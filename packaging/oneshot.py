@@ -8,9 +8,10 @@ sequential benchmark such as hyperfine runs one command's runs back to back).
 ``times`` prints the median, min and max wall milliseconds of each command and its median CPU
 time (user + system of every thread: on a machine other jobs keep busy, wall time measures the
 scheduler as much as kb), then the ratios of every pair asked for with --ratio A/B (of the medians, of the minima, and the
-median over rounds of the two commands' ratio within a round). ``phases`` runs each command with KB_PHASES=1
-(runtime/entry.py) and prints the median of each phase it reports. Commands are split like a
-shell would (shlex) and run without one; stdout is discarded. Markdown on stdout.
+median over rounds of the two commands' ratio within a round). ``phases`` runs each command with
+KB_PHASES naming packaging/phases.py (the profiler runtime/entry.py runs first) and prints the
+median of each phase it reports. Commands are split like a shell would (shlex) and run without
+one; stdout is discarded. Markdown on stdout.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import time
 
 _PHASE = re.compile(r"^\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(.+)$")
+_PROFILER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "phases.py")
 
 
 def _commands(specs: list[str]) -> list[tuple[str, list[str]]]:
@@ -74,18 +76,18 @@ def times(cmds, runs: int, warmup: int, ratios: list[str]) -> str:
 
 
 def _with_phases(argv: list[str]) -> list[str]:
-    """``argv`` with KB_PHASES=1 set, also through an ``env -i ...`` prefix (which drops the
+    """``argv`` with KB_PHASES set, also through an ``env -i ...`` prefix (which drops the
     environment it is given)."""
     if os.path.basename(argv[0]) != "env":
         return argv
     i = 1
     while i < len(argv) and argv[i].startswith("-"):
         i += 1
-    return argv[:i] + ["KB_PHASES=1"] + argv[i:]
+    return argv[:i] + ["KB_PHASES=" + _PROFILER] + argv[i:]
 
 
 def phases(cmds, runs: int) -> str:
-    env = dict(os.environ, KB_PHASES="1")
+    env = dict(os.environ, KB_PHASES=_PROFILER)
     cmds = [(name, _with_phases(argv)) for name, argv in cmds]
     per: dict[str, dict[str, list[tuple[float, float]]]] = {n: {} for n, _ in cmds}
     total: dict[str, list[tuple[float, float]]] = {n: [] for n, _ in cmds}

@@ -24,7 +24,8 @@ What it adds around ``kb.runtime.cli:main``, all for one-process-per-query start
    ctranslate2/usearch destructors, OpenMP pool joins), about 45 ms for a hybrid search.
 
 Set KB_NO_TWEAKS=1 (or KB_FROZEN_NO_TWEAKS=1) to run without 1-3 (to measure them, or to rule them out), and
-KB_PHASES=1 to print a per-phase start-up breakdown to stderr.
+KB_PHASES=PATH to run a profiler first (packaging/phases.py prints a per-phase start-up breakdown
+to stderr).
 """
 
 import os
@@ -148,94 +149,21 @@ def _exit_code(code) -> int:
     return 1
 
 
-def _phase_timers() -> None:
-    """KB_PHASES=1: print the wall and CPU time (user + system, every thread of the process) of
-    each start-up phase to stderr at exit (profiling only)."""
-    import atexit
-    import functools
-    import time
-
-    clock, cpu = time.perf_counter, time.process_time
-    t0 = clock()
-    spans = []
-
-    def timed(owner, name, label):
-        fn = getattr(owner, name)
-
-        @functools.wraps(fn)
-        def wrapper(*a, **k):
-            t, c = clock(), cpu()
-            try:
-                return fn(*a, **k)
-            finally:
-                spans.append((label, t - t0, clock() - t, cpu() - c))
-
-        setattr(owner, name, wrapper)
-
-    def timed_property(owner, name, label):
-        prop = owner.__dict__[name]
-        timed(prop, "func", label)
-        replacement = functools.cached_property(prop.func)
-        replacement.__set_name__(owner, name)
-        setattr(owner, name, replacement)
-
-    t, c = clock(), cpu()
-    import kb.runtime.cli  # noqa: F401
-    spans.append(("import kb.runtime.cli (click)", t - t0, clock() - t, cpu() - c))
-    t, c = clock(), cpu()
-    from kb.runtime import index, legs, output, search
-
-    spans.append(("import search/index/output (numpy)", t - t0, clock() - t, cpu() - c))
-    from kb.models import encoders, query_encoder  # to time them: light (numpy is in), not in the spans
-
-    timed(index.Index, "__init__", "open artifact")
-    timed(index.DenseSpace, "model_files", "model section -> bytes")
-    timed(index.DenseSpace, "_checked_image", "vectors: crc32, layout check (and every slot for the graph)")
-    timed(index.DenseSpace, "_open_vectors", "vector index for HNSW: the above, import usearch, restore")
-    timed(index.DenseSpace, "_open_walk", "vectors: headers and levels for kb's walk of the graph")
-    from kb.runtime import graph_walk
-
-    timed(graph_walk.GraphWalk, "search", "kb's walk of the graph (one search)")
-    timed(index.DenseSpace, "cosines", "vectors: exact cosines (scan)")
-    timed_property(index.DenseSpace, "query_model", "query model: validate directory")
-    timed(encoders, "load_embedder", "load embedder (tokenizer, ct2, warm-up)")
-    timed(query_encoder.QueryEncoder, "__init__", "query encoder: set-up")
-    timed(query_encoder.QueryEncoder, "prepare", "query encoder: check layers (crc32), a thread beside the BM25 leg")
-    timed(query_encoder.QueryEncoder, "embed_query", "query encoder: tokenizer set-up (tokenizers only for non-ASCII text), tokenize, forward")
-    timed(search.Searcher, "search", "Searcher.search (all legs)")
-    timed(legs, "top_vector", "vector leg")
-    timed(output, "render_json", "render JSON")
-
-    def report():
-        print(f"kb phases (ms since entry start / wall / CPU), entry total {1e3 * (clock() - t0):.1f} ms, CPU {1e3 * cpu():.1f} ms:", file=sys.stderr)
-        for label, start, dur, used in spans:
-            print(f"  {1e3 * start:8.1f} {1e3 * dur:8.1f} {1e3 * used:8.1f}  {label}", file=sys.stderr)
-
-    atexit.register(report)
-    global _report
-    _report = report
-
-
-_report = None
-
-
 def run() -> None:
-    if os.environ.get("KB_PHASES") == "1":
-        if _TWEAKS:  # before the timers import numpy and friends
-            for k, v in _ENV_DEFAULTS.items():
-                os.environ.setdefault(k, v)
-            for name, callables in _LAZY_MODULES.items():
-                _lazy(name, callables)
-        _phase_timers()
+    if _TWEAKS:  # before anything imports numpy and friends
+        for k, v in _ENV_DEFAULTS.items():
+            os.environ.setdefault(k, v)
+        for name, callables in _LAZY_MODULES.items():
+            _lazy(name, callables)
+    report = None
+    if os.environ.get("KB_PHASES"):  # a profiler's path (packaging/phases.py), run before kb loads
+        import runpy
+
+        report = runpy.run_path(os.environ["KB_PHASES"])["report"]
     if not _TWEAKS:
         from kb.runtime.cli import main
 
         sys.exit(main())
-    for k, v in _ENV_DEFAULTS.items():
-        os.environ.setdefault(k, v)
-    for name, callables in _LAZY_MODULES.items():
-        _lazy(name, callables)
-
     from kb.runtime.cli import main
 
     try:
@@ -249,8 +177,8 @@ def run() -> None:
         sys.stdout.flush()
     except BrokenPipeError:  # `kb search ... | head`: the reader left; exit as a shell would
         code = code or 141
-    if _report is not None:
-        _report()
+    if report is not None:  # os._exit skips the atexit it registered
+        report()
     try:
         sys.stderr.flush()
     except (BrokenPipeError, ValueError):

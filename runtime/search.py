@@ -124,24 +124,14 @@ class Searcher:
                 raise CorruptArtifact(f"{self.ix.path}: corrupt artifact: vector index has {space.vector_dims} dimensions, its embedder {embedder.dim}")
         return embedder
 
-    def _prepare_encoder(self, space) -> threading.Thread | None:
+    def _prepare_encoder(self, space) -> _Beside | None:
         """For a one-shot search that runs its legs one after the other: a thread that loads
         the in-place encoder and checks its layers while the BM25 leg runs
         (``QueryEncoder.prepare``), so that the forward pass finds them ready. None where there
-        is nothing to prepare. Its errors are left for the dense leg to meet again on its own
-        thread."""
+        is nothing to prepare. Its errors are never read: the dense leg meets them again."""
         if not self._in_place(space) or getattr(space, "section", "main") in self._embedders:
             return None
-
-        def run() -> None:
-            try:
-                self.embedder_of(space).prepare()
-            except BaseException:  # noqa: BLE001 - raised again where the dense leg loads or runs it
-                pass
-
-        thread = threading.Thread(target=run, name="kb-prepare-encoder", daemon=True)
-        thread.start()
-        return thread
+        return _Beside("kb-prepare-encoder", lambda: self.embedder_of(space).prepare())
 
     def set_embedder(self, space, embedder) -> None:
         """Embed ``space``'s queries with ``embedder`` (a benchmark's precomputed vectors)."""
@@ -406,7 +396,7 @@ class Searcher:
                 if beside and both:
                     t = time.perf_counter()
                     v = embed(dense_text)
-                    lexical = _LegThread(self.ops.bm25_leg, self.ix, "bm25" + suffix, lex_text, w_lex * scale, depth, allowed)
+                    lexical = _Beside("kb-bm25-leg", self.ops.bm25_leg, self.ix, "bm25" + suffix, lex_text, w_lex * scale, depth, allowed)
                     try:
                         leg = self.ops.vector_leg(space, "vector" + suffix, v, w_dense * scale, depth, allowed)
                     except BaseException:
@@ -594,13 +584,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_leg_pool.cache_clear)
 
 
-class _LegThread(threading.Thread):
+class _Beside(threading.Thread):
     """``fn(*args)`` on a thread of its own, started at once; ``result()`` waits for it and
-    returns its value or raises its exception here. For a one-shot search, where importing
-    concurrent.futures for one task would cost more than the thread saves."""
+    returns its value or raises its exception here (one never asked for is dropped); ``ms``: how
+    long it ran. A one-shot search's two helpers (``Searcher._run_legs``: the BM25 leg beside a
+    graph walk, the in-place encoder's layer checks beside the BM25 leg), where importing
+    concurrent.futures for one task would cost more than the thread saves. A long-lived
+    process's dense legs keep ``_leg_pool``'s warm threads: on a fresh thread per search the
+    CTranslate2 embedding beside the BM25 leg ran several times slower."""
 
-    def __init__(self, fn, *args):
-        super().__init__(name="kb-bm25-leg", daemon=True)
+    def __init__(self, name: str, fn, *args):
+        super().__init__(name=name, daemon=True)
         self._call, self._value, self._error, self.ms = (fn, args), None, None, 0.0
         self.start()
 

@@ -2,10 +2,12 @@
 2026-12-02-scale-million.md and 2026-12-05-one-shot-ratios.md): bench/walk_pages.py walks an artifact's graph and counts the
 pages it read, and its other order of the slots is a permutation within each block;
 bench/bm25_one_shot.py times the BM25 leg both ways in fresh processes and finds them alike;
-bench/startup_records.py counts the records (dataclasses and NamedTuples) a command's imports create."""
+bench/startup_records.py counts the records (dataclasses and NamedTuples) a command's imports create;
+packaging/oneshot.py's ``phases`` has the entry run the profiler packaging/phases.py."""
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,7 @@ def _load(name: str, path: Path):
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 walk_pages = _load("walk_pages", BENCH / "walk_pages.py")
+oneshot = _load("oneshot", BENCH.parent / "packaging" / "oneshot.py")
 bm25_one_shot = _load("bm25_one_shot", BENCH / "bm25_one_shot.py")
 
 
@@ -65,3 +68,22 @@ def test_startup_records_counts_the_records_a_fresh_process_creates(tmp_path):
     ms, what = out[-1].split(maxsplit=1)
     assert what.startswith("total, ") and int(what.split()[1]) == len(out) - 1 >= 10 and float(ms) > 0
     assert any(line.endswith("kb.runtime.results.Result  NamedTuple") for line in out)
+
+
+def test_oneshot_phases_has_the_entry_run_the_profiler_and_the_results_stay(tmp_path):
+    """KB_PHASES names packaging/phases.py: runtime/entry.py runs it before the command, with and
+    without the start-up tweaks, and its report goes to stderr only."""
+    art = tmp_path / "tiny.kb"
+    build_hash(TINY, art)
+    cmd = [sys.executable, "-m", "kb.runtime.entry", "search", "restore the snapshot", "-i", str(art), "--mode", "bm25", "--no-stale-check", "--json"]
+    table = oneshot.phases([("bm25", cmd)], runs=1)
+    assert all(f"| {label} |" in table for label in ("import kb.runtime.cli (click)", "open artifact", "Searcher.search (all legs)", "render JSON"))
+
+    def results(**env):
+        r = subprocess.run(cmd, capture_output=True, text=True, check=True, env=dict(os.environ, **env))
+        return [(h["chunk_id"], h["score"]) for h in json.loads(r.stdout)["results"]], r.stderr.count("kb phases (ms since entry start")
+
+    plain = results()
+    assert plain[0] and plain[1] == 0
+    for tweaks in ("0", "1"):
+        assert results(KB_PHASES=oneshot._PROFILER, KB_NO_TWEAKS=tweaks) == (plain[0], 1)
