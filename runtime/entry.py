@@ -156,10 +156,13 @@ def run() -> None:
         for name, callables in _LAZY_MODULES.items():
             _lazy(name, callables)
     report = None
-    if os.environ.get("KB_PHASES"):  # a profiler's path (packaging/phases.py), run before kb loads
+    phases = os.environ.get("KB_PHASES", "")
+    if phases and not os.path.isfile(phases):
+        print(f"kb: KB_PHASES={phases} is not a file: it takes the path of packaging/phases.py; running without it", file=sys.stderr)
+    elif phases:  # a profiler (packaging/phases.py), run before kb loads
         import runpy
 
-        report = runpy.run_path(os.environ["KB_PHASES"])["report"]
+        report = runpy.run_path(phases)["report"]
     if not _TWEAKS:
         from kb.runtime.cli import main
 

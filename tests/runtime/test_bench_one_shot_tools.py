@@ -87,3 +87,7 @@ def test_oneshot_phases_has_the_entry_run_the_profiler_and_the_results_stay(tmp_
     assert plain[0] and plain[1] == 0
     for tweaks in ("0", "1"):
         assert results(KB_PHASES=oneshot._PROFILER, KB_NO_TWEAKS=tweaks) == (plain[0], 1)
+    # KB_PHASES=1 (its old form) or any path that is not a file: one stderr line, the search runs
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True, env=dict(os.environ, KB_PHASES="1"))
+    assert [(h["chunk_id"], h["score"]) for h in json.loads(r.stdout)["results"]] == plain[0]
+    assert r.stderr == "kb: KB_PHASES=1 is not a file: it takes the path of packaging/phases.py; running without it\n"
