@@ -110,7 +110,7 @@ class Searcher:
             from kb.models.query_encoder import QueryEncoder
 
             # Its width is the card's dim (QueryEncoder checks), as the vector index's is
-            # (Index.vectors checks): no need to wait for the index here.
+            # (DenseSpace.vectors checks): no need to wait for the index here.
             with self._packed_model("embedding model"):
                 embedder = QueryEncoder(space.query_model, space.card or {})
         else:
@@ -201,7 +201,7 @@ class Searcher:
         use_bm25, use_vectors = self._legs_to_run(q, notices)
         if use_vectors:
             # opened and checked on another thread while this one applies the filters, runs the
-            # BM25 leg and embeds the query; ix.vectors waits for it (Index.prefetch_vectors)
+            # BM25 leg and embeds the query; space.vectors waits for it (DenseSpace.prefetch_vectors)
             space.prefetch_vectors()
         ops = self.ops
         allowed = ops.allowed_mask(self.ix, q.statuses, q.all_statuses, q.tags, q.path)
