@@ -3,7 +3,7 @@ peers, and write one row a set into bench/RESULTS.md (its "quality" region) and 
 (every metric, by query kind, the peers) into OUT/run_all.md.
 
     python bench/run_all.py --data ../shared/data --fixtures ../shared/fixtures [--out bench/out]
-        [--sets hugo,scifact,cranfield,cisi,cmrc2018-zh,jsquad-ja] [--rebuild] [--no-peers] [--kb-results OUT/run_all.json]
+        [--sets hugo,scifact,cranfield,cisi,lisa,cmrc2018-zh,jsquad-ja] [--rebuild] [--no-peers] [--kb-results OUT/run_all.json]
 
 Artifacts are built once into OUT/<set>.kb (reused unless --rebuild). --kb-results takes kb's
 tables from an earlier run's run_all.json instead of benching again (to run the peers alone).
@@ -30,6 +30,7 @@ SETS = {
     "scifact": ("beir", "train"),
     "cranfield": ("beir", "test"),
     "cisi": ("beir", "test"),
+    "lisa": ("beir", "test"),
     "cmrc2018-zh": ("beir", "dev"),
     "jsquad-ja": ("beir", "dev"),
 }
