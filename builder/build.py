@@ -1,18 +1,13 @@
-"""The build pipeline, one function a stage (``build`` runs them in this order):
+"""The build pipeline, one function a stage; ``build`` runs them in the order ARCHITECTURE.md
+draws. Each stage takes and returns plain records (``Run`` carries the inputs and the report).
 
-    read -> choose_models -> index_windows -> finish -> describe -> artifact_sections -> write
-                             (per window: chunk, analyze,   (graphs, text,
-                              postings, tags, text, embed,   postings, filters)
-                              hnsw)
-
-Each stage is a function from data to data (``Run`` carries the inputs and the report; each
-returns a record: ``Corpus``, ``Models``, ``Windows``, ``Parts``, meta and manifest, sections);
-input is read only in the read stage and output written only by the final atomic write, through
-scratch files beside it: the documents, the text blocks and the vector index are spilled as they
-are made (builder/store.py, builder/stream.py), so memory is set by the HNSW graph, the postings stage and one window of
-documents, not by the text. Everything written is derived deterministically from the inputs:
-sorted vocabularies, stable chunk ids (documents sorted by path, chunks in document order), a
-single-threaded HNSW build, and no wall-clock time in the artifact.
+Input is read only in the read stage and output written only by the final atomic write. The
+documents, the text blocks and the vector index are spilled to scratch files beside it as they
+are made (builder/store.py, builder/stream.py), so memory is set by the HNSW graph, the postings
+stage and one window of documents, not by the text. Everything written is derived
+deterministically from the inputs: sorted vocabularies, stable chunk ids (documents sorted by
+path, chunks in document order), a single-threaded HNSW build, and no wall-clock time in the
+artifact.
 """
 
 from __future__ import annotations
@@ -94,9 +89,9 @@ class ChunkRow:
 
 def _without_cyclic_gc(fn):
     """Run ``fn`` with the cyclic garbage collector off. A build makes millions of objects and no
-    cycles worth collecting, and the collector would walk them over and over: on SciFact's
-    non-embedding stages that cost ~0.05 s, with pauses of up to 0.15 s. Reference counting
-    still frees everything; the collector is back on when the build returns or fails."""
+    cycles worth collecting, and the collector would walk them over and over, in pauses.
+    Reference counting still frees everything; the collector is back on when the build returns
+    or fails."""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
@@ -202,16 +197,9 @@ def build(
     artifact whose vectors are taken for the chunks whose embedded text is unchanged
     (builder/reuse.py; the artifact is the same bytes as without it).
 
-    Documents are spilled to a scratch file as they are read and taken back a window at a time
-    (builder/stream.py); text blocks and the vector index are spilled too and copied into the
-    artifact by the final write. Scratch files lie beside ``out``; they are removed when the
-    build ends, and a killed build's by the next build of ``out``.
-
-    The stages (ARCHITECTURE.md draws them): ``read``, ``choose_models``, ``reuse_source``, ``index_windows`` (the
-    chunk, analyze, postings, tags, text, embed and hnsw stages of each window), ``finish`` (the
-    graphs, text, postings and filters), ``describe`` (meta and manifest), ``artifact_sections``
-    and the write. Each takes and returns plain data: a stage that needs the finished parts
-    (the chunk texts, the vectors, the graph) goes between ``finish`` and ``describe``."""
+    Scratch files lie beside ``out``; they are removed when the build ends, and a killed build's
+    by the next build of ``out``. A stage that needs the finished parts (the chunk texts, the
+    vectors, the graph) goes between ``finish`` and ``describe``."""
     rep = BuildReport()
     executor = executor or LocalExecutor(jobs)
     rep.executor = executor.name
@@ -278,7 +266,7 @@ def rerank_choice(config: BuildConfig) -> str:
     """The cross-encoder to pack: "auto" packs the shipped one only when the artifact's searches
     rerank ([search] rerank = true) and have vectors to rerank hybrid results of; otherwise what
     --reranker or [embedding] reranker names. The shipped model did not improve held-out sets and
-    is 17 MiB, most of a small artifact (issue 49: the sample was 41.3 MiB with it)."""
+    is 17 MiB, most of a small artifact (README, [embedding] reranker)."""
     if config.reranker != "auto":
         return config.reranker
     return "default" if config.search.get("rerank") is True and config.embedding_model != "none" else "none"
@@ -339,8 +327,8 @@ def index_windows(run: Run, store: DocumentStore, models: Models, given: GivenVe
     job = ShardJob(embedder.count_tokens if exact else estimate_tokens, config.chunking, analyzer.languages, whole=given is not None)
     # Chunk and analyze run on the executor, except here in one process when exact token
     # counts need the model loaded here, or when a local build embeds: forks beside a loaded
-    # model buy little (a build that embeds is bound by the embedding: its chunking and
-    # analysis are about 1% of its time). The artifact is the same either way.
+    # model buy little (a build that embeds is bound by the embedding). The artifact is the
+    # same either way.
     stage = LocalExecutor(1) if exact or (models.loaded and executor.name == "local") else executor
     w = Windows(
         ChunkColumns(config.statuses, config.default_status, config.tags),

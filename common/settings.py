@@ -43,8 +43,7 @@ def settings_tuple(cls):
     return cls
 
 
-# NamedTuples, not frozen dataclasses: a one-shot kb creates these records at import, and a frozen
-# dataclass costs ~0.7 ms to create, a NamedTuple ~0.15 (bench/startup_records.py).
+# NamedTuples, not frozen dataclasses: start-up cost (bench/startup_records.py).
 class Setting(NamedTuple):
     """One declared setting, read off its field."""
 

@@ -6,9 +6,8 @@ safetensors, tokenizers) happen inside the functions that need them; the frozen 
 them out, and ``read_model_folder`` then says to convert with kb-build first.
 
 A converted model is a dict {filename: bytes}: the CTranslate2 files (model.bin, config.json,
-vocabulary.json) plus kb's own files, tokenizer.json, kb_model.json (the model card, specified in
-formats/SPEC.md and read by formats/records.py) and, for a cross-encoder, head.npz (pooler and
-classifier weights, which CTranslate2 drops).
+vocabulary.json) plus kb's tokenizer.json, kb_model.json and, for a cross-encoder, head.npz
+(formats/SPEC.md: the model sections and the model card).
 
 Converted folders are cached under ``$KB_CACHE_DIR`` (default ``~/.cache/kb``)::
 
@@ -184,11 +183,8 @@ def convert_bert(
 
     ``hf_dir`` holds model.safetensors, config.json and tokenizer.json.
     ``quantization``: "int8", None/"float32", or another CTranslate2 weight type.
-    Returns {filename: bytes}: the CTranslate2 folder (model.bin, config.json,
-    vocabulary.json) plus tokenizer.json, kb_model.json and, for a
-    cross-encoder, head.npz (pooler + classifier weights as np.savez).
-    Results are cached under <cache>/models/ct2/ by a hash of the inputs,
-    the quantization and CONVERTER_VERSION.
+    Returns the converted files (module docstring), cached under <cache>/models/ct2/ by a
+    hash of the inputs, the quantization and CONVERTER_VERSION.
     """
     hf_dir = Path(hf_dir)
     for n in HF_FILES:

@@ -4,11 +4,11 @@ chunks with and kb embeds queries with, and the device policy both sides share.
 Imports only numpy and the stdlib at module level; ctranslate2 and tokenizers are imported when
 a model is built, so ``import kb.models.encoders`` is cheap.
 
-A model is a dict {filename: bytes} as produced by kb.models.convert.convert_bert: the
-CTranslate2 files (model.bin, config.json, vocabulary.json), tokenizer.json and kb_model.json.
-ctranslate2.Encoder is loaded from memory (``files=``), so the runtime never writes the model to
-disk. ``load_embedder`` picks the implementation by the card's ``backend``: "ctranslate2" (the
-default) or one registered with ``register_backend`` (tests register a deterministic stand-in).
+A model is the dict {filename: bytes} that kb.models.convert makes and a model section packs
+(formats/SPEC.md, ``model.embed``). ctranslate2.Encoder is loaded from memory (``files=``), so
+the runtime never writes the model to disk. ``load_embedder`` picks the implementation by the
+card's ``backend``: "ctranslate2" (the default) or one registered with ``register_backend``
+(tests register a deterministic stand-in).
 """
 
 from __future__ import annotations
@@ -75,10 +75,9 @@ def open_encoder(files: dict, label: str, what: str, device: str, compute_type: 
     embedder and the cross-encoder.
 
     device "auto" = cuda when CTranslate2 sees a GPU, else cpu. compute_type "auto" = int8 on
-    CPU whatever the stored weights (a float32-stored model is quantized at load, a fraction of
-    a second for MiniLM; measured on 2 AMD EPYC cores int8 compute is ~1.5-2x faster than
-    float32 and int8-vs-float32 cosine stays > 0.99), float16 on CUDA; "default" when the
-    device lacks it. threads 0 = the number of physical cores.
+    CPU whatever the stored weights (a float32-stored model is quantized at load; int8 is faster
+    and its cosines with float32's stay > 0.99: bench/notes/2026-11-30-e5-multilingual.md),
+    float16 on CUDA; "default" when the device lacks it. threads 0 = the number of physical cores.
     """
     import ctranslate2
 
@@ -260,7 +259,7 @@ class CT2Embedder(CT2Model):
         self.query_prefix = str(meta.get("query_prefix", ""))
         self.passage_prefix = str(meta.get("passage_prefix", ""))
         # Two tokenizers: this one truncating at the model window (embed), one not (count_tokens),
-        # built on first use: only the builder counts tokens, and it costs ~12 ms of a one-shot query.
+        # built on first use: only the builder counts tokens, and a one-shot query need not pay for it.
         self._tok = self._tokenizer(files, f"model files lack tokenizer.json; {remedy}", truncate=self.max_tokens)
         self._count_tok = None
         self._open("kb-model", device, compute_type, threads)
@@ -301,10 +300,9 @@ class CT2Embedder(CT2Model):
         Each text gets the model's passage prefix (or ``prefix``) first.
 
         Small batches (4-8) are fastest on few CPU cores. Texts are sorted by length and a
-        batch holds texts of one token length only, so nothing is padded: a padded batch moves
-        an int8 model's vectors (cosine down to 0.998 against the same text alone), which made a
-        text's vector depend on which texts it was embedded with (a corpus split into shards got
-        other vectors than the whole). Unpadded, each text's vector is the one it gets alone.
+        batch holds texts of one token length only, so nothing is padded: padding moves an int8
+        model's vectors, and a text's vector must be the one it gets alone, whatever it is
+        embedded with (shards, executors and reused vectors rely on it).
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts; use embed_query() for one")

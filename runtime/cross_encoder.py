@@ -5,11 +5,9 @@ numpy-only too); ctranslate2 and tokenizers are imported when a model is
 built, and the converter only by load_reranker_path() when it has to convert an
 HF folder.
 
-A cross-encoder is a dict {filename: bytes} as produced by
-kb.models.convert.convert_bert from an HF BertForSequenceClassification
-folder: the CTranslate2 encoder (model.bin, config.json, vocabulary.json),
-tokenizer.json, kb_model.json (kind "cross-encoder", pooling "cls",
-num_labels) and head.npz (pooler_dense_weight/bias, classifier_weight/bias).
+A cross-encoder is a converted model (kb.models.convert.convert_bert, from an
+HF BertForSequenceClassification folder); its files, card and head.npz are
+specified in formats/SPEC.md (model.rerank, the model card).
 
 CTranslate2 has no classification head. The converter builds the encoder
 with its pooling layer, so ``forward_batch`` returns ``pooler_output`` =

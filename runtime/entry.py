@@ -7,21 +7,14 @@ What it adds around ``kb.runtime.cli:main``, all for one-process-per-query start
 1. Environment defaults, set before numpy/ctranslate2 load their native libraries (an explicit
    value in the user's environment always wins):
    - OPENBLAS_NUM_THREADS=1: numpy's bundled OpenBLAS otherwise starts a thread per core at
-     import; kb does no large BLAS work (one query vector), so one thread is enough and the
-     import costs about half the CPU.
+     import; kb does no large BLAS work (one query vector), so one thread is enough.
    - OMP_WAIT_POLICY=PASSIVE: ctranslate2's libgomp workers otherwise spin-wait between parallel
-     regions; on a small, busy machine (2 cores here) a spinning worker that loses its core
-     stalls every barrier of the model load for a scheduler time slice: ctranslate2.Encoder()
-     took 210-300 ms instead of 30-50 ms.
-2. Lazy modules: ``urllib.request`` (imported by usearch/__init__ only for a download helper kb
-   never calls), ``asyncio`` (imported by ctranslate2.extensions only for async generators kb
-   never uses), ``tqdm`` (imported by usearch.index for progress bars kb never shows) and
-   ``tokenizers.implementations`` (the library's ready-made tokenizer classes, which the query
-   tokenizer does not use) are registered as stand-ins that import the real module on first
-   real use instead of at import (3-20 ms each). Semantics are unchanged: any real use loads
-   the real module.
+     regions; on a small, busy machine a spinning worker that loses its core stalls every
+     barrier of the model load for a scheduler time slice.
+2. Lazy modules (``_LAZY_MODULES``): stand-ins that import the real module on first real use
+   instead of at import. Semantics are unchanged: any real use loads the real module.
 3. ``os._exit`` after flushing stdout/stderr: skips interpreter teardown (module dicts,
-   ctranslate2/usearch destructors, OpenMP pool joins), about 45 ms for a hybrid search.
+   ctranslate2/usearch destructors, OpenMP pool joins).
 
 Set KB_NO_TWEAKS=1 (or KB_FROZEN_NO_TWEAKS=1) to run without 1-3 (to measure them, or to rule them out), and
 KB_PHASES=PATH to run a profiler first (packaging/phases.py prints a per-phase start-up breakdown
@@ -48,8 +41,8 @@ _LAZY_MODULES = {
     # importlib.metadata (pulls in email.*).
     "tqdm": ("tqdm",),
     # tokenizers/__init__: `from .implementations import ...`, the library's ready-made
-    # tokenizer classes (half of its import: 2.5-3.5 ms of ~6); kb's query tokenizer imports
-    # tokenizers only for a query that is not printable ASCII, and uses tokenizers.Tokenizer alone.
+    # tokenizer classes (half of its import); kb's query tokenizer imports tokenizers only for
+    # a query that is not printable ASCII, and uses tokenizers.Tokenizer alone.
     "tokenizers.implementations": ("BertWordPieceTokenizer", "ByteLevelBPETokenizer", "CharBPETokenizer",
                                    "SentencePieceBPETokenizer", "SentencePieceUnigramTokenizer"),
 }

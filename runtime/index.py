@@ -27,7 +27,7 @@ TERM_CACHE = 65536  # term -> term id lookups kept
 PATH_CACHE = 65536  # document number -> path, decoded once
 
 
-class StoredChunk(NamedTuple):  # not a frozen dataclass: ~0.7 ms of a one-shot kb's start to create (bench/startup_records.py)
+class StoredChunk(NamedTuple):  # not a frozen dataclass: start-up cost (bench/startup_records.py)
     """A chunk as the artifact holds it: text, document, place in the source file, filters."""
 
     chunk_id: int
@@ -199,7 +199,7 @@ class Index:
 
     @property
     def has_keys(self) -> bool:
-        """Whether the artifact holds chunk keys (kb-build writes them from 2026-12-06)."""
+        """Whether the artifact holds chunk keys (an optional section, formats/SPEC.md)."""
         return L.CHUNK_KEYS in self.artifact.sections
 
     def chunk_key(self, cid: int) -> str | None:
@@ -247,7 +247,7 @@ class Index:
     @cached_property
     def doc_paths(self) -> L.BlobTable:
         """The paths as stored; ``doc_path`` checks each is UTF-8 as it decodes it (checking all
-        at open would cost a second per million documents)."""
+        at open would cost O(documents))."""
         return self._blobs(L.DOC_PATHS, self.n_docs, paged=True)
 
     def _blobs(self, name: str, count: int | None = None, paged: bool = False) -> L.BlobTable:
@@ -267,8 +267,7 @@ class Index:
     @cached_property
     def doc_df(self) -> np.ndarray:
         """Documents holding each term (format 2), every page verified: ``term_df`` reads one
-        term's, verifying only its page (a one-shot search reads a few terms of a vocabulary
-        whose whole crc32 took 0.6 ms at a million chunks)."""
+        term's, verifying only its page (a one-shot search reads a few terms of the vocabulary)."""
         self.artifact.raw(L.TERM_DOC_DF)
         return self._term_column(L.TERM_DOC_DF)
 
@@ -357,7 +356,7 @@ class Index:
     def _lookup_term(self, term: str) -> int | None:
         h = L.term_hash(term)
         hashes = self.term_hashes
-        i = int(hashes.searchsorted(np.uint64(h)))  # a Python int would be compared as float64: the whole table cast, 0.4 ms a term at 266k terms
+        i = int(hashes.searchsorted(np.uint64(h)))  # a Python int would be compared as float64: the whole table cast per lookup
         want = term.encode("utf-8")
         while i < len(hashes) and hashes[i] == h:
             if bytes(self.term_strings[i]) == want:
@@ -369,8 +368,8 @@ class Index:
     def _impact_postings(self) -> tuple[np.ndarray, ...]:
         """(offsets, chunk ids, impacts, doc offsets, doc ids, doc impacts) of a format 3
         artifact, viewed in place and verified page by page as a term's slices are read (a
-        one-shot search reads a few terms' postings, not all of them: at 1,000,000 chunks the
-        whole sections' crc32 cost 250 ms); the offsets' ends are checked here."""
+        one-shot search reads a few terms' postings, not all of them); the offsets' ends are
+        checked here."""
         out = []
         art = self.artifact
         for offs, ids, imps in POSTING_SECTIONS:
@@ -542,8 +541,7 @@ class Index:
     # --- document sources ----------------------------------------------------------------------
     @property
     def has_sources(self) -> bool:
-        """Whether the artifact holds its documents' source text (docs.source; kb-build wrote it
-        from issue 21 on)."""
+        """Whether the artifact holds its documents' source text (docs.source, optional)."""
         return L.DOC_SOURCES in self.artifact.sections
 
     @cached_property
@@ -864,8 +862,7 @@ class DenseSpace:
         self.check_vectors(ids)
         at = self.vector_rows(ids)
         # Every row (a scan of the whole artifact): the matrix in place, then each id's cosine
-        # picked; gathering the rows would copy them all into fresh pages first (3.4 MB for
-        # 4,398 384-d f16 vectors, ~4 ms of first touches in a one-shot search).
+        # picked; gathering the rows would copy them all into fresh pages first.
         whole = len(at) == len(m)
         sims = stored_cosines(qv, m if whole else m[at])
         if whole:

@@ -45,8 +45,8 @@ OTHER_STOPWORDS = 2  # another language's stopwords that take a query from the E
 LEG_THREADS = 8  # dense legs running beside BM25 legs at once, across a process's searches (kb serve's slots)
 BM25_ALONE_DEPTH = 10  # a lone BM25 leg (--mode bm25) ranks top_k, and at least the 10 its confidence features read
 # Scripts an embedding model was trained on, by model name. A dense leg on a script the model
-# never saw ranks noise (all-MiniLM-L6-v2 on CMRC2018-zh: nDCG@10 0.10 against BM25's 0.98,
-# and it dragged hybrid to 0.73), so such queries skip the dense legs, with a notice.
+# never saw ranks noise (bench/notes/2026-11-30-e5-multilingual.md) and drags hybrid below
+# BM25 alone, so such queries skip the dense legs, with a notice.
 EMBEDDER_SCRIPTS = {"all-MiniLM-L6-v2": ("latin",)}
 
 
@@ -59,8 +59,8 @@ class Searcher:
 
     ``one_shot``: the process answers one search and exits (``kb search``). Its query is then
     embedded in place (models/query_encoder.py) instead of by CTranslate2, whose load costs a
-    one-shot process 150-300 ms; a long-lived process (kb serve, kb mcp, kb bench) pays that
-    once and then embeds each query faster with CTranslate2's fused kernels.
+    one-shot process more than its search (packaging/README.md); a long-lived process (kb serve,
+    kb mcp, kb bench) pays that once and then embeds each query faster with its fused kernels.
     """
 
     def __init__(self, index, device: str = "auto", compute_type: str = "auto", reranker=None, one_shot: bool = False):
@@ -381,8 +381,7 @@ class Searcher:
         # go of the GIL). Where it walks a graph (past EXACT_SCAN_MAX chunks), it embeds the query
         # first (the encoder's layer checks on its helper threads, nothing else running), then
         # runs the BM25 leg on a plain thread beside the walk, which lets go of the GIL and spends
-        # its time on the first touches of the pages it reads (3-5 ms sooner at a million chunks
-        # than with BM25 beside the encoder too: bench/notes/2026-12-02-scale-million.md).
+        # its time on the first touches of the pages it reads (bench/notes/2026-12-02-scale-million.md).
         pool = _leg_pool() if run_bm25 and run_dense and not self.one_shot else None
         beside = run_bm25 and run_dense and self.one_shot and getattr(space, "walks_graph", False)
         early = self._prepare_encoder(space) if run_bm25 and run_dense and self.one_shot and not beside and texts else None
