@@ -3,6 +3,7 @@ with kb-build and kb by tests/corpora.py): tests check plumbing and math, never 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,26 @@ from corpora import SAMPLE, TINY, build_hash
 # Property tests are seeded (derandomized) so a run is repeatable; no deadline on a 2-core CI.
 settings.register_profile("kb", derandomize=True, deadline=None, max_examples=100, database=None)  # nothing written into the checkout
 settings.load_profile("kb")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kb_cache_in_tmp(tmp_path_factory):
+    """kb and kb-build processes the tests start get $KB_CACHE_DIR under the session's tmp folder,
+    so their stale-check entries never land in the user's cache; its models/ links to the user's
+    model cache, so real models are fetched once, as without the tests."""
+    from kb.common import cache_root
+
+    models = cache_root() / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    folder = tmp_path_factory.mktemp("kb-cache")
+    (folder / "models").symlink_to(models, target_is_directory=True)
+    before = os.environ.get("KB_CACHE_DIR")
+    os.environ["KB_CACHE_DIR"] = str(folder)
+    yield
+    if before is None:
+        os.environ.pop("KB_CACHE_DIR", None)
+    else:
+        os.environ["KB_CACHE_DIR"] = before
 
 
 @pytest.fixture(autouse=True)
