@@ -3,7 +3,7 @@ peers, and write one row a set into bench/RESULTS.md (its "quality" region) and 
 (every metric, by query kind, the peers) into OUT/run_all.md.
 
     python bench/run_all.py --data ../shared/data --fixtures ../shared/fixtures [--out bench/out]
-        [--sets hugo,scifact,cranfield,cisi,lisa,cmrc2018-zh,jsquad-ja] [--rebuild] [--no-peers] [--kb-results OUT/run_all.json]
+        [--sets hugo,scifact,cranfield,cisi,lisa,cmrc2018-zh,jsquad-ja] [--rebuild] [--no-peers] [--no-rerank SETS] [--kb-results OUT/run_all.json]
 
 Artifacts are built once into OUT/<set>.kb (reused unless --rebuild). --kb-results takes kb's
 tables from an earlier run's run_all.json instead of benching again (to run the peers alone).
@@ -62,15 +62,17 @@ def load_set(name: str, data: Path, fixtures: Path):
     return load_fixture(fixtures / "hugo-docs.json") if kind == "fixture" else load_beir(data / name, split)
 
 
-def bench_set(name: str, art: Path, data: Path, fixtures: Path, reranker=None) -> dict:
-    from kb.runtime.bench import run_bench
+def bench_set(name: str, art: Path, data: Path, fixtures: Path, reranker=None, rerank: bool = True) -> dict:
+    from kb.runtime.bench import BACKENDS, run_bench
     from kb.runtime.index import Index
     from kb.runtime.search import Searcher
 
     bset = load_set(name, data, fixtures)
     ix = Index(art)
     try:
-        return run_bench(Searcher(ix, reranker=reranker), bset)
+        searcher = Searcher(ix, reranker=reranker)
+        backends = None if rerank else [b for b in BACKENDS if b != "hybrid+rerank"]
+        return run_bench(searcher, bset, backends=backends)
     finally:
         ix.close()
 
@@ -83,6 +85,7 @@ def main(argv=None):
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-rerank", default="", help="sets benched without hybrid+rerank (comma-separated; rerank is off by default and slow on a CPU over thousands of queries)")
     ap.add_argument("--reranker", type=Path, help="rerank with this model folder instead of the artifact's own")
     ap.add_argument("--kb-results", type=Path, help="kb's results from an earlier run's run_all.json: bench the peers only")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
@@ -105,7 +108,7 @@ def main(argv=None):
         if rep:
             builds[name] = rep
         print(f"[{name}] bench", file=sys.stderr)
-        results[name] = bench_set(name, art, a.data, a.fixtures, reranker)
+        results[name] = bench_set(name, art, a.data, a.fixtures, reranker, rerank=name not in a.no_rerank.split(","))
     peers = {}
     if not a.no_peers:
         import peers as P
