@@ -15,10 +15,17 @@ from contextlib import contextmanager
 from corpora import REPO, SERVE_CLI
 
 
+def _default_sigint() -> None:
+    """In the server process before it starts: SIGINT as a terminal gives it. A test run started
+    with SIGINT ignored (a background job of a non-interactive shell) passes that on, and the
+    Ctrl-C tests would then wait on a server that, rightly, ignores it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_server(*args, timeout=20.0):
     """Start ``kb serve`` on a free port; return (process, port) once it says where it listens."""
     cmd = [*SERVE_CLI, "serve", "--port", "0", *map(str, args)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
     line = read_line(proc.stderr, timeout)
     if not line.startswith("kb serve: listening on http://127.0.0.1:"):
         proc.kill()
@@ -67,7 +74,7 @@ class Client:
 
     def __init__(self, *args):
         cmd = [*SERVE_CLI, "mcp", *map(str, args)]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)
         self.next_id = 0
