@@ -3,7 +3,6 @@ with kb-build and kb by tests/corpora.py): tests check plumbing and math, never 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,10 @@ settings.load_profile("kb")
 
 @pytest.fixture(scope="session", autouse=True)
 def _kb_cache_in_tmp(tmp_path_factory):
-    """kb and kb-build processes the tests start get $KB_CACHE_DIR under the session's tmp folder,
-    so their stale-check entries never land in the user's cache; its models/ links to the user's
-    model cache, so real models are fetched once, as without the tests."""
+    """$KB_CACHE_DIR under the session's tmp folder, for the tests and the kb and kb-build
+    processes they start, so stale-check entries (runtime/stale.py) never land in the user's
+    cache; its models/ links to the user's model cache, so real models are fetched once, as
+    without the tests."""
     from kb.common import cache_root
 
     models = cache_root() / "models"
@@ -30,22 +30,9 @@ def _kb_cache_in_tmp(tmp_path_factory):
         (folder / "models").symlink_to(models, target_is_directory=True)
     except OSError:  # no writable home: models are fetched into the tmp folder instead
         pass
-    before = os.environ.get("KB_CACHE_DIR")
-    os.environ["KB_CACHE_DIR"] = str(folder)
-    yield
-    if before is None:
-        os.environ.pop("KB_CACHE_DIR", None)
-    else:
-        os.environ["KB_CACHE_DIR"] = before
-
-
-@pytest.fixture(autouse=True)
-def _stale_cache_in_tmp(tmp_path_factory, monkeypatch):
-    """kb search's stale-check cache (runtime/stale.py) under the test session's tmp folder, not ~/.cache."""
-    from kb.runtime import stale
-
-    folder = str(tmp_path_factory.getbasetemp() / "stale-cache")
-    monkeypatch.setattr(stale, "cache_dir", lambda: folder)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KB_CACHE_DIR", str(folder))
+        yield
 
 
 @pytest.fixture(scope="session")
