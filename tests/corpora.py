@@ -46,6 +46,16 @@ def build_hash(corpus: Path, out: Path, **kw):
     return build([corpus], out, cfg, **kw)
 
 
+def build_files(folder: Path, files: dict[str, str], out: Path) -> Path:
+    """Write ``files`` (relative path: text) into a new ``folder``, build it with build_hash into
+    ``out``; return ``out``."""
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    build_hash(folder, out)
+    return out
+
+
 def crafted_root_artifact(src: Path, out: Path) -> Path:
     """``src`` with a manifest (checksums recomputed, as an attacker would) whose corpus root is /
     and whose sources name host files: one of /etc/hostname's size (/etc/passwd's where there is

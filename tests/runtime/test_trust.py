@@ -179,13 +179,12 @@ def test_a_required_phrase_is_in_every_result_s_section_or_text_or_its_first_chu
 
 
 def test_letters_marked_inside_a_word_are_indexed_as_the_word(tmp_path):
-    from corpora import build_hash
+    from corpora import build_files
 
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "tar.md").write_text("# tar\n\n## Modes\n\nE[x]tract files from an archive, or [c]reate one.\nThe list a[i] keeps its brackets.\n")
-    (corpus / "zip.md").write_text("# zip\n\nPack files into a zip archive.\n")
-    build_hash(corpus, tmp_path / "m.kb")
+    build_files(tmp_path / "corpus", {
+        "tar.md": "# tar\n\n## Modes\n\nE[x]tract files from an archive, or [c]reate one.\nThe list a[i] keeps its brackets.\n",
+        "zip.md": "# zip\n\nPack files into a zip archive.\n",
+    }, tmp_path / "m.kb")
     for query in ('"extract"', "extract", "create", '"extract files"'):
         d = search_json(tmp_path / "m.kb", query, "--mode", "bm25")
         assert [r["path"] for r in d["results"]] == ["tar.md"], query

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from kb.builder.cli import main as kb_build
 from kb.runtime.cli import main as kb
 
-from corpora import GOLDEN, SAMPLE, TINY, build_hash
+from corpora import GOLDEN, SAMPLE, TINY, build_files, build_hash
 
 GOLD = str(GOLDEN / "tiny-v1.kb")
 BIN = Path(sys.executable).parent
@@ -179,11 +179,7 @@ def test_human_output_sends_notices_to_stderr_and_counts_in_english():
 
 
 def test_no_status_line_when_the_corpus_has_one_status(tmp_path):
-    corpus = tmp_path / "c"
-    corpus.mkdir()
-    (corpus / "a.md").write_text("# Alpha\n\nalpha beta gamma\n")
-    (corpus / "b.md").write_text("# Beta\n\nbeta delta\n")
-    build_hash(corpus, tmp_path / "x.kb")
+    build_files(tmp_path / "c", {"a.md": "# Alpha\n\nalpha beta gamma\n", "b.md": "# Beta\n\nbeta delta\n"}, tmp_path / "x.kb")
     out = run("search", "beta", "-i", tmp_path / "x.kb", "--mode", "bm25", "--no-stale-check").stdout
     assert "Status:" not in out and "Showing top 2 results\n" in out
     assert "Status: live-doctrine" in run("search", "restore", "-i", GOLD, "--mode", "bm25", "--no-stale-check").stdout
@@ -195,10 +191,7 @@ def test_list_chunks_lines_show_the_chunk_id_and_section():
 
 
 def test_list_escapes_control_characters_in_paths(tmp_path):
-    corpus = tmp_path / "c"
-    corpus.mkdir()
-    (corpus / "evil\x1b[31mred.md").write_text("# Evil\n\ntext\n")
-    build_hash(corpus, tmp_path / "x.kb")
+    build_files(tmp_path / "c", {"evil\x1b[31mred.md": "# Evil\n\ntext\n"}, tmp_path / "x.kb")
     assert run("list", "-i", tmp_path / "x.kb").stdout == "evil\\x1b[31mred.md\tlive\t\n"
 
 
