@@ -166,7 +166,7 @@ def one_line(e: Exception) -> str:
     return s.splitlines()[0][:200] if s else type(e).__name__
 
 
-OPTIONAL_INTS = ("dim", "num_labels", "max_tokens")  # card fields that must be integers when present
+OPTIONAL_INTS = ("dim", "num_labels")  # card fields a model may lack, integers where present
 
 
 class CT2Model:
