@@ -10,7 +10,7 @@ Effects at the extremes: k -> 0 makes the first ranks dominate (1/1 vs 1/2); a l
 the curve so being present in many legs matters more than being high in one. The bonus (added
 once, for the best rank over all legs) protects exact top hits: with k = 60 a leg contributes
 at most weight/61 ~ 0.016, so +0.05 keeps any leg's winner near the top, right or wrong. The
-defaults (k = 20, no bonus) and why: kb.common.options.SearchOptions.
+defaults and why: kb.common.options.SearchOptions.
 
 Ties are broken by chunk id (ascending), so fusion is deterministic and independent of the
 order in which legs are given.
