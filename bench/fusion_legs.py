@@ -38,7 +38,7 @@ def dump(spec: str, out: Path) -> Path:
                 continue
             space = s.space_for(q.text)
             o = s.options_for(base, space)
-            legs, _ = s._run_legs(Query(q.text, top_k=DEPTH, mode="hybrid", literal=True), o, space, allowed, DEPTH, True, True, [], {})
+            legs, _ = s._run_legs(Query(q.text, top_k=DEPTH, mode="hybrid", literal=True), None, o, space, allowed, DEPTH, True, True, [], {})
             key = {}
             for leg in legs:
                 for h in leg.hits:

@@ -1,0 +1,43 @@
+"""A BEIR set whose queries are one sentence of each original query, for studies of query style on
+the same corpus and judgments: ``last`` (LISA's and CISI's requests end in a keyword list, so the
+last sentence is a keyword query) or ``first`` (the opening request, a natural sentence).
+
+    python bench/derive_queries.py ../shared/data/lisa /tmp/lisa-kw --sentence last
+
+The corpus and qrels are linked, not copied; the new folder is for evaluation only and stays
+outside the repository, like the data it comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("source", type=Path, help="a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--sentence", choices=("first", "last"), required=True)
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name in ("corpus.jsonl", "qrels"):
+        link = a.out / name
+        if not link.exists():
+            link.symlink_to((a.source / name).resolve())
+    lines = []
+    for line in (a.source / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        q = json.loads(line)
+        sentences = [s for s in re.split(r"(?<=[.?!])\s+", q["text"].strip()) if s.strip()] or [""]
+        q["text"] = sentences[0 if a.sentence == "first" else -1]
+        lines.append(json.dumps(q, ensure_ascii=False))
+    (a.out / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{len(lines)} queries -> {a.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
