@@ -1,0 +1,38 @@
+"""The plumbing of the fusion study (bench/notes/2026-12-06-fusion-by-query-length.md):
+bench/fusion_legs.py stores each query's legs as plain tuples, and bench/fusion_study.py reads them
+back as kb's legs and fuses them, with and without --minmax."""
+
+import importlib.util
+from pathlib import Path
+
+from kb.runtime import fusion as F
+
+from corpora import TINY, build_hash
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "tiny-fixture.json"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stored_legs_are_plain_and_read_back_as_kb_legs(tmp_path, capsys):
+    legs_mod, study = _load("fusion_legs"), _load("fusion_study")
+    art = tmp_path / "tiny.kb"
+    build_hash(TINY, art)
+    path = legs_mod.dump(f"tiny=fixture:{FIXTURE}:{art}", tmp_path)
+    raw = __import__("pickle").loads(path.read_bytes())
+    assert all(type(leg) is tuple for row in raw["rows"] for leg in row["legs"])
+    name, rows = study.read_rows(path)
+    assert name == "tiny" and rows
+    for row in rows:
+        assert {leg.kind for leg in row["legs"]} == {"bm25", "cosine"}
+        assert all(isinstance(h, F.LegHit) for leg in row["legs"] for h in leg.hits)
+        assert study.fuse_minmax(row, 0.5) and study.fuse(row, 0.5, 10.0, True)
+    assert study.main([str(path), "--minmax"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| tiny | ") == 2  # the sweep's row and the min-max study's
