@@ -152,13 +152,12 @@ def main(argv=None) -> int:
     minmax = ["| set | queries | kb (RRF) | min-max | min-max, depth 50 | min-max best fixed | min-max - kb: mean [95%], won/lost | min-max - RRF k 60 equal |", "|---|---|---|---|---|---|---|---|"]
     for p in a.pickles:
         name, rows = read_rows(p)
-        d = {"set": name, "rows": rows}
         if a.minmax:
             minmax.append(minmax_study(name, rows))
-        r = study(d["rows"], sweep)
+        r = study(rows, sweep)
         best = max(r["sweep"], key=r["sweep"].get)
-        print(f"| {d['set']} | {len(d['rows'])} | {r['bm25']:.4f} | {r['dense']:.4f} | {r['before']:.4f} | {r['default']:.4f} | {r['rrf60']:.4f} | {best:g} | {r['sweep'][best]:.4f} | " + " | ".join(f"{r['sweep'][s]:.3f}" for s in sweep) + " |", flush=True)
-        table.append(acceptance_row(d["set"], len(d["rows"]), r))
+        print(f"| {name} | {len(rows)} | {r['bm25']:.4f} | {r['dense']:.4f} | {r['before']:.4f} | {r['default']:.4f} | {r['rrf60']:.4f} | {best:g} | {r['sweep'][best]:.4f} | " + " | ".join(f"{r['sweep'][s]:.3f}" for s in sweep) + " |", flush=True)
+        table.append(acceptance_row(name, len(rows), r))
     if a.minmax:
         print("\n".join(["", *minmax]))
     if a.results:
