@@ -322,6 +322,21 @@ class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for it
                 every += (*forms, stop)
         return content or every
 
+    def query_length(self, text: str) -> int:
+        """How many distinct words ``query_terms`` searches by, a word's forms over the artifact's
+        languages counting once ("photos" is "photo" and "photos" in an English and Japanese
+        artifact: one word). On an artifact of one language, its distinct terms."""
+        if self.version < 2:
+            return len(set(self.terms(text)))
+        content, every = set(), set()
+        for w in self.words(text):
+            forms, stop = self.forms(w)
+            if stop is None:
+                content.add(forms)
+            else:
+                every.add((*forms, stop))
+        return len(content or every)
+
     def terms(self, text: str) -> list[str]:
         """Every term a text's words can match, in order (for snippets and highlighting: a line
         shows a query term when its own terms include it). Version 1: the indexed terms."""

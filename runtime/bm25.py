@@ -27,6 +27,12 @@ def query_terms(ix, text: str) -> list[str]:
     return analyzer_of(ix).query_terms(text)
 
 
+def query_length(ix, text: str) -> int:
+    """The query's distinct words (``Analyzer.query_length``): what the dense share by length
+    (fusion.length_weight) and the confidence model count."""
+    return analyzer_of(ix).query_length(text)
+
+
 def analyzer_of(ix) -> Analyzer:
     """The artifact's own analyzer, built once per open index."""
     analyzer = ix.leg_cache.get("analyzer")

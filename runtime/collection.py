@@ -37,7 +37,7 @@ from kb.formats.artifact import open_regular
 from kb.formats.kbset import Member, SetFileError, is_set_file, pack_set, unpack_set
 
 from . import filters, legs
-from .bm25 import IMPACT_CACHE, bm25_scores as member_bm25_scores, doc_stats, document_weight, query_terms, top_k
+from .bm25 import IMPACT_CACHE, bm25_scores as member_bm25_scores, doc_stats, document_weight, query_length, query_terms, top_k
 from .fusion import Leg, leg_from_ranking
 from .index import Index
 
@@ -447,7 +447,7 @@ def bm25_leg(coll: Collection, name: str, text: str, weight: float, depth: int, 
         ids, scores = ids[keep], scores[keep]
     ids, scores = top_k(ids, scores, depth)
     ceiling, known = query_ceiling(coll, text)
-    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, terms=len(set(query_terms(coll.members[0], text))))
+    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, terms=query_length(coll.members[0], text))
 
 
 def match_count(coll: Collection, text: str) -> int:

@@ -69,6 +69,20 @@ def test_a_query_drops_stopwords_counts_repeats_and_keeps_every_languages_forms(
     assert EN_DE.query_terms("die hard") == ["hard"]  # a stopword in any of the languages is left out
 
 
+def test_a_query_length_counts_each_word_once_whatever_its_forms_in_several_languages():
+    assert EN.query_length("where are the running dogs, dogs") == 2
+    assert EN_DE.query_length("running Häuser") == 2  # four terms
+    assert EN_DE.query_length("die hard") == 1
+    assert EN.query_length("the who") == 2 and EN_DE.query_length("the") == 1
+    assert A.query_length("存储集群") == 3  # bigrams are the words of CJK text
+
+
+@given(st.lists(st.sampled_from([*"ab Z_-.\u00e9\u00df\u4e2d\u6587\u306e", "the ", "dogs ", "running ", "run ", "häuser ", "die "]), max_size=20).map("".join))
+def test_on_one_language_a_query_length_is_its_distinct_terms(text):
+    for analyzer in (A, EN, Analyzer.for_languages(["zh"])):
+        assert analyzer.query_length(text) == len(set(analyzer.query_terms(text)))
+
+
 def test_a_query_of_stopwords_alone_still_searches_them():
     assert EN.query_terms("where") == ["~where"]
     assert EN.query_terms("the who") == ["~the", "~who"]

@@ -109,6 +109,23 @@ def test_a_routed_search_takes_its_models_defaults_unless_the_request_or_the_art
         assert s.options_for(s.defaults, ix.english).semantic_weight == 0.4
 
 
+def test_an_english_query_is_as_long_as_its_words_not_its_forms_in_every_language(two_legs):
+    """The dense share by length counts a query's words: on an artifact of four languages each
+    English word has several forms (stemmed in English and German, as written in Chinese and
+    Japanese), which counted as terms gave an English query the share of a longer one."""
+    from kb.runtime.bm25 import query_terms
+    from kb.runtime.fusion import length_weight
+
+    q = "repairing bicycles tyres"
+    with Index(two_legs) as ix:
+        assert len(set(query_terms(ix, q))) > 3
+        o = options.resolve({}, {"adaptive_fusion": False})
+        parts = Searcher(ix).search(Query(q, top_k=1, all_statuses=True, explain=True), o).results[0].explain.legs
+    share = length_weight(3)
+    for name, part in parts.items():
+        assert abs(part["rrf"] - (share if name.startswith("vector") else 1 - share) / (10 + part["rank"])) < 1e-6, name
+
+
 def test_a_shard_build_keeps_one_dense_leg(tmp_path, monkeypatch):
     """Shards are searched as a set, which cannot combine English legs yet."""
     monkeypatch.setitem(embedders.EMBEDDERS, MAIN, lambda quantization: fakes.HashEmbedder(32, MAIN))
