@@ -386,7 +386,7 @@ class Searcher:
         beside = run_bm25 and run_dense and self.one_shot and getattr(space, "walks_graph", False)
         early = self._prepare_encoder(space) if run_bm25 and run_dense and self.one_shot and not beside and texts else None
         # Each text's legs get its share of ``scale``: the fixed one, or (auto) one set after the
-        # legs ran, from its BM25 leg's count of distinct terms (fusion.length_weight).
+        # legs ran, from its BM25 leg's count of distinct words (fusion.length_weight).
         w_dense, w_lex = (1.0, 1.0) if fixed is None else (fixed, 1.0 - fixed)
         try:
             for suffix, lex_text, dense_text, scale in texts:
@@ -518,7 +518,7 @@ def _quoted_requirements(parsed) -> str:
 
 def _length_shares(legs: list[Leg], texts, count_terms) -> list[Leg]:
     """The legs of each (suffix, BM25 text, dense text, scale) in ``texts`` weighted by the text's
-    own dense share (fusion.length_weight of its distinct terms: its BM25 leg's count, else
+    own dense share (fusion.length_weight of its distinct words: its BM25 leg's count, else
     ``count_terms``)."""
     by_name = {lg.name: i for i, lg in enumerate(legs)}
     out = list(legs)
