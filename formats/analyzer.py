@@ -305,37 +305,27 @@ class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for it
                 out.setdefault(w, set()).add(t)
         return out
 
-    def query_terms(self, text: str) -> list[str]:
-        """The terms a query searches. Version 2: each word's distinct forms over the artifact's
-        languages, repeats across words kept (a repeated query word counts again, as in Lucene).
-        A word that is a stopword in any of the languages is left out, unless every word is one:
-        then every form of every word is searched, stopword terms included, so ``where`` alone
-        or ``the who`` still finds something. Version 1: distinct terms, first-seen order."""
+    def query_words(self, text: str) -> list[tuple[str, ...]]:
+        """The words a query searches, each as its terms. Version 2: each word's distinct forms
+        over the artifact's languages (one on an artifact of one language), repeats across words
+        kept (a repeated query word counts again, as in Lucene). A word that is a stopword in any
+        of the languages is left out, unless every word is one: then every word is searched by
+        all its forms, stopword term included, so ``where`` alone or ``the who`` still finds
+        something. Version 1: each distinct term, first-seen order."""
         if self.version < 2:
-            return list(dict.fromkeys(self.terms(text)))
+            return [(t,) for t in dict.fromkeys(self.terms(text))]
         content, every = [], []
         for w in self.words(text):
             forms, stop = self.forms(w)
             if stop is None:
-                content += forms
+                content.append(forms)
             else:
-                every += (*forms, stop)
+                every.append((*forms, stop))
         return content or every
 
-    def query_length(self, text: str) -> int:
-        """How many distinct words ``query_terms`` searches by, a word's forms over the artifact's
-        languages counting once ("photos" is "photo" and "photos" in an English and Japanese
-        artifact: one word). On an artifact of one language, its distinct terms."""
-        if self.version < 2:
-            return len(set(self.terms(text)))
-        content, every = set(), set()
-        for w in self.words(text):
-            forms, stop = self.forms(w)
-            if stop is None:
-                content.add(forms)
-            else:
-                every.add((*forms, stop))
-        return len(content or every)
+    def query_terms(self, text: str) -> list[str]:
+        """The terms a query searches: its ``query_words``' terms, in order."""
+        return [t for word in self.query_words(text) for t in word]
 
     def terms(self, text: str) -> list[str]:
         """Every term a text's words can match, in order (for snippets and highlighting: a line

@@ -27,10 +27,9 @@ def query_terms(ix, text: str) -> list[str]:
     return analyzer_of(ix).query_terms(text)
 
 
-def query_length(ix, text: str) -> int:
-    """The query's distinct words (``Analyzer.query_length``): what the dense share by length
-    (fusion.length_weight) and the confidence model count."""
-    return analyzer_of(ix).query_length(text)
+def query_words(ix, text: str) -> list[tuple[str, ...]]:
+    """The words ``text`` searches, each as its terms (``Analyzer.query_words``)."""
+    return analyzer_of(ix).query_words(text)
 
 
 def analyzer_of(ix) -> Analyzer:
@@ -237,20 +236,28 @@ def top_bm25(ix, terms: list[str], k: int, allowed: np.ndarray | None = None) ->
     return top_k(*_scores(ix, summed, allowed), k)
 
 
-def query_ceiling(ix, terms: list[str]) -> tuple[float, float]:
-    """(the highest BM25 score any chunk could get for ``terms``, the share of the distinct terms
-    the index knows). Each term's saturated tf stays below 1 (formats/bm25.py), in the chunk's
-    score and in its document's, so the ceiling is (1 + document_weight) x the sum of the known
-    terms' idf, each as often as the query repeats it: a leg's top score over it says how
-    completely the best chunk matches, on a scale that means the same for every query."""
-    if not terms:
+def query_ceiling(ix, words: list[tuple[str, ...]]) -> tuple[float, float]:
+    """(the highest BM25 score any chunk could get for the query's ``words`` (``query_words``),
+    the share of its distinct words the index knows): ``ceiling_of`` with the artifact's idf."""
+    ceiling, known = ceiling_of(words, lambda t: None if (tid := ix.term_id(t)) is None else term_weight(ix, tid))
+    return ceiling * (1.0 + document_weight(ix)), known
+
+
+def ceiling_of(words: list[tuple[str, ...]], idf) -> tuple[float, float]:
+    """(the sum over the query's words of the highest ``idf`` among each word's known terms, a
+    word as often as the query repeats it; the share of the distinct words with a known term).
+    Each term's saturated tf stays below 1 (formats/bm25.py), in the chunk's score and in its
+    document's, and a document is analysed in one language, so it matches one form of a word:
+    (1 + document_weight) x this is the most a chunk can score, and a leg's top score over it
+    says how completely the best chunk matches, on a scale that means the same for every query.
+    ``idf(term)`` is None for a term the index does not know."""
+    if not words:
         return 0.0, 0.0
     ceiling, known = 0.0, 0
-    counts = Counter(terms)
-    for t, times in counts.items():
-        tid = ix.term_id(t)
-        if tid is None:
-            continue
-        known += 1
-        ceiling += times * term_weight(ix, tid)
-    return ceiling * (1.0 + document_weight(ix)), known / len(counts)
+    counts = Counter(words)
+    for word, times in counts.items():
+        weights = [w for w in map(idf, word) if w is not None]
+        if weights:
+            known += 1
+            ceiling += times * max(weights)
+    return ceiling, known / len(counts)

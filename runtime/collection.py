@@ -37,7 +37,7 @@ from kb.formats.artifact import open_regular
 from kb.formats.kbset import Member, SetFileError, is_set_file, pack_set, unpack_set
 
 from . import filters, legs
-from .bm25 import IMPACT_CACHE, bm25_scores as member_bm25_scores, doc_stats, document_weight, query_length, query_terms, top_k
+from .bm25 import IMPACT_CACHE, bm25_scores as member_bm25_scores, ceiling_of, doc_stats, document_weight, query_terms, query_words, top_k
 from .fusion import Leg, leg_from_ranking
 from .index import Index
 
@@ -427,17 +427,12 @@ def bm25_scores(coll: Collection, text: str) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(ids), np.concatenate(scores)
 
 
-def query_ceiling(coll: Collection, text: str) -> tuple[float, float]:
+def query_ceiling(coll: Collection, words: list[tuple[str, ...]]) -> tuple[float, float]:
     """runtime/bm25.py ``query_ceiling`` with the corpus's idf."""
-    terms = query_terms(coll.members[0], text)
-    if not terms:
-        return 0.0, 0.0
-    counts = Counter(terms)
-    df = corpus_df(coll, counts)
-    known = [t for t in counts if df[t] > 0]
+    df = corpus_df(coll, {t for word in words for t in word})
     n = corpus_stats(coll)["n_docs"]
-    ceiling = sum(counts[t] * idf_scalar(df[t], n) for t in known)
-    return ceiling * (1.0 + document_weight(coll.members[0])), len(known) / len(counts)
+    ceiling, known = ceiling_of(words, lambda t: idf_scalar(df[t], n) if df[t] > 0 else None)
+    return ceiling * (1.0 + document_weight(coll.members[0])), known
 
 
 def bm25_leg(coll: Collection, name: str, text: str, weight: float, depth: int, allowed: np.ndarray) -> Leg:
@@ -446,8 +441,9 @@ def bm25_leg(coll: Collection, name: str, text: str, weight: float, depth: int, 
         keep = allowed[ids]
         ids, scores = ids[keep], scores[keep]
     ids, scores = top_k(ids, scores, depth)
-    ceiling, known = query_ceiling(coll, text)
-    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, terms=query_length(coll.members[0], text))
+    words = query_words(coll.members[0], text)
+    ceiling, known = query_ceiling(coll, words)
+    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, terms=len(set(words)))
 
 
 def match_count(coll: Collection, text: str) -> int:

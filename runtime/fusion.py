@@ -36,7 +36,7 @@ class Leg(NamedTuple):
     hits: tuple[LegHit, ...]
     ceiling: float | None = None  # bm25: the highest score any chunk could get for this query
     known: float | None = None  # bm25: the share of the query's terms the index knows
-    terms: int | None = None  # bm25: the query's distinct words (formats/analyzer.py query_length)
+    terms: int | None = None  # bm25: the query's distinct words (formats/analyzer.py query_words)
 
     @property
     def strength(self) -> float:

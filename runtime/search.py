@@ -29,7 +29,7 @@ from kb.common.errors import UsageError
 from kb.common.options import GROUPS, MODES, MODEL_DEFAULTS, Query, SearchOptions, resolve, stored_search
 
 from . import legs as legs_
-from .bm25 import analyzer_of, query_length, query_terms
+from .bm25 import analyzer_of, query_terms, query_words
 from .filters import allowed_mask, syntax_mask
 from .confidence import FEATURES, MONOTONE_DEPTH, backend_of, feature_rows, low_confidence_floor, predict
 from .fusion import COS_STRONG, FusionParams, Fused, Leg, adapt_weights, fuse_rrf, length_weight, minilm_cosine
@@ -426,7 +426,7 @@ class Searcher:
             if early is not None:
                 early.join()  # never leave it reading the map after the search is over
         if fixed is None and q.mode == "hybrid":
-            legs = _length_shares(legs, texts, lambda text: query_length(self.ix, text))
+            legs = _length_shares(legs, texts, lambda text: len(set(query_words(self.ix, text))))
         if q.entities:
             tiebreak = {f.chunk: f.score for f in fuse_rrf(legs, _fusion(o))} if legs else {}
             tag = self.ops.tag_leg(self.ix, q.entities, o.tag_weight, depth, allowed, tiebreak)

@@ -69,18 +69,26 @@ def test_a_query_drops_stopwords_counts_repeats_and_keeps_every_languages_forms(
     assert EN_DE.query_terms("die hard") == ["hard"]  # a stopword in any of the languages is left out
 
 
+def length(analyzer, text):
+    return len(set(analyzer.query_words(text)))
+
+
 def test_a_query_length_counts_each_word_once_whatever_its_forms_in_several_languages():
-    assert EN.query_length("where are the running dogs, dogs") == 2
-    assert EN_DE.query_length("running Häuser") == 2  # four terms
-    assert EN_DE.query_length("die hard") == 1
-    assert EN.query_length("the who") == 2 and EN_DE.query_length("the") == 1
-    assert A.query_length("存储集群") == 3  # bigrams are the words of CJK text
+    assert EN_DE.query_words("running Häuser") == [("running", "run"), ("haus", "häuser")]
+    assert length(EN, "where are the running dogs, dogs") == 2
+    assert length(EN_DE, "running Häuser") == 2  # four terms
+    assert length(EN_DE, "die hard") == 1
+    assert length(EN, "the who") == 2 and length(EN_DE, "the") == 1
+    assert length(A, "存储集群") == 3  # bigrams are the words of CJK text
 
 
 @given(st.lists(st.sampled_from([*"ab Z_-.\u00e9\u00df\u4e2d\u6587\u306e", "the ", "dogs ", "running ", "run ", "häuser ", "die "]), max_size=20).map("".join))
-def test_on_one_language_a_query_length_is_its_distinct_terms(text):
+def test_a_querys_terms_are_its_words_terms_and_on_one_language_each_word_is_one_term(text):
+    for analyzer in (A, EN, EN_DE, Analyzer.for_languages(["zh"])):
+        assert analyzer.query_terms(text) == [t for word in analyzer.query_words(text) for t in word]
     for analyzer in (A, EN, Analyzer.for_languages(["zh"])):
-        assert analyzer.query_length(text) == len(set(analyzer.query_terms(text)))
+        assert all(len(word) == 1 for word in analyzer.query_words(text))
+        assert length(analyzer, text) == len(set(analyzer.query_terms(text)))
 
 
 def test_a_query_of_stopwords_alone_still_searches_them():

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb.formats.kbset import MAX_SET_BYTES
-from kb.runtime.bm25 import bm25_scores, query_length, query_terms, top_k
+from kb.runtime.bm25 import bm25_scores, query_terms, query_words, top_k
 from kb.runtime.cli import main as kb
 from kb.runtime.collection import bm25_scores as set_bm25_scores, open_paths
 from kb.runtime.index import Index
@@ -290,7 +290,7 @@ def test_a_set_weighs_its_legs_by_the_querys_length_as_one_artifact_does(split):
     whole_path, parts = split
     with Index(whole_path) as whole, open_paths([str(p) for p in parts]) as coll:
         for q in ("zfs replication", "restore a snapshot from the backup host after the disk of the primary storage server failed during the nightly replication window"):
-            share = length_weight(query_length(whole, q))
+            share = length_weight(len(set(query_words(whole, q))))
             for ix in (whole, coll):
                 stored = {k: v for k, v in stored_search(ix.meta).items() if k != "semantic_weight"}  # the sample's kb.toml fixes one
                 fixed = resolve(stored, {"adaptive_fusion": False})  # the legs' own weights, unscaled
