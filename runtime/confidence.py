@@ -32,7 +32,7 @@ FEATURES = (
     "cos_gap",  # top cosine minus the second: a clear winner or a crowd
     "bm25n",  # this result's BM25 score over the query's ceiling (0 if not in the BM25 leg)
     "top_bm25n",  # the BM25 leg's top score over its ceiling
-    "known",  # share of the query's terms the index knows
+    "known",  # share of the query's words the index knows (a word by any of its forms)
     "both",  # 1 when the result is in both the BM25 and the dense leg
     "fused_share",  # the result's fused (or final) score over the top result's
     "rerank_p",  # sigmoid of the cross-encoder's logit (0 when not reranked)

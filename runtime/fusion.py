@@ -35,7 +35,7 @@ class Leg(NamedTuple):
     weight: float
     hits: tuple[LegHit, ...]
     ceiling: float | None = None  # bm25: the highest score any chunk could get for this query
-    known: float | None = None  # bm25: the share of the query's terms the index knows
+    known: float | None = None  # bm25: the share of the query's words the index knows
     terms: int | None = None  # bm25: the query's distinct words (formats/analyzer.py query_words)
 
     @property
