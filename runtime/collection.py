@@ -24,7 +24,6 @@ The first member's ``[search]`` settings, analyzer (for snippets) and reranker s
 from __future__ import annotations
 
 import os
-from collections import Counter
 from functools import cached_property
 from pathlib import Path
 
