@@ -1,6 +1,7 @@
 """The query tokenizer: the ids the ``tokenizers`` library gives a query, without loading the
-whole vocabulary (250,002 pieces for multilingual-e5-small; parsing its tokenizer.json alone
-takes about 90 ms).
+whole vocabulary (250,002 pieces for multilingual-e5-small: the library's load of its
+tokenizer.json alone costs a one-shot search more than all the rest; bench/notes/
+2026-12-05-query-encoder.md).
 
 What decides a query's ids is split the way the library splits it:
 
