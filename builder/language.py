@@ -78,7 +78,7 @@ def document_languages(docs, wanted: tuple[str, ...], jobs: int = 1, sizes=None)
             (undecided if hits >= WEAK_HITS else weak).append(len(langs))
         langs.append(lang)
     counts = Counter(lang for lang in langs if lang is not None)
-    floor = max(FOLD_SHARE * len(docs), FOLD_MIN)
+    floor = fold_floor(len(docs))
     majority = _alphabetic_majority(counts, candidates)  # weak and undecided text is never in a CJK script
     for i in weak:
         langs[i] = majority
@@ -90,6 +90,11 @@ def document_languages(docs, wanted: tuple[str, ...], jobs: int = 1, sizes=None)
     counts = Counter(langs)
     fold = {lang: _majority(counts, candidates) if lang in CJK else _alphabetic_majority(counts, candidates) for lang in counts}
     return [lang if counts[lang] >= floor else fold[lang] for lang in langs]
+
+
+def fold_floor(documents: int) -> float:
+    """The fewest documents a language needs to be one of the corpus's own (FOLD_SHARE, FOLD_MIN)."""
+    return max(FOLD_SHARE * documents, FOLD_MIN)
 
 
 def _alphabetic_majority(counts: Counter, order: tuple[str, ...]) -> str:

@@ -45,6 +45,26 @@ def test_auto_picks_the_english_leg_only_beside_the_multilingual_model_and_with_
     assert embedders.english_leg({"en": 3}, minilm) == ""
 
 
+def test_no_english_leg_for_english_below_the_share_a_language_needs():
+    """CMRC2018's one "English" passage (Chinese, listing English song titles) must not have every
+    chunk embedded twice: English needs 1% of the documents, and two, as any language does."""
+    e5, minilm = embedders.MULTILINGUAL_MODEL, embedders.MINILM_NAME
+    assert embedders.english_leg({"en": 1, "ja": 24, "zh": 1079}, e5) == ""
+    assert embedders.english_leg({"en": 11, "zh": 1079}, e5) == minilm  # 1% of 1,090 is 10.9
+    assert embedders.english_leg({"en": 10, "zh": 1079}, e5) == ""
+    assert embedders.english_leg({"en": 1, "de": 1}, e5) == ""  # two at the least
+
+
+def test_the_readme_and_spec_state_the_english_share():
+    from kb.builder.language import FOLD_MIN, FOLD_SHARE
+
+    from corpora import REPO
+
+    assert (FOLD_SHARE, FOLD_MIN) == (0.01, 2)
+    assert "(at least 1% of the documents, and two)" in " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert "with at least 1% of the documents and two" in " ".join((REPO / "formats" / "SPEC.md").read_text(encoding="utf-8").split())
+
+
 def test_the_artifact_holds_both_legs_as_format_5(two_legs):
     with Index(two_legs) as ix:
         assert ix.version == 5
