@@ -69,9 +69,9 @@ def search_defaults(meta) -> dict:
 
 
 def _search_line(s: dict) -> str:
-    """search: semantic_weight by query length (0.8 up to 4 terms, 0.45 from 20), rrf_k 10, ..."""
+    """search: semantic_weight by query length (0.8 up to 4 words, 0.45 from 20), rrf_k 10, ..."""
     rule = s.get("semantic_weight_by_length")
-    share = (f"semantic_weight by query length ({rule['short_weight']:g} up to {rule['short_terms']} terms, {rule['long_weight']:g} from {rule['long_terms']})" if rule
+    share = (f"semantic_weight by query length ({rule['short_weight']:g} up to {rule['short_terms']} words, {rule['long_weight']:g} from {rule['long_terms']})" if rule
              else f"semantic_weight {s['semantic_weight']:g}")
     return f"search: {share}, rrf_k {s['rrf_k']:g}, " + ("adaptive fusion" if s["adaptive_fusion"] else "fixed fusion") + (", rerank" if s["rerank"] else ", no rerank")
 
