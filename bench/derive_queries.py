@@ -2,7 +2,7 @@
 the same corpus and judgments: ``last`` (LISA's and CISI's requests end in a keyword list, so the
 last sentence is a keyword query) or ``first`` (the opening request, a natural sentence).
 
-    python bench/derive_queries.py ../shared/data/lisa /tmp/lisa-kw --sentence last
+    python bench/derive_queries.py ../shared/data/lisa OUT/lisa-kw --sentence last
 
 The corpus and qrels are linked, not copied; the new folder is for evaluation only and stays
 outside the repository, like the data it comes from.

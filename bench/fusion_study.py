@@ -47,8 +47,13 @@ def ranked_docs(order, key) -> list:
     return out
 
 
+def weighted(row, sw: float, depth: int | None = None) -> list:
+    """The row's legs with the dense share ``sw`` (BM25 the rest), their hits cut to ``depth``."""
+    return [lg._replace(weight=(sw if lg.kind == "cosine" else 1.0 - sw), hits=lg.hits[:depth]) for lg in row["legs"]]
+
+
 def fuse(row, sw: float, k: float, adaptive: bool) -> list:
-    legs = [lg._replace(weight=(sw if lg.kind == "cosine" else 1.0 - sw)) for lg in row["legs"]]
+    legs = weighted(row, sw)
     if adaptive:
         legs = F.adapt_weights(legs, row["space"])
     fused = F.fuse_rrf(legs, F.FusionParams(k))
@@ -65,7 +70,7 @@ def leg_alone(row, kind: str) -> list:
 def fuse_minmax(row, sw: float, depth: int = 100) -> list:
     """Score fusion: the sum over legs of weight x (score - leg's lowest) / (leg's highest - lowest),
     with the same adaptive weights as ``fuse``; ties by chunk id."""
-    legs = F.adapt_weights([lg._replace(weight=(sw if lg.kind == "cosine" else 1.0 - sw), hits=lg.hits[:depth]) for lg in row["legs"]], row["space"])
+    legs = F.adapt_weights(weighted(row, sw, depth), row["space"])
     total: dict[int, float] = {}
     for lg in legs:
         s = [h.score for h in lg.hits]

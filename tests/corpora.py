@@ -21,6 +21,16 @@ KB_CLI = SERVE_CLI = (sys.executable, str(Path(__file__).resolve().parent / "fak
 fakes.register()
 
 
+def load_script(name: str, path: Path):
+    """The script at ``path`` (bench/, packaging/: not in the package) imported as module ``name``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def artifact_parts(path: Path) -> tuple[int, list]:
     """(format version, sections) of an artifact file: SectionData a test changes and writes back
     with ``rewrite`` to forge a variant."""

@@ -5,7 +5,6 @@ bench/bm25_one_shot.py times the BM25 leg both ways in fresh processes and finds
 bench/startup_records.py counts the records (dataclasses and NamedTuples) a command's imports create;
 packaging/oneshot.py's ``phases`` has the entry run the profiler packaging/phases.py."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,20 +15,13 @@ import numpy as np
 
 from kb.runtime.index import Index
 
-from corpora import TINY, build_hash
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from corpora import TINY, build_hash, load_script
 
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-walk_pages = _load("walk_pages", BENCH / "walk_pages.py")
-oneshot = _load("oneshot", BENCH.parent / "packaging" / "oneshot.py")
-bm25_one_shot = _load("bm25_one_shot", BENCH / "bm25_one_shot.py")
+walk_pages = load_script("walk_pages", BENCH / "walk_pages.py")
+oneshot = load_script("oneshot", BENCH.parent / "packaging" / "oneshot.py")
+bm25_one_shot = load_script("bm25_one_shot", BENCH / "bm25_one_shot.py")
 
 
 def test_walk_pages_counts_the_pages_a_walk_reads(tmp_path, capsys):

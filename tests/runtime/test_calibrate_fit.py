@@ -2,7 +2,6 @@
 noise floor of an ECE, and a fit on synthetic rows whose true model is logistic. The fitted
 model's quality on real data is bench/RESULTS.md's ("Confidence and calibration")."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,14 +10,9 @@ import pytest
 
 from kb.runtime.confidence import FEATURES
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from corpora import load_script
 
-
-calibrate = _load("calibrate", Path(__file__).resolve().parents[2] / "bench" / "calibrate.py")
+calibrate = load_script("calibrate", Path(__file__).resolve().parents[2] / "bench" / "calibrate.py")
 
 
 def test_rows_are_read_by_feature_name():
@@ -96,7 +90,7 @@ def test_keep_weights_rechooses_only_the_floors(synthetic_rows, tmp_path):
 
     out = tmp_path / "model.py"
     calibrate.main(["fit", "--rows", str(synthetic_rows), "--keep-weights", "--write", str(out)])
-    written = _load("written_model", out)
+    written = load_script("written_model", out)
     assert written.MODEL["backends"] == MODEL["backends"]  # every backend's, also those without rows here
     assert written.MODEL["fit"]["weights_fit"] == MODEL["fit"].get("weights_fit", MODEL["fit"])
     floor = written.MODEL["low_confidence_floor"]["hybrid"]

@@ -2,26 +2,18 @@
 bench/fusion_legs.py stores each query's legs as plain tuples, and bench/fusion_study.py reads them
 back as kb's legs and fuses them, with and without --minmax."""
 
-import importlib.util
 from pathlib import Path
 
 from kb.runtime import fusion as F
 
-from corpora import TINY, build_hash
+from corpora import TINY, build_hash, load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "tiny-fixture.json"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_stored_legs_are_plain_and_read_back_as_kb_legs(tmp_path, capsys):
-    legs_mod, study = _load("fusion_legs"), _load("fusion_study")
+    legs_mod, study = (load_script(n, BENCH / f"{n}.py") for n in ("fusion_legs", "fusion_study"))
     art = tmp_path / "tiny.kb"
     build_hash(TINY, art)
     path = legs_mod.dump(f"tiny=fixture:{FIXTURE}:{art}", tmp_path)
