@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from kb.common.errors import KbError, MissingExtra
+from kb.common.errors import KbError, MissingExtra, error_line
 
 from . import shards
 
@@ -87,8 +87,7 @@ class RayExecutor:
         try:
             self.ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING, include_dashboard=False)
         except Exception as e:  # ConnectionError, RuntimeError: no cluster there
-            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-            raise KbError(f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {why}") from None
+            raise KbError(f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {error_line(e)}") from None
         resources = self.ray.cluster_resources()
         self.cpus = max(1, int(resources.get("CPU", 1)))
         self.gpus = int(resources.get("GPU", 0))

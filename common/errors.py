@@ -59,6 +59,13 @@ class MissingExtra(KbError):
     exit_code = EXIT_MISSING_EXTRA
 
 
+def error_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (at most 200 characters), or its class's name when it has
+    none: how a library's error is quoted inside one of kb's one-line messages."""
+    s = str(e).strip()
+    return s.splitlines()[0][:200] if s else type(e).__name__
+
+
 def exit_code(e: BaseException) -> int:
     """The exit status for ``e``: its class's for a KbError, 1 for anything else."""
     return e.exit_code if isinstance(e, KbError) else EXIT_FAIL

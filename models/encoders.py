@@ -19,7 +19,7 @@ import weakref
 
 import numpy as np
 
-from ..common.errors import ModelError, UnsupportedVersion
+from ..common.errors import ModelError, UnsupportedVersion, error_line
 from .pooling import l2_normalize, mean_pool
 
 __all__ = ["ModelError", "CT2Embedder", "physical_cores", "load_embedder", "register_backend"]
@@ -107,8 +107,7 @@ def _ct2_encoder(files: dict, label: str, what: str, device: str, compute_type: 
     try:
         return ctranslate2.Encoder(label, device=device, compute_type=compute_type, intra_threads=threads, files=ct2_files)
     except Exception as e:
-        why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        raise ModelError(f"cannot load {what} on {device}/{compute_type}: {why}") from None
+        raise ModelError(f"cannot load {what} on {device}/{compute_type}: {error_line(e)}") from None
 
 
 class ForkSafeEncoder:
@@ -159,11 +158,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def one_line(e: Exception) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0][:200] if s else type(e).__name__
 
 
 OPTIONAL_INTS = ("dim", "num_labels")  # card fields a model may lack, integers where present
@@ -219,7 +213,7 @@ class CT2Model:
                 tok.enable_truncation(truncate)
             return tok
         except Exception as e:
-            raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {one_line(e)[:120]})") from None
+            raise ModelError(f"tokenizer.json is invalid ({type(e).__name__}: {error_line(e)[:120]})") from None
 
     def _open(self, label: str, device: str, compute_type: str, threads: int) -> None:
         import ctranslate2

@@ -26,7 +26,8 @@ import io
 
 import numpy as np
 
-from kb.models.encoders import CT2Model, ModelError, one_line
+from kb.common.errors import error_line
+from kb.models.encoders import CT2Model, ModelError
 
 __all__ = ["CT2CrossEncoder", "load_reranker", "load_reranker_path", "ModelError"]
 
@@ -68,7 +69,7 @@ class CT2CrossEncoder(CT2Model):
         except KeyError as e:
             raise ModelError(f"head.npz of {self.name!r} lacks {e.args[0]!r}; {remedy}") from None
         except Exception as e:
-            raise ModelError(f"head.npz of {self.name!r} is invalid ({type(e).__name__}: {one_line(e)})") from None
+            raise ModelError(f"head.npz of {self.name!r} is invalid ({type(e).__name__}: {error_line(e)})") from None
         if cw.ndim != 2 or cb.shape != (cw.shape[0],):
             raise ModelError(f"head.npz of {self.name!r} has classifier shapes {cw.shape} and {cb.shape}, expected (labels, hidden) and (labels,)")
         self.num_labels: int = int(cw.shape[0])
