@@ -117,7 +117,7 @@ def default_weight(row) -> float:
     """The dense share kb gives this query now: the artifact's fixed weight, else by length."""
     if row.get("fixed_weight") is not None:
         return row["fixed_weight"]
-    return F.length_weight(next(lg.terms for lg in row["legs"] if lg.kind == "bm25") or 0)
+    return F.length_weight(next(lg.words for lg in row["legs"] if lg.kind == "bm25") or 0)
 
 
 def study(rows, sweep) -> dict:

@@ -442,7 +442,7 @@ def bm25_leg(coll: Collection, name: str, text: str, weight: float, depth: int, 
     ids, scores = top_k(ids, scores, depth)
     words = query_words(coll.members[0], text)
     ceiling, known = query_ceiling(coll, words)
-    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, terms=len(set(words)))
+    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, words=len(set(words)))
 
 
 def match_count(coll: Collection, text: str) -> int:

@@ -102,7 +102,7 @@ def feature_rows(candidates, legs: list[Leg], cosines: list[float] | None, model
     spread = dense.hits[0].score - dense.hits[min(SPREAD_RANK, len(dense.hits)) - 1].score if dense and dense.hits else 0.0
     tenth = bm25.hits[min(9, len(bm25.hits) - 1)].score if bm25 and bm25.hits else 0.0
     bm25_spread = (bm25.hits[0].score - tenth) / ceiling if bm25 and bm25.hits and ceiling else 0.0
-    qlen = math.log1p(bm25.terms) if bm25 and bm25.terms else 0.0
+    qlen = math.log1p(bm25.words) if bm25 and bm25.words else 0.0
     second = candidates[1].score if len(candidates) > 1 else 0.0
     fused_gap = (top_score - second) / top_score if top_score > 0 else 0.0
     crowd = math.log1p(sum(1 for h in dense.hits[:SPREAD_RANK] if h.score >= top_cos - CROWD)) if dense and dense.hits else 0.0

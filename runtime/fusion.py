@@ -36,7 +36,7 @@ class Leg(NamedTuple):
     hits: tuple[LegHit, ...]
     ceiling: float | None = None  # bm25: the highest score any chunk could get for this query
     known: float | None = None  # bm25: the share of the query's words the index knows
-    terms: int | None = None  # bm25: the query's distinct words (formats/analyzer.py query_words)
+    words: int | None = None  # bm25: the query's distinct words (formats/analyzer.py query_words)
 
     @property
     def strength(self) -> float:
@@ -153,25 +153,25 @@ def strength_factor(leg: Leg, to_minilm=None) -> float:
 
 
 # The dense legs' share when semantic_weight is not set, by the query's length in distinct content
-# words (the BM25 leg's ``terms``): short questions gain from the dense leg, long descriptions from
+# words (the BM25 leg's ``words``): short questions gain from the dense leg, long descriptions from
 # BM25 (many independent pieces of evidence for it; several topics for one query vector to
 # average), and no fixed share comes within 0.01 nDCG@10 of every dev set's best
 # (bench/notes/2026-12-06-fusion-by-query-length.md, which also has what was tried instead).
 # multilingual-e5-small keeps a fixed 0.5 (kb.common.options MODEL_DEFAULTS).
 SHORT_QUERY_TERMS = 4  # a query of at most this many distinct words gets SHORT_QUERY_WEIGHT
-LONG_QUERY_TERMS = 20  # ... at least this many, LONG_QUERY_WEIGHT; between, linear in log(terms)
+LONG_QUERY_TERMS = 20  # ... at least this many, LONG_QUERY_WEIGHT; between, linear in log(words)
 SHORT_QUERY_WEIGHT = 0.8
 LONG_QUERY_WEIGHT = 0.45
 
 
-def length_weight(terms: int) -> float:
-    """The dense legs' share of a query of ``terms`` distinct words when semantic_weight is not
-    set (a query of no term counts as short)."""
-    if terms <= SHORT_QUERY_TERMS:
+def length_weight(words: int) -> float:
+    """The dense legs' share of a query of ``words`` distinct words when semantic_weight is not
+    set (a query of no word counts as short)."""
+    if words <= SHORT_QUERY_TERMS:
         return SHORT_QUERY_WEIGHT
-    if terms >= LONG_QUERY_TERMS:
+    if words >= LONG_QUERY_TERMS:
         return LONG_QUERY_WEIGHT
-    g = (math.log(terms) - math.log(SHORT_QUERY_TERMS)) / (math.log(LONG_QUERY_TERMS) - math.log(SHORT_QUERY_TERMS))
+    g = (math.log(words) - math.log(SHORT_QUERY_TERMS)) / (math.log(LONG_QUERY_TERMS) - math.log(SHORT_QUERY_TERMS))
     return SHORT_QUERY_WEIGHT + (LONG_QUERY_WEIGHT - SHORT_QUERY_WEIGHT) * g
 
 

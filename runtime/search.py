@@ -516,15 +516,15 @@ def _quoted_requirements(parsed) -> str:
     return ", ".join(parts)
 
 
-def _length_shares(legs: list[Leg], texts, count_terms) -> list[Leg]:
+def _length_shares(legs: list[Leg], texts, count_words) -> list[Leg]:
     """The legs of each (suffix, BM25 text, dense text, scale) in ``texts`` weighted by the text's
     own dense share (fusion.length_weight of its distinct words: its BM25 leg's count, else
-    ``count_terms``)."""
+    ``count_words``)."""
     by_name = {lg.name: i for i, lg in enumerate(legs)}
     out = list(legs)
     for suffix, lex_text, dense_text, scale in texts:
         b = by_name.get("bm25" + suffix)
-        share = length_weight(legs[b].terms if b is not None else count_terms(lex_text or dense_text))
+        share = length_weight(legs[b].words if b is not None else count_words(lex_text or dense_text))
         for name, w in (("bm25" + suffix, 1.0 - share), ("vector" + suffix, share)):
             if name in by_name:
                 out[by_name[name]] = legs[by_name[name]]._replace(weight=w * scale)

@@ -22,7 +22,7 @@ def _candidates(scores):
 
 def test_the_new_features_read_the_ranking_the_crowd_and_the_script():
     dense = _leg("vector", "cosine", [0.60, 0.58, 0.56, 0.40, 0.30])
-    bm25 = _leg("bm25", "bm25", [6.0, 3.0, 1.0], ceiling=10.0, known=1.0, terms=3)
+    bm25 = _leg("bm25", "bm25", [6.0, 3.0, 1.0], ceiling=10.0, known=1.0, words=3)
     rows = feature_rows(_candidates([0.04, 0.03, 0.01]), [bm25, dense], [0.60, 0.58, 0.56], cjk=True)
     f = dict(zip(FEATURES, rows[0]))
     assert f["cjk"] == 1.0
