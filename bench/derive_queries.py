@@ -1,8 +1,11 @@
 """A BEIR set whose queries are one sentence of each original query, for studies of query style on
 the same corpus and judgments: ``last`` (LISA's and CISI's requests end in a keyword list, so the
-last sentence is a keyword query) or ``first`` (the opening request, a natural sentence).
+last sentence is a keyword query) or ``first`` (the opening request, a natural sentence); or
+``--keywords``: each query's words less kb's English stopwords, punctuation dropped (the same
+content words as the original, so kb's length rule gives both the same dense share).
 
     python bench/derive_queries.py ../shared/data/lisa OUT/lisa-kw --sentence last
+    python bench/derive_queries.py ../shared/data/cranfield OUT/cranfield-kw --keywords
 
 The corpus and qrels are linked, not copied; the new folder is for evaluation only and stays
 outside the repository, like the data it comes from.
@@ -21,8 +24,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("source", type=Path, help="a BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
     ap.add_argument("out", type=Path)
-    ap.add_argument("--sentence", choices=("first", "last"), required=True)
+    how = ap.add_mutually_exclusive_group(required=True)
+    how.add_argument("--sentence", choices=("first", "last"))
+    how.add_argument("--keywords", action="store_true", help="the query's words less English stopwords")
     a = ap.parse_args(argv)
+    from kb.formats.stopwords import STOPWORDS
+
+    stop = set(STOPWORDS["en"])
     a.out.mkdir(parents=True, exist_ok=True)
     for name in ("corpus.jsonl", "qrels"):
         link = a.out / name
@@ -32,7 +40,10 @@ def main(argv=None) -> int:
     for line in (a.source / "queries.jsonl").read_text(encoding="utf-8").splitlines():
         q = json.loads(line)
         sentences = [s for s in re.split(r"(?<=[.?!])\s+", q["text"].strip()) if s.strip()] or [""]
-        q["text"] = sentences[0 if a.sentence == "first" else -1]
+        if a.keywords:
+            q["text"] = " ".join(w for w in re.findall(r"\w+", q["text"]) if w.lower() not in stop)
+        else:
+            q["text"] = sentences[0 if a.sentence == "first" else -1]
         lines.append(json.dumps(q, ensure_ascii=False))
     (a.out / "queries.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"{len(lines)} queries -> {a.out}", file=sys.stderr)

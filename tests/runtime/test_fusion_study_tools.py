@@ -28,3 +28,22 @@ def test_stored_legs_are_plain_and_read_back_as_kb_legs(tmp_path, capsys):
     assert study.main([str(path), "--minmax"]) == 0
     out = capsys.readouterr().out
     assert out.count("| tiny | ") == 2  # the sweep's row and the min-max study's
+
+
+def test_derived_queries_keep_corpus_and_judgments_and_change_only_the_text(tmp_path):
+    derive = load_script("derive_queries", BENCH / "derive_queries.py")
+    src = tmp_path / "src"
+    (src / "qrels").mkdir(parents=True)
+    (src / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "x"}\n')
+    (src / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    (src / "queries.jsonl").write_text('{"_id": "q1", "text": "What is the use of indexing? Indexing, thesauri."}\n')
+    out = {}
+    for mode in (["--sentence", "first"], ["--sentence", "last"], ["--keywords"]):
+        dst = tmp_path / mode[-1]
+        assert derive.main([str(src), str(dst), *mode]) == 0
+        assert (dst / "corpus.jsonl").resolve() == (src / "corpus.jsonl").resolve()
+        assert (dst / "qrels").resolve() == (src / "qrels").resolve()
+        q = __import__("json").loads((dst / "queries.jsonl").read_text())
+        assert q["_id"] == "q1"
+        out[mode[-1]] = q["text"]
+    assert out == {"first": "What is the use of indexing?", "last": "Indexing, thesauri.", "--keywords": "use indexing Indexing thesauri"}
