@@ -1,7 +1,7 @@
 """Each query's legs, once, for fusion studies: the BM25 and dense legs (depth 100) as kb search
 runs them (the query routed to its dense leg, the artifact's options), with every hit's document
 key, written to one pickle per set as plain tuples (name, kind, weight, hits as (chunk, rank, score),
-ceiling, known, words), so a change to kb's classes does not make the stored legs unreadable.
+ceiling, known, words, stops), so a change to kb's classes does not make the stored legs unreadable.
 bench/fusion_study.py fuses them offline.
 
     python bench/fusion_legs.py --set NAME=beir:FOLDER:SPLIT:ARTIFACT --set NAME=fixture:FIXTURE:ARTIFACT ... --out DIR
@@ -44,7 +44,7 @@ def dump(spec: str, out: Path) -> Path:
                 for h in leg.hits:
                     if h.chunk not in key:
                         key[h.chunk] = ix.doc_path(ix.doc_of(h.chunk)) if bset.key == "path" else ix.chunk(h.chunk).doc_id
-            rows.append({"id": q.id, "text": q.text, "relevant": q.relevant, "space": space.name, "legs": [(lg.name, lg.kind, lg.weight, [tuple(h) for h in lg.hits], lg.ceiling, lg.known, lg.words) for lg in legs], "key": key, "fixed_weight": o.semantic_weight, "rrf_k": o.rrf_k})
+            rows.append({"id": q.id, "text": q.text, "relevant": q.relevant, "space": space.name, "legs": [(lg.name, lg.kind, lg.weight, [tuple(h) for h in lg.hits], lg.ceiling, lg.known, lg.words, lg.stops) for lg in legs], "key": key, "fixed_weight": o.semantic_weight, "rrf_k": o.rrf_k})
     path = out / f"{name}.legs.pkl"
     path.write_bytes(pickle.dumps({"set": name, "rows": rows}))
     print(f"{name}: {len(rows)} queries -> {path}", file=sys.stderr)

@@ -32,8 +32,8 @@ from kb.runtime.bench import ndcg_at
 def read_rows(path: Path) -> tuple[str, list]:
     """A set's name and rows from fusion_legs.py's pickle, its plain legs made kb Legs again."""
     d = pickle.loads(path.read_bytes())
-    for r in d["rows"]:
-        r["legs"] = [F.Leg(n, k, w, tuple(F.LegHit(*h) for h in hits), c, kn, t) for n, k, w, hits, c, kn, t in r["legs"]]
+    for r in d["rows"]:  # legs stored before 2026-12-07 have no stopword count (None: no keyword cap)
+        r["legs"] = [F.Leg(n, k, w, tuple(F.LegHit(*h) for h in hits), *rest) for n, k, w, hits, *rest in r["legs"]]
     return d["set"], d["rows"]
 
 
@@ -117,7 +117,8 @@ def default_weight(row) -> float:
     """The dense share kb gives this query now: the artifact's fixed weight, else by length."""
     if row.get("fixed_weight") is not None:
         return row["fixed_weight"]
-    return F.length_weight(next(lg.words for lg in row["legs"] if lg.kind == "bm25") or 0)
+    bm25 = next(lg for lg in row["legs"] if lg.kind == "bm25")
+    return F.length_weight(bm25.words or 0, bm25.stops)
 
 
 def study(rows, sweep) -> dict:

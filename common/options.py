@@ -36,7 +36,7 @@ MAX_QUERY_CHARS = 8192  # a query or rewrite longer than this is refused (the mo
 @settings_tuple  # a NamedTuple: a one-shot kb creates it at import (common/settings.py)
 class SearchOptions(NamedTuple):
     default_limit: int = setting(10, "Results a search returns when it gives no -n/--top-k (top_k).", minimum=1, maximum=MAX_TOP_K, flag="")
-    semantic_weight: float | None = setting(None, "Share of the dense legs in the fusion; the BM25 legs get the rest: 1.0 = meaning only, 0.0 = exact words only. Unset (the default; multilingual-e5-small: 0.5): each query's own, by its length in distinct content words: 0.8 up to 4, falling to 0.45 at 20 or more.", minimum=0.0, maximum=1.0)
+    semantic_weight: float | None = setting(None, "Share of the dense legs in the fusion; the BM25 legs get the rest: 1.0 = meaning only, 0.0 = exact words only. Unset (the default; multilingual-e5-small: 0.5): each query's own, by its length in distinct content words: 0.8 up to 4, falling to 0.45 at 20 or more; at most 0.5 for a query with no stopword (keywords).", minimum=0.0, maximum=1.0)
     rrf_k: float = setting(10.0, "RRF rank offset k in weight / (k + rank): smaller lets each leg's top ranks dominate, larger rewards chunks found by many legs.", minimum=0.0, maximum=10000.0)
     rank1_bonus: float = setting(0.0, "Added once to a chunk ranked first in any leg (qmd and the seeds: 0.05).", minimum=0.0, maximum=1.0)
     rank23_bonus: float = setting(0.0, "Added once to a chunk whose best rank in any leg is 2 or 3 (qmd and the seeds: 0.02).", minimum=0.0, maximum=1.0)

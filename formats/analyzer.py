@@ -323,6 +323,14 @@ class Analyzer(_AnalyzerFields):  # a subclass, so that it has a __dict__ for it
                 every.append((*forms, stop))
         return content or every
 
+    def query_stopwords(self, text: str) -> int | None:
+        """How many of a query's words are a stopword in one of the artifact's languages; None
+        where the analyzer has no stopword list (version 1, or only CJK languages), which cannot
+        tell a keyword query from a sentence."""
+        if self.version < 2 or not self.stopwords:
+            return None
+        return sum(self.forms(w)[1] is not None for w in self.words(text))
+
     def query_terms(self, text: str) -> list[str]:
         """The terms a query searches: its ``query_words``' terms, in order."""
         return [t for word in self.query_words(text) for t in word]

@@ -32,6 +32,11 @@ def query_words(ix, text: str) -> list[tuple[str, ...]]:
     return analyzer_of(ix).query_words(text)
 
 
+def query_stopwords(ix, text: str) -> int | None:
+    """How many of ``text``'s words are stopwords (``Analyzer.query_stopwords``)."""
+    return analyzer_of(ix).query_stopwords(text)
+
+
 def analyzer_of(ix) -> Analyzer:
     """The artifact's own analyzer, built once per open index."""
     analyzer = ix.leg_cache.get("analyzer")

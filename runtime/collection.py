@@ -36,7 +36,7 @@ from kb.formats.artifact import open_regular
 from kb.formats.kbset import Member, SetFileError, is_set_file, pack_set, unpack_set
 
 from . import filters, legs
-from .bm25 import IMPACT_CACHE, bm25_scores as member_bm25_scores, ceiling_of, doc_stats, document_weight, query_terms, query_words, top_k
+from .bm25 import IMPACT_CACHE, bm25_scores as member_bm25_scores, ceiling_of, doc_stats, document_weight, query_stopwords, query_terms, query_words, top_k
 from .fusion import Leg, leg_from_ranking
 from .index import Index
 
@@ -442,7 +442,7 @@ def bm25_leg(coll: Collection, name: str, text: str, weight: float, depth: int, 
     ids, scores = top_k(ids, scores, depth)
     words = query_words(coll.members[0], text)
     ceiling, known = query_ceiling(coll, words)
-    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, words=len(set(words)))
+    return leg_from_ranking(name, "bm25", weight, ids, scores)._replace(ceiling=ceiling, known=known, words=len(set(words)), stops=query_stopwords(coll.members[0], text))
 
 
 def match_count(coll: Collection, text: str) -> int:

@@ -59,19 +59,22 @@ def search_defaults(meta) -> dict:
     [search] table), with how a query's dense share is found when semantic_weight is unset."""
     from kb.common.options import SETTINGS, resolve, stored_search
 
-    from .fusion import LONG_QUERY_TERMS, LONG_QUERY_WEIGHT, SHORT_QUERY_TERMS, SHORT_QUERY_WEIGHT
+    from .fusion import KEYWORD_QUERY_WEIGHT, LONG_QUERY_TERMS, LONG_QUERY_WEIGHT, SHORT_QUERY_TERMS, SHORT_QUERY_WEIGHT
 
     o = resolve(stored_search(meta))
     out = {name: getattr(o, name) for name in SETTINGS}
     if o.semantic_weight is None:
-        out["semantic_weight_by_length"] = {"short_terms": SHORT_QUERY_TERMS, "short_weight": SHORT_QUERY_WEIGHT, "long_terms": LONG_QUERY_TERMS, "long_weight": LONG_QUERY_WEIGHT}
+        rule = out["semantic_weight_by_length"] = {"short_terms": SHORT_QUERY_TERMS, "short_weight": SHORT_QUERY_WEIGHT, "long_terms": LONG_QUERY_TERMS, "long_weight": LONG_QUERY_WEIGHT}
+        if (meta.analyzer or {}).get("stopwords"):  # a keyword query is one without stopwords: only an analyzer with a list can tell
+            rule["keyword_weight"] = KEYWORD_QUERY_WEIGHT
     return out
 
 
 def _search_line(s: dict) -> str:
-    """search: semantic_weight by query length (0.8 up to 4 words, 0.45 from 20), rrf_k 10, ..."""
+    """search: semantic_weight by query length (0.8 up to 4 words, 0.45 from 20, at most 0.5 with no stopword), rrf_k 10, ..."""
     rule = s.get("semantic_weight_by_length")
-    share = (f"semantic_weight by query length ({rule['short_weight']:g} up to {rule['short_terms']} words, {rule['long_weight']:g} from {rule['long_terms']})" if rule
+    keywords = f", at most {rule['keyword_weight']:g} with no stopword" if rule and "keyword_weight" in rule else ""
+    share = (f"semantic_weight by query length ({rule['short_weight']:g} up to {rule['short_terms']} words, {rule['long_weight']:g} from {rule['long_terms']}{keywords})" if rule
              else f"semantic_weight {s['semantic_weight']:g}")
     return f"search: {share}, rrf_k {s['rrf_k']:g}, " + ("adaptive fusion" if s["adaptive_fusion"] else "fixed fusion") + (", rerank" if s["rerank"] else ", no rerank")
 

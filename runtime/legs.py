@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from .bm25 import query_ceiling, query_words, top_bm25
+from .bm25 import query_ceiling, query_stopwords, query_words, top_bm25
 from .fusion import Leg, hits_of, leg_from_ranking
 
 
@@ -23,7 +23,7 @@ def bm25_leg(ix, name: str, text: str, weight: float, depth: int, allowed: np.nd
     words = query_words(ix, text)
     ids, scores = top_bm25(ix, [t for word in words for t in word], depth, allowed)
     ceiling, known = query_ceiling(ix, words)
-    return Leg(name, "bm25", weight, hits_of(ids, scores), ceiling, known, len(set(words)))
+    return Leg(name, "bm25", weight, hits_of(ids, scores), ceiling, known, len(set(words)), query_stopwords(ix, text))
 
 
 def vector_leg(space, name: str, query_vector: np.ndarray, weight: float, depth: int, allowed: np.ndarray) -> Leg:

@@ -29,7 +29,7 @@ from kb.common.errors import UsageError
 from kb.common.options import GROUPS, MODES, MODEL_DEFAULTS, Query, SearchOptions, resolve, stored_search
 
 from . import legs as legs_
-from .bm25 import analyzer_of, query_terms, query_words
+from .bm25 import analyzer_of, query_stopwords, query_terms, query_words
 from .filters import allowed_mask, syntax_mask
 from .confidence import FEATURES, MONOTONE_DEPTH, backend_of, feature_rows, low_confidence_floor, predict
 from .fusion import COS_STRONG, FusionParams, Fused, Leg, adapt_weights, fuse_rrf, length_weight, minilm_cosine
@@ -426,7 +426,7 @@ class Searcher:
             if early is not None:
                 early.join()  # never leave it reading the map after the search is over
         if fixed is None and q.mode == "hybrid":
-            legs = _length_shares(legs, texts, lambda text: len(set(query_words(self.ix, text))))
+            legs = _length_shares(legs, texts, lambda text: (len(set(query_words(self.ix, text))), query_stopwords(self.ix, text)))
         if q.entities:
             tiebreak = {f.chunk: f.score for f in fuse_rrf(legs, _fusion(o))} if legs else {}
             tag = self.ops.tag_leg(self.ix, q.entities, o.tag_weight, depth, allowed, tiebreak)
@@ -518,13 +518,13 @@ def _quoted_requirements(parsed) -> str:
 
 def _length_shares(legs: list[Leg], texts, count_words) -> list[Leg]:
     """The legs of each (suffix, BM25 text, dense text, scale) in ``texts`` weighted by the text's
-    own dense share (fusion.length_weight of its distinct words: its BM25 leg's count, else
-    ``count_words``)."""
+    own dense share (fusion.length_weight of its distinct words and stopwords: its BM25 leg's
+    counts, else ``count_words``'s)."""
     by_name = {lg.name: i for i, lg in enumerate(legs)}
     out = list(legs)
     for suffix, lex_text, dense_text, scale in texts:
         b = by_name.get("bm25" + suffix)
-        share = length_weight(legs[b].words if b is not None else count_words(lex_text or dense_text))
+        share = length_weight(*((legs[b].words, legs[b].stops) if b is not None else count_words(lex_text or dense_text)))
         for name, w in (("bm25" + suffix, 1.0 - share), ("vector" + suffix, share)):
             if name in by_name:
                 out[by_name[name]] = legs[by_name[name]]._replace(weight=w * scale)

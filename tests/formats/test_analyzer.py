@@ -91,6 +91,14 @@ def test_a_querys_terms_are_its_words_terms_and_on_one_language_each_word_is_one
         assert length(analyzer, text) == len(set(analyzer.query_terms(text)))
 
 
+def test_a_query_counts_its_stopwords_where_the_analyzer_has_a_list():
+    assert EN.query_stopwords("where are the running dogs, dogs") == 3
+    assert EN.query_stopwords("colorectal cancer patients") == 0  # a keyword query
+    assert EN_DE.query_stopwords("die hard") == 1  # a stopword in one of the languages
+    assert A.query_stopwords("the dogs") is None  # no list: it cannot tell
+    assert Analyzer.for_languages(["zh"]).query_stopwords("存储集群") is None
+
+
 def test_a_query_of_stopwords_alone_still_searches_them():
     assert EN.query_terms("where") == ["~where"]
     assert EN.query_terms("the who") == ["~the", "~who"]

@@ -285,18 +285,22 @@ def test_the_servers_service_searches_a_set_and_gets_from_its_members(split):
 
 def test_a_set_weighs_its_legs_by_the_querys_length_as_one_artifact_does(split):
     from kb.common.options import resolve, stored_search
-    from kb.runtime.fusion import length_weight
+    from kb.runtime.bm25 import query_stopwords
+    from kb.runtime.fusion import KEYWORD_QUERY_WEIGHT, length_weight
 
     whole_path, parts = split
     with Index(whole_path) as whole, open_paths([str(p) for p in parts]) as coll:
-        for q in ("zfs replication", "restore a snapshot from the backup host after the disk of the primary storage server failed during the nightly replication window"):
-            share = length_weight(len(set(query_words(whole, q))))
+        shares = []
+        for q in ("zfs replication", "how do I restore zfs replication", "restore a snapshot from the backup host after the disk of the primary storage server failed during the nightly replication window"):
+            share = length_weight(len(set(query_words(whole, q))), query_stopwords(whole, q))
+            shares.append(share)
             for ix in (whole, coll):
                 stored = {k: v for k, v in stored_search(ix.meta).items() if k != "semantic_weight"}  # the sample's kb.toml fixes one
                 fixed = resolve(stored, {"adaptive_fusion": False})  # the legs' own weights, unscaled
                 legs = Searcher(ix).search(Query(q, top_k=1, all_statuses=True, explain=True), fixed).results[0].explain.legs
                 for name, part in legs.items():
                     assert abs(part["rrf"] - (share if name == "vector" else 1 - share) / (10 + part["rank"])) < 1e-6, (q, name)
+        assert shares[0] == KEYWORD_QUERY_WEIGHT < shares[1]  # a keyword query, the same words asked as a question
 
 
 # --- kb set create writes safely (issue 50 B) ----------------------------------------------------

@@ -1,7 +1,7 @@
 """Fusion (runtime/fusion.py) and rerank blending (runtime/rerank.py) against trivial-but-slow
 oracles (hypothesis)."""
 
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from kb.common.options import SearchOptions
 from kb.runtime import fusion as F
@@ -98,6 +98,23 @@ def test_the_length_weight_meets_its_ends_and_is_log_linear_between():
     assert f"{F.SHORT_QUERY_WEIGHT:g} up to {F.SHORT_QUERY_TERMS}, falling to {F.LONG_QUERY_WEIGHT:g} at {F.LONG_QUERY_TERMS} or more" in SETTINGS["semantic_weight"].doc
     assert round(F.length_weight(8), 3) == 0.649  # twice the short length: log(2) / log(5) of the way down
     assert round(F.length_weight(10), 3) == 0.601
+
+
+@given(st.integers(0, 10_000), st.integers(1, 50))
+@example(1, 1)
+@example(10, 2)
+def test_a_keyword_query_gets_at_most_an_even_split_and_a_sentence_its_length_share(words, stops):
+    assert F.length_weight(words, stops) == F.length_weight(words, None) == F.length_weight(words)
+    assert F.length_weight(words, 0) == (min(F.length_weight(words), F.KEYWORD_QUERY_WEIGHT) if words else F.SHORT_QUERY_WEIGHT)
+
+
+def test_the_keyword_cap_is_an_even_split_and_the_help_says_so():
+    assert (F.length_weight(1, 0), F.length_weight(3, 0), F.length_weight(3, 1), F.length_weight(0, 0)) == (0.5, 0.5, 0.8, 0.8)
+    assert F.length_weight(25, 0) == F.length_weight(25) == 0.45  # below the cap already
+    assert F.KEYWORD_QUERY_WEIGHT == 0.5
+    from kb.common.options import SETTINGS
+
+    assert f"at most {F.KEYWORD_QUERY_WEIGHT:g} for a query with no stopword" in SETTINGS["semantic_weight"].doc
 
 
 probs = st.lists(st.floats(0, 1), min_size=1, max_size=30)

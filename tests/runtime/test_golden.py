@@ -146,6 +146,9 @@ def test_the_v5_golden_routes_each_query_to_its_dense_leg():
 
 def test_kb_info_says_how_a_search_weighs_its_legs():
     r = CliRunner().invoke(kb, ["info", "-i", str(V4)])
-    assert "search: semantic_weight by query length (0.8 up to 4 words, 0.45 from 20), rrf_k 10, adaptive fusion, no rerank" in r.stdout.splitlines()
+    assert "search: semantic_weight by query length (0.8 up to 4 words, 0.45 from 20, at most 0.5 with no stopword), rrf_k 10, adaptive fusion, no rerank" in r.stdout.splitlines()
     d = json.loads(CliRunner().invoke(kb, ["info", "-i", str(V4), "--json"]).stdout)
-    assert d["search_defaults"]["semantic_weight"] is None and d["search_defaults"]["semantic_weight_by_length"] == {"short_terms": 4, "short_weight": 0.8, "long_terms": 20, "long_weight": 0.45}
+    assert d["search_defaults"]["semantic_weight"] is None and d["search_defaults"]["semantic_weight_by_length"] == {"short_terms": 4, "short_weight": 0.8, "long_terms": 20, "long_weight": 0.45, "keyword_weight": 0.5}
+    # analyzer version 1 has no stopword list, so it cannot tell a keyword query: no cap, and kb info does not claim one
+    r = CliRunner().invoke(kb, ["info", "-i", str(V1)])
+    assert "search: semantic_weight by query length (0.8 up to 4 words, 0.45 from 20), rrf_k 10, adaptive fusion, no rerank" in r.stdout.splitlines()
