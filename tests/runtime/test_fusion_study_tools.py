@@ -34,11 +34,11 @@ def test_derived_queries_keep_corpus_and_judgments_and_change_only_the_text(tmp_
     derive = load_script("derive_queries", BENCH / "derive_queries.py")
     src = tmp_path / "src"
     (src / "qrels").mkdir(parents=True)
-    (src / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "x"}\n')
+    (src / "corpus.jsonl").write_text('{"_id": "d1", "title": "Indexing", "text": "use of thesauri"}\n{"_id": "d2", "title": "", "text": "indexing"}\n')
     (src / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     (src / "queries.jsonl").write_text('{"_id": "q1", "text": "What is the use of indexing? Indexing, thesauri."}\n')
     out = {}
-    for mode in (["--sentence", "first"], ["--sentence", "last"], ["--keywords"]):
+    for mode in (["--sentence", "first"], ["--sentence", "last"], ["--keywords"], ["--first-words", "2"], ["--rarest-words", "1"]):
         dst = tmp_path / mode[-1]
         assert derive.main([str(src), str(dst), *mode]) == 0
         assert (dst / "corpus.jsonl").resolve() == (src / "corpus.jsonl").resolve()
@@ -46,4 +46,5 @@ def test_derived_queries_keep_corpus_and_judgments_and_change_only_the_text(tmp_
         q = __import__("json").loads((dst / "queries.jsonl").read_text())
         assert q["_id"] == "q1"
         out[mode[-1]] = q["text"]
-    assert out == {"first": "What is the use of indexing?", "last": "Indexing, thesauri.", "--keywords": "use indexing Indexing thesauri"}
+    assert out == {"first": "What is the use of indexing?", "last": "Indexing, thesauri.", "--keywords": "use indexing Indexing thesauri",
+                   "2": "use indexing", "1": "use"}  # distinct and lower-cased; the rarest: 'use' and 'thesauri' are in one document each, 'use' first
