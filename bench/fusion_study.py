@@ -5,7 +5,7 @@ length unless the artifact fixes one: runtime/fusion.py length_weight), an equal
 and a sweep of fixed semantic weights, per set. The same fusion code as kb search (fusion.py);
 ``kb bench --sweep semantic_weight=0:1:0.1`` gives the same figures through the CLI.
 
-    python bench/fusion_study.py DIR/*.legs.pkl [--results bench/RESULTS.md] [--minmax]
+    python bench/fusion_study.py DIR/*.legs.pkl [--results bench/RESULTS.md] [--minmax] [--keyword-cap X]
 
 ``--minmax`` adds the score fusion that was tried and not kept (bench/notes/
 2026-12-06-fusion-by-query-length.md): a convex combination of each leg's min-max normalized
@@ -148,7 +148,9 @@ def main(argv=None) -> int:
     ap.add_argument("pickles", nargs="+", type=Path)
     ap.add_argument("--results", type=Path, help="write the acceptance table into this file's 'fusion' region")
     ap.add_argument("--minmax", action="store_true", help="also print the min-max score fusion study")
+    ap.add_argument("--keyword-cap", type=float, default=F.KEYWORD_QUERY_WEIGHT, help="the most dense share of a query with no stopword in kb's default (1: no cap, the rule before 2026-12-07)")
     a = ap.parse_args(argv)
+    F.KEYWORD_QUERY_WEIGHT = a.keyword_cap
     sweep = [round(x, 2) for x in np.arange(0.0, 1.01, 0.1)]
     print("| set | n | bm25 | dense | before | default | rrf60 | best sw | best | " + " | ".join(f"{s:g}" for s in sweep) + " |")
     table = [
